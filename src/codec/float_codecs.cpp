@@ -1,0 +1,62 @@
+// f32, f16, bf16: the uncompressed baselines. Layout: T tokens x d values, token-major, little-endian;
+// bits per element 32 / 16 / 16. No rotation: the codec space is the original space.
+#include <cstring>
+
+#include "codec/codec_factories.hpp"
+#include "kvq/error.hpp"
+#include "kvq/half.hpp"
+
+namespace kvq {
+namespace {
+
+enum class FloatFormat { f32, f16, bf16 };
+
+class FloatCodec final : public Codec {
+ public:
+  FloatCodec(const CodecSpec& spec, const CodecParams& params, FloatFormat format)
+      : Codec(spec, params), format_(format) {
+    const size_t width = format == FloatFormat::f32 ? 4 : 2;
+    set_layout(width * static_cast<size_t>(params.block_tokens) * params.dim, params.dim);
+  }
+
+ protected:
+  void encode_block(const float* x, int n, uint8_t* block) const override {
+    const size_t count = static_cast<size_t>(n) * dim();
+    std::memset(block, 0, block_bytes());
+    if (format_ == FloatFormat::f32) {
+      std::memcpy(block, x, count * sizeof(float));
+      return;
+    }
+    for (size_t i = 0; i < count; ++i) {
+      const uint16_t h = format_ == FloatFormat::f16 ? f32_to_f16(x[i]) : f32_to_bf16(x[i]);
+      std::memcpy(block + 2 * i, &h, 2);  // blocks carry no alignment promise
+    }
+  }
+  void decode_block_space(const uint8_t* block, int n, float* y) const override {
+    const size_t count = static_cast<size_t>(n) * dim();
+    if (format_ == FloatFormat::f32) {
+      std::memcpy(y, block, count * sizeof(float));
+      return;
+    }
+    for (size_t i = 0; i < count; ++i) {
+      uint16_t h;
+      std::memcpy(&h, block + 2 * i, 2);
+      y[i] = format_ == FloatFormat::f16 ? f16_to_f32(h) : bf16_to_f32(h);
+    }
+  }
+
+ private:
+  FloatFormat format_;
+};
+
+}  // namespace
+
+std::unique_ptr<Codec> make_float_codec(const CodecSpec& spec, const CodecParams& params) {
+  check_spec_shape(spec, 0, "");
+  const FloatFormat format = spec.name == "f32" ? FloatFormat::f32
+                             : spec.name == "f16" ? FloatFormat::f16
+                                                  : FloatFormat::bf16;
+  return std::make_unique<FloatCodec>(spec, params, format);
+}
+
+}  // namespace kvq

@@ -1,0 +1,21 @@
+# Runs `kvq distortion --json` as a user would and checks the JSON keys and values.
+execute_process(COMMAND ${KVQ} distortion --codec f16 --dim 64 --n 200 --seed 3 --json
+                OUTPUT_VARIABLE out RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "kvq distortion failed (${rc}): ${out}")
+endif()
+foreach(key codec dim n bits_per_element mse ip_bias ip_mse_d)
+  string(JSON value ERROR_VARIABLE err GET "${out}" ${key})
+  if(err)
+    message(FATAL_ERROR "missing key ${key} in: ${out}")
+  endif()
+endforeach()
+string(JSON bits GET "${out}" bits_per_element)
+if(NOT bits MATCHES "^16(\\.0*)?$")
+  message(FATAL_ERROR "f16 should store 16 bits per element, got ${bits}")
+endif()
+execute_process(COMMAND ${KVQ} distortion --codec nosuch --dim 64 --n 10 --json
+                ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(rc EQUAL 0 OR NOT err MATCHES "unknown codec 'nosuch'")
+  message(FATAL_ERROR "an unknown codec must fail with a clear message, got rc=${rc}: ${err}")
+endif()
