@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "codec/codec_factories.hpp"
+#include "kvq/block_layout.hpp"
 #include "kvq/error.hpp"
 #include "kvq/half.hpp"
 
@@ -16,7 +17,8 @@ class FloatCodec final : public Codec {
   FloatCodec(const CodecSpec& spec, const CodecParams& params, FloatFormat format)
       : Codec(spec, params), format_(format) {
     const size_t width = format == FloatFormat::f32 ? 4 : 2;
-    set_layout(width * static_cast<size_t>(params.block_tokens) * params.dim, params.dim);
+    const layout::Float l{static_cast<size_t>(params.dim), static_cast<size_t>(params.block_tokens), width};
+    set_layout(l.block_bytes(), params.dim);
   }
 
  protected:
