@@ -94,6 +94,10 @@ class Codec {
   bool trained() const { return trained_ || !needs_training(); }
   /// Fits the codec's state to n x d example vectors (original space).
   void train(const float* x, size_t n);
+  /// The trained state (codebooks, calibrated scales) as bytes, for saving next to a cache; empty if none.
+  virtual std::vector<uint8_t> state() const { return {}; }
+  /// Restores a state written by state() of a codec with the same spec and params; throws on a mismatch.
+  void load_state(const std::vector<uint8_t>& bytes);
 
   /// Encodes n <= T vectors (n x d, original space) into a block of block_bytes() bytes; tokens n..T-1 of the
   /// block are written as zero vectors.
@@ -124,6 +128,8 @@ class Codec {
   virtual std::unique_ptr<Scorer> make_scorer(const float* q, int n_q) const;
   virtual void accumulate_block(const float* w, int n_q, const uint8_t* block, int n, float* acc) const;
   virtual void train_impl(const float* x, size_t n);
+  /// Default: accepts only an empty state.
+  virtual void load_state_impl(const std::vector<uint8_t>& bytes);
 
   /// The codec's rotation, if it has one (map_to_space/map_from_space default to it, or to the identity).
   std::unique_ptr<Rotation> rotation_;

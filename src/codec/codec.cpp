@@ -126,6 +126,15 @@ void Codec::train(const float* x, size_t n) {
 
 void Codec::train_impl(const float*, size_t) {}
 
+void Codec::load_state(const std::vector<uint8_t>& bytes) {
+  load_state_impl(bytes);
+  trained_ = true;
+}
+
+void Codec::load_state_impl(const std::vector<uint8_t>& bytes) {
+  KVQ_CHECK(bytes.empty(), spec_.str(), ": has no trained state, but ", bytes.size(), " bytes of state were given");
+}
+
 void Codec::encode(const float* x, int n, uint8_t* block) const {
   KVQ_CHECK(n >= 0 && n <= block_tokens(), spec_.str(), ": encode of ", n, " tokens into a block of ",
             block_tokens());
