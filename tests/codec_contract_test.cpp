@@ -21,6 +21,10 @@ struct Case {
   Role role;
 };
 
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.spec << " d=" << c.dim << (c.role == Role::key ? " key" : " value");
+}
+
 std::string case_name(const testing::TestParamInfo<Case>& info) {
   std::string s = info.param.spec + "_d" + std::to_string(info.param.dim) +
                   (info.param.role == Role::key ? "_key" : "_value");
