@@ -7,6 +7,8 @@ namespace kvq::cli {
 
 void add_distortion_command(CLI::App& app);
 void add_demo_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
+void add_ppl_command(CLI::App& app);
 
 /// A one-line progress bar on stderr, drawn only when stderr is a terminal.
 class Progress {

@@ -1,0 +1,81 @@
+// The full-precision reference store: fp32 arrays and a plain softmax.
+#include <algorithm>
+#include <cmath>
+
+#include "kvq/error.hpp"
+#include "model/kv_store.hpp"
+
+namespace kvq {
+namespace {
+
+class FloatKvStore final : public KvStore {
+ public:
+  FloatKvStore(const KvShape& s, int capacity)
+      : s_(s),
+        capacity_(capacity),
+        stride_(static_cast<size_t>(s.n_kv_heads) * s.head_dim),
+        keys_(static_cast<size_t>(s.n_layers) * capacity * stride_),
+        values_(keys_.size()),
+        length_(s.n_layers, 0),
+        scores_(capacity) {}
+
+  void append(int layer, const float* k, const float* v) override {
+    int& n = length_[layer];
+    KVQ_CHECK(n < capacity_, "the key/value store is full (", capacity_, " positions)");
+    std::copy(k, k + stride_, key(layer, n));
+    std::copy(v, v + stride_, value(layer, n));
+    ++n;
+  }
+
+  void attend(int layer, const float* q, float* out) override {
+    const int n = length_[layer], d = s_.head_dim, group = s_.n_heads / s_.n_kv_heads;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    for (int h = 0; h < s_.n_heads; ++h) {
+      const float* qh = q + static_cast<size_t>(h) * d;
+      const size_t kv_offset = static_cast<size_t>(h / group) * d;
+      float max_score = -INFINITY;
+      for (int t = 0; t < n; ++t) {
+        const float* kt = key(layer, t) + kv_offset;
+        float s = 0;
+        for (int i = 0; i < d; ++i) s += qh[i] * kt[i];
+        scores_[t] = s * scale;
+        max_score = std::max(max_score, scores_[t]);
+      }
+      float sum = 0;
+      for (int t = 0; t < n; ++t) sum += scores_[t] = std::exp(scores_[t] - max_score);
+      float* oh = out + static_cast<size_t>(h) * d;
+      std::fill(oh, oh + d, 0.0f);
+      for (int t = 0; t < n; ++t) {
+        const float w = scores_[t] / sum;
+        const float* vt = value(layer, t) + kv_offset;
+        for (int i = 0; i < d; ++i) oh[i] += w * vt[i];
+      }
+    }
+  }
+
+  int length(int layer) const override { return length_[layer]; }
+  void clear() override { std::fill(length_.begin(), length_.end(), 0); }
+
+ private:
+  float* key(int layer, int pos) { return keys_.data() + (static_cast<size_t>(layer) * capacity_ + pos) * stride_; }
+  float* value(int layer, int pos) {
+    return values_.data() + (static_cast<size_t>(layer) * capacity_ + pos) * stride_;
+  }
+
+  KvShape s_;
+  int capacity_;
+  size_t stride_;            // floats per position: n_kv_heads * head_dim
+  std::vector<float> keys_;  // [n_layers][capacity][n_kv_heads][head_dim]
+  std::vector<float> values_;
+  std::vector<int> length_;     // [n_layers]
+  std::vector<float> scores_;   // [capacity] scratch
+};
+
+}  // namespace
+
+std::unique_ptr<KvStore> make_float_kv_store(const KvShape& shape, int capacity) {
+  KVQ_CHECK(capacity > 0, "key/value store capacity ", capacity);
+  return std::make_unique<FloatKvStore>(shape, capacity);
+}
+
+}  // namespace kvq
