@@ -7,6 +7,7 @@
 
 #include "kvq/error.hpp"
 #include "kvq/half.hpp"
+#include "model/ggml_dot_kernels.hpp"
 
 namespace kvq {
 namespace {
@@ -157,20 +158,23 @@ void run_blocks(const uint8_t* p, float* y, size_t count) {
 
 using RunDecoder = void (*)(const uint8_t* blocks, float* y, size_t count);
 
+using RowDot = float (*)(const uint8_t* row, const float* x, size_t blocks);
+
 struct TypeEntry {
   GgmlType type;
   GgmlTypeTraits traits;
   RunDecoder decode;  // nullptr: the size is known, computing with it is not supported
+  RowDot dot;         // a fused kernel, or nullptr: decode runs of blocks and dot them with x
 };
 
 constexpr std::array kTypes = {
     TypeEntry{GgmlType::F32, {"F32", 1, 4, true}, run_f32},
     TypeEntry{GgmlType::F16, {"F16", 1, 2, true}, run_f16},
-    TypeEntry{GgmlType::Q4_0, {"Q4_0", QK, sizeof(BlockQ4_0), true}, run_blocks<BlockQ4_0, block_q4_0, QK>},
-    TypeEntry{GgmlType::Q4_1, {"Q4_1", QK, sizeof(BlockQ4_1), true}, run_blocks<BlockQ4_1, block_q4_1, QK>},
-    TypeEntry{GgmlType::Q5_0, {"Q5_0", QK, sizeof(BlockQ5_0), true}, run_blocks<BlockQ5_0, block_q5_0, QK>},
-    TypeEntry{GgmlType::Q5_1, {"Q5_1", QK, sizeof(BlockQ5_1), true}, run_blocks<BlockQ5_1, block_q5_1, QK>},
-    TypeEntry{GgmlType::Q8_0, {"Q8_0", QK, sizeof(BlockQ8_0), true}, run_blocks<BlockQ8_0, block_q8_0, QK>},
+    TypeEntry{GgmlType::Q4_0, {"Q4_0", QK, sizeof(BlockQ4_0), true}, run_blocks<BlockQ4_0, block_q4_0, QK>, dot_row_q4_0},
+    TypeEntry{GgmlType::Q4_1, {"Q4_1", QK, sizeof(BlockQ4_1), true}, run_blocks<BlockQ4_1, block_q4_1, QK>, dot_row_q4_1},
+    TypeEntry{GgmlType::Q5_0, {"Q5_0", QK, sizeof(BlockQ5_0), true}, run_blocks<BlockQ5_0, block_q5_0, QK>, dot_row_q5_0},
+    TypeEntry{GgmlType::Q5_1, {"Q5_1", QK, sizeof(BlockQ5_1), true}, run_blocks<BlockQ5_1, block_q5_1, QK>, dot_row_q5_1},
+    TypeEntry{GgmlType::Q8_0, {"Q8_0", QK, sizeof(BlockQ8_0), true}, run_blocks<BlockQ8_0, block_q8_0, QK>, dot_row_q8_0},
     TypeEntry{GgmlType::Q8_1, {"Q8_1", QK, 36, false}, nullptr},
     TypeEntry{GgmlType::Q2_K, {"Q2_K", QK_K, 84, false}, nullptr},
     TypeEntry{GgmlType::Q3_K, {"Q3_K", QK_K, 110, false}, nullptr},
@@ -237,6 +241,7 @@ void dequantize_row(GgmlType type, const void* row, float* out, int64_t n) {
 float dot_row(GgmlType type, const void* row, const float* x, int64_t n) {
   const TypeEntry& e = computable_entry(type);
   const size_t blocks = ggml_row_bytes(type, n) / e.traits.block_bytes;
+  if (e.dot) return e.dot(static_cast<const uint8_t*>(row), x, blocks);
   // Decode a run of blocks of at most kRun elements into a small buffer, then dot it with x.
   constexpr int kRun = 256;
   const size_t per_run = static_cast<size_t>(kRun / e.traits.block_size);
