@@ -10,6 +10,8 @@ namespace kvq {
 using CodecFactory = std::unique_ptr<Codec> (*)(const CodecSpec&, const CodecParams&);
 
 std::unique_ptr<Codec> make_float_codec(const CodecSpec& spec, const CodecParams& params);  // f32, f16, bf16
+std::unique_ptr<Codec> make_int_group_codec(const CodecSpec& spec, const CodecParams& params);  // int8, int4
+std::unique_ptr<Codec> make_kivi_codec(const CodecSpec& spec, const CodecParams& params);       // kivi
 
 /// Throws unless the spec has at most `max_args` arguments and only the options listed in `allowed`
 /// (a comma-separated list, e.g. "rot,g").

@@ -18,6 +18,9 @@ constexpr std::array kRegistry{
     Entry{"f32", make_float_codec, "f32"},
     Entry{"f16", make_float_codec, "f16"},
     Entry{"bf16", make_float_codec, "bf16"},
+    Entry{"int8", make_int_group_codec, "int8 int8:16"},
+    Entry{"int4", make_int_group_codec, "int4 int4:16"},
+    Entry{"kivi", make_kivi_codec, "kivi:2 kivi:4"},
 };
 
 }  // namespace
