@@ -23,8 +23,8 @@ static_assert(Float{128, 64, 2}.block_bytes() == 16384);
 
 // ---- int8 / int4 (group absmax) ----------------------------------------------------------------------------------
 // Rotated space x' = R x, per-channel scale lambda_c (codec state, default 1), x''_c = x'_c / lambda_c. Per token
-// and group of G consecutive channels: s = max|x''| / qmax rounded up to fp16, q = round(x'' / s) in
-// [-qmax, qmax] (qmax 127 / 7). Reconstruction (rotated space): lambda_c * s * q.
+// and group of G consecutive channels: s = max|x''| / qmax in fp16 (nearest, up where needed), q = round(x'' / s)
+// clamped to [-qmax, qmax] (qmax 127 / 7). Reconstruction (rotated space): lambda_c * s * q.
 //   [codes: T tokens x d, token-major. int8: one two's-complement byte per element. int4: q + 8 (offset-by-8,
 //    1..15) in a nibble, element 2i of a token in the low nibble of its byte i (the bitpack.hpp convention)]
 //   [scales: T tokens x d/G groups, fp16, token-major]

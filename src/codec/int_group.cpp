@@ -3,10 +3,12 @@
 // q = round(x'' / s) in [-qmax, qmax] (qmax 127 / 7). The codec space is the rotated space: y_c = lambda_c * s * q_c.
 // Layout: layout::IntGroup (int4 codes are offset-by-8 nibbles, element 2i in the low nibble).
 //
-// Error bound: s is the smallest fp16 >= max|x''| / qmax, so |x'' / s| <= qmax, no code is ever clamped, and every
-// element lies within half a step: |x'_c - y_c| <= lambda_c * s / 2 (plus fp32 rounding). The round-up costs at
-// most one fp16 step: s <= (1 + 2^-10) max|x''| / qmax for a normal scale, s <= max|x''| / qmax + 2^-24 for a
-// subnormal one. A group of zeros stores s = 0 and decodes to zeros.
+// The fp16 scale: s = max|x''| / qmax rounded to the nearest fp16, or up to the next one where the nearest would
+// leave |x'' / s| > qmax + 0.5 (only subnormal scales are that coarse). So rounding and the clamp to +-qmax never
+// move an element by more than half a step: |x'_c - y_c| <= lambda_c * s / 2 (plus fp32 rounding), with
+// |s - max|x''| / qmax| <= 2^-11 max|x''| / qmax for a normal scale and <= 2^-24 for a subnormal one. Rounding to
+// nearest rather than always up keeps the largest element of a group from being stretched on average (a bias in
+// inner products). A group of zeros stores s = 0 and decodes to zeros.
 //
 // lambda (per rotated channel, default 1): train() sets lambda_c proportional to the RMS of rotated channel c over
 // the examples, normalized to geometric mean 1, so that each channel's step follows its typical size and one large
@@ -28,6 +30,13 @@ namespace {
 
 constexpr size_t kTrainChunk = 1024;   // rows rotated at a time by train()
 constexpr double kLambdaFloor = 1e-3;  // smallest RMS kept, relative to the largest
+
+// The stored fp16 scale of a group whose largest |x''| is amax (see the top of the file).
+uint16_t group_scale(float amax, int qmax) {
+  const double exact = static_cast<double>(amax) / qmax;
+  const uint16_t nearest = f32_to_f16(static_cast<float>(exact));
+  return amax <= (qmax + 0.5) * static_cast<double>(f16_to_f32(nearest)) ? nearest : f16_round_up(exact);
+}
 
 // max |v_i| over n values; NaN if any value is NaN (std::max alone would drop it).
 float max_abs(const float* v, int n) {
@@ -89,12 +98,12 @@ class IntGroupCodec final : public Codec {
       for (int g = 0; g < groups(); ++g) {
         const float* v = xt + g * G;
         const float amax = max_abs(v, G);
-        const uint16_t h = f16_round_up(static_cast<double>(amax) / qmax_);
+        const uint16_t h = group_scale(amax, qmax_);
         const float s = f16_to_f32(h);
         KVQ_CHECK(std::isfinite(s), spec().str(), ": token ", t, " channels ", g * G, "..", g * G + G - 1,
                   " reach ", amax, " after rotation and lambda, beyond the fp16 scale range (|x| <= ",
                   65504.0 * qmax_, ")");
-        const float lim = static_cast<float>(qmax_);  // never reached by more than fp32 rounding (see top)
+        const float lim = static_cast<float>(qmax_);  // |v / s| <= qmax + 0.5: clamping costs at most half a step
         for (int i = 0; i < G; ++i)
           q[g * G + i] = s > 0 ? static_cast<int8_t>(std::clamp(std::nearbyint(v[i] / s), -lim, lim)) : int8_t{0};
         std::memcpy(block + layout_.scales_offset() + 2 * (static_cast<size_t>(t) * groups() + g), &h, 2);
