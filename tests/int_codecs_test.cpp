@@ -533,13 +533,15 @@ TEST(IntGroupAndKiviKernels, FusedScoresAndAccumulateMatchTheDecodedBlock) {
             const double kc = xhat[static_cast<size_t>(t) * d + c], qc = q[static_cast<size_t>(i) * d + c];
             dot += qc * kc, kk += kc * kc, qq += qc * qc;
           }
-          ASSERT_NEAR(s[static_cast<size_t>(i) * kT + t], dot, 1e-5 * std::sqrt(qq * kk)) << "query " << i << " token " << t;
+          ASSERT_NEAR(s[static_cast<size_t>(i) * kT + t], dot, 1e-5 * std::sqrt(qq * kk))
+              << "query " << i << " token " << t;
           wnorm += w[static_cast<size_t>(i) * kT + t] * std::sqrt(kk);
         }
         for (int c = 0; c < d; ++c) {
           double ref = 0;
           for (int t = 0; t < kN; ++t) ref += w[static_cast<size_t>(i) * kT + t] * xhat[static_cast<size_t>(t) * d + c];
-          ASSERT_NEAR(out[static_cast<size_t>(i) * d + c], ref, 1e-5 * wnorm + 1e-5) << "query " << i << " channel " << c;
+          ASSERT_NEAR(out[static_cast<size_t>(i) * d + c], ref, 1e-5 * wnorm + 1e-5)
+              << "query " << i << " channel " << c;
         }
       }
     }
