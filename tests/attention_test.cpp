@@ -1,6 +1,8 @@
 // Decode and prefill attention over a KVCache against the double-precision reference: over the decoded cache for
 // every registered key codec (x a few value codecs), over the original tokens for f32; GQA 1/4/8, d 64/128/256,
 // T 64/128, R 0/T, awkward lengths, empty sequences, split-K and thread pools.
+#include "kvq/attention.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "cache_test_util.hpp"
-#include "kvq/attention.hpp"
 #include "kvq/error.hpp"
 #include "kvq/synthetic.hpp"
 #include "kvq/thread_pool.hpp"
@@ -95,8 +96,8 @@ void reference_row(Reference& ref, size_t row, const float* q, const Tokens& kv,
 // allowance is sqrt(d) 2^-24 condition, the typical rounding error of an fp32 dot product: key-like keys give
 // scaled scores of +-40 whose fp32 error alone nears 1e-5 (measured: at most 0.3 of this allowance), while a wrong
 // mask or merge is off by 1e-3 or more. A row that sees no token must be exactly zero.
-double worst(const std::vector<float>& got, const std::vector<float>& want, const Reference& ref, size_t d,
-             double tol, bool score_rounding) {
+double worst(const std::vector<float>& got, const std::vector<float>& want, const Reference& ref, size_t d, double tol,
+             bool score_rounding) {
   double ratio = 0;
   for (size_t r = 0; r < want.size() / d; ++r) {
     double err = 0;
@@ -186,9 +187,9 @@ TEST(AttentionState, MergeOfPartsEqualsTheWholeAndEmptyStatesAreNeutral) {
 TEST(AttentionReference, HandComputedCases) {
   const int d = 16;
   std::vector<float> q(2 * d, 0.f), k(3 * d, 0.f), v(3 * d, 0.f), out(2 * d);
-  q[0] = 1;                        // query 0 scores token t by k[t][0]
-  q[d + 1] = 2;                    // query 1 by 2 k[t][1]
-  k[d] = std::log(3.f);            // query 0: weights 1 : 3 over tokens 0, 1
+  q[0] = 1;              // query 0 scores token t by k[t][0]
+  q[d + 1] = 2;          // query 1 by 2 k[t][1]
+  k[d] = std::log(3.f);  // query 0: weights 1 : 3 over tokens 0, 1
   k[2 * d + 1] = 1;
   for (int t = 0; t < 3; ++t) v[t * d + 2] = static_cast<float>(t + 1);
   // Causal: query 0 (position 1) sees tokens 0..1, query 1 (position 2) sees 0..2.
@@ -226,7 +227,6 @@ TEST_P(AttentionCodecs, DecodeMatchesReferenceOverDecodedCache) {
       EXPECT_LE(worst(both, one, ref, shape.d, 1e-6, false), 1.0);
     }
 }
-
 
 // With f32 the cache is exact: decode attention equals the reference over the original tokens.
 TEST(AttentionDecode, F32MatchesReferenceOverOriginalTokens) {

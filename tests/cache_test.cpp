@@ -1,4 +1,6 @@
 // KVCache: configuration checks, the residual window, paging, pool exhaustion, memory accounting, save/load.
+#include "kvq/cache.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,7 +15,6 @@
 
 #include "cache_test_util.hpp"
 #include "kvq/attention.hpp"
-#include "kvq/cache.hpp"
 #include "kvq/error.hpp"
 #include "kvq/random.hpp"
 #include "test_seed.hpp"
@@ -143,7 +144,8 @@ TEST(CachePaging, PagesAreAlignedSharedAndReturnedToThePool) {
   for (int h = 0; h < cfg.n_kv_heads; ++h) {
     EXPECT_EQ(cache.key_block_offset(h) % 64, 0u);
     EXPECT_EQ(cache.value_block_offset(h) % 64, 0u);
-    EXPECT_GE(cache.value_block_offset(h), cache.key_block_offset(cfg.n_kv_heads - 1) + cache.key_codec(0).block_bytes());
+    EXPECT_GE(cache.value_block_offset(h),
+              cache.key_block_offset(cfg.n_kv_heads - 1) + cache.key_codec(0).block_bytes());
   }
   EXPECT_GE(cache.page_bytes(), cache.value_block_offset(cfg.n_kv_heads - 1) + cache.value_codec(0).block_bytes());
 
@@ -381,6 +383,29 @@ TEST(CacheFile, SaveLoadRoundTripIsBitIdentical) {
   EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * 4), 0);
   std::filesystem::remove(path);
   std::filesystem::remove(again);
+}
+
+// Every codec's cache (trained state included) survives save -> load: same pages, same attention bits.
+TEST(CacheFile, EveryCodecRoundTrips) {
+  KVQ_FRESH_SEED();
+  const std::string path = temp_path("every_codec.kvq");
+  for (const auto& spec : codec_test_specs()) {
+    SCOPED_TRACE(spec);
+    CacheConfig cfg = small_config(spec, spec, 64, 64, 8);
+    cfg.n_layers = 1;
+    KVCache cache(cfg);
+    test::train_if_needed(cache, seed);
+    const SeqId s = cache.add_sequence();
+    append_range(cache, s, 0, make_tokens(cfg, 150, seed, true), 0, 150);
+    cache.save(path);
+    const KVCache loaded = KVCache::load(path);
+    const LayerView a = cache.view(s, 0), b = loaded.view(s, 0);
+    ASSERT_EQ(a.pages.size(), 1u);
+    EXPECT_EQ(std::memcmp(cache.page(a.pages[0]), loaded.page(b.pages[0]), cache.page_bytes()), 0);
+    const auto x = attend_all(cache, 0, {s}, seed + 1), y = attend_all(loaded, 0, {s}, seed + 1);
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * 4), 0);
+  }
+  std::filesystem::remove(path);
 }
 
 TEST(CacheFile, DamagedForeignAndNewerFilesGiveClearErrors) {

@@ -1,11 +1,12 @@
 // CRC-32C against the published check value and the iSCSI test vectors (RFC 3720, appendix B.4).
+#include "kvq/crc32c.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <numeric>
 #include <vector>
 
-#include "kvq/crc32c.hpp"
 #include "kvq/random.hpp"
 #include "test_seed.hpp"
 

@@ -1,3 +1,5 @@
+#include "kvq/thread_pool.hpp"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -7,7 +9,6 @@
 #include <vector>
 
 #include "kvq/error.hpp"
-#include "kvq/thread_pool.hpp"
 
 namespace kvq {
 namespace {

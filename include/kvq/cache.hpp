@@ -36,14 +36,14 @@ struct CacheConfig {
   int block_tokens = 64;          ///< T: tokens per page, 64 or 128
   std::string key_codec = "f16";  ///< codec spec, e.g. "turbo_prod:3"
   std::string value_codec = "f16";
-  int residual_tokens = 0;        ///< R: newest tokens kept in fp32, a multiple of T (0 allowed)
-  size_t capacity_pages = 0;      ///< pages in the pool, shared by all layers and sequences
-  uint64_t seed = 0;              ///< seeds every codec: layer l's key codec gets derive_seed(derive_seed(seed, l), 0)
+  int residual_tokens = 0;    ///< R: newest tokens kept in fp32, a multiple of T (0 allowed)
+  size_t capacity_pages = 0;  ///< pages in the pool, shared by all layers and sequences
+  uint64_t seed = 0;          ///< seeds every codec: layer l's key codec gets derive_seed(derive_seed(seed, l), 0)
 };
 
 /// True bytes held by a cache. The pool is allocated whole at construction; in-use figures count taken pages.
 struct CacheMemory {
-  size_t page_bytes = 0;         ///< one page, block padding included
+  size_t page_bytes = 0;  ///< one page, block padding included
   size_t pages_in_use = 0;
   size_t pages_capacity = 0;
   size_t encoded_bytes = 0;      ///< pages_in_use * page_bytes
@@ -59,20 +59,18 @@ struct CacheMemory {
 
 /// What attention reads of one (sequence, layer).
 struct LayerView {
-  std::span<const PageId> pages;       ///< block table: tokens [j*T, (j+1)*T) live in page pages[j]
-  int block_tokens = 0;                ///< T
-  int residual_count = 0;              ///< fp32 tokens after the encoded ones
+  std::span<const PageId> pages;           ///< block table: tokens [j*T, (j+1)*T) live in page pages[j]
+  int block_tokens = 0;                    ///< T
+  int residual_count = 0;                  ///< fp32 tokens after the encoded ones
   const float* residual_keys = nullptr;    ///< [kv head][residual_stride / d slots][d], residual_count slots used
   const float* residual_values = nullptr;  ///< same layout
-  size_t residual_stride = 0;          ///< floats between the windows of consecutive kv heads
+  size_t residual_stride = 0;              ///< floats between the windows of consecutive kv heads
 
   size_t encoded_tokens() const { return pages.size() * static_cast<size_t>(block_tokens); }
   size_t length() const { return encoded_tokens() + static_cast<size_t>(residual_count); }
   /// residual_count x d keys (values) of one kv head, oldest first.
   const float* residual_key(int head) const { return residual_keys + static_cast<size_t>(head) * residual_stride; }
-  const float* residual_value(int head) const {
-    return residual_values + static_cast<size_t>(head) * residual_stride;
-  }
+  const float* residual_value(int head) const { return residual_values + static_cast<size_t>(head) * residual_stride; }
 };
 
 class KVCache {
@@ -150,7 +148,7 @@ class KVCache {
   const Sequence& sequence(SeqId seq) const;
   Sequence& sequence(SeqId seq);
   Sequence& insert_sequence(SeqId id);  // with an empty window per layer
-  size_t residual_slots() const;  // R + T - 1
+  size_t residual_slots() const;        // R + T - 1
   uint8_t* page_mut(PageId id);
   void zero_page_padding(uint8_t* page) const;
 

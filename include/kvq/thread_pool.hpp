@@ -53,11 +53,11 @@ class ThreadPool {
   size_t n_tasks_ = 0;
   void* ctx_ = nullptr;
   Call call_ = nullptr;
-  size_t next_task_ = 0;   // next task to hand out (under mutex_)
-  int busy_workers_ = 0;   // threads still working on the current generation
+  size_t next_task_ = 0;  // next task to hand out (under mutex_)
+  int busy_workers_ = 0;  // threads still working on the current generation
   uint64_t generation_ = 0;
   bool stop_ = false;
-  bool running_ = false;   // a parallel_for is in progress
+  bool running_ = false;  // a parallel_for is in progress
   std::exception_ptr error_;
 };
 

@@ -1,10 +1,11 @@
 // decode_attention and prefill_attention: argument checks, then one QueryGroup per (sequence, kv head).
+#include "kvq/attention.hpp"
+
 #include <algorithm>
 #include <limits>
 #include <vector>
 
 #include "attention/attention_engine.hpp"
-#include "kvq/attention.hpp"
 #include "kvq/error.hpp"
 
 namespace kvq {
@@ -13,16 +14,14 @@ namespace {
 // Prefill chunks are attended this many positions at a time, which bounds the scratch of one call.
 constexpr size_t kPrefillPositions = 64;
 
-int query_heads(const KVCache& cache, size_t rows, std::span<const float> q, std::span<float> out,
-                const char* who) {
+int query_heads(const KVCache& cache, size_t rows, std::span<const float> q, std::span<float> out, const char* who) {
   const CacheConfig& cfg = cache.config();
   const size_t d = static_cast<size_t>(cfg.head_dim);
   KVQ_CHECK(q.size() == out.size(), who, ": q holds ", q.size(), " floats but out ", out.size());
-  KVQ_CHECK(rows > 0 && q.size() % (rows * d) == 0, who, ": q holds ", q.size(), " floats, not a multiple of ",
-            rows, " rows x head_dim ", d);
+  KVQ_CHECK(rows > 0 && q.size() % (rows * d) == 0, who, ": q holds ", q.size(), " floats, not a multiple of ", rows,
+            " rows x head_dim ", d);
   const size_t hq = q.size() / (rows * d);
-  KVQ_CHECK(hq >= static_cast<size_t>(cfg.n_kv_heads) && hq % static_cast<size_t>(cfg.n_kv_heads) == 0 &&
-                hq <= 65536,
+  KVQ_CHECK(hq >= static_cast<size_t>(cfg.n_kv_heads) && hq % static_cast<size_t>(cfg.n_kv_heads) == 0 && hq <= 65536,
             who, ": ", hq, " query heads is not a multiple of the cache's ", cfg.n_kv_heads, " kv heads");
   return static_cast<int>(hq);
 }
@@ -63,8 +62,8 @@ void prefill_attention(const KVCache& cache, int layer, SeqId seq, size_t start,
     const size_t n = std::min(kPrefillPositions, n_queries - first);
     for (int h = 0; h < H; ++h) {
       const size_t offset = first * row + static_cast<size_t>(h * G) * d;
-      groups[static_cast<size_t>(h)] = {seq, h, q.data() + offset, out.data() + offset, row, static_cast<int>(n),
-                                        start + first + 1};
+      groups[static_cast<size_t>(h)] = {
+          seq, h, q.data() + offset, out.data() + offset, row, static_cast<int>(n), start + first + 1};
     }
     detail::run_attention(cache, layer, groups, G, options, pool);
   }

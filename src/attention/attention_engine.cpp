@@ -15,9 +15,9 @@ namespace {
 
 struct GroupPlan {
   LayerView view;
-  size_t row = 0;         // first row of the group in the gathered queries
-  int n_q = 0;            // n_pos * G rows, ordered (pos, g)
-  size_t n_pages = 0;     // pages any of its queries sees
+  size_t row = 0;      // first row of the group in the gathered queries
+  int n_q = 0;         // n_pos * G rows, ordered (pos, g)
+  size_t n_pages = 0;  // pages any of its queries sees
   size_t first_piece = 0;
   size_t n_pieces = 0;
 };
@@ -29,8 +29,8 @@ struct Piece {
 
 // Per-worker scratch, allocated once per call.
 struct Workspace {
-  std::vector<float> scores;     // max n_q x max(T, window) scores
-  std::vector<float> out;        // max n_q x d: states mapped back to the original space
+  std::vector<float> scores;      // max n_q x max(T, window) scores
+  std::vector<float> out;         // max n_q x d: states mapped back to the original space
   std::vector<AttnState> states;  // views of `out`
 };
 
@@ -115,8 +115,8 @@ void run_attention(const KVCache& cache, int layer, std::span<const QueryGroup> 
         const size_t row = gp.row + static_cast<size_t>(pos * G + j);
         const float* src = qg.q + static_cast<size_t>(pos) * qg.pos_stride + static_cast<size_t>(j) * ud;
         for (size_t c = 0; c < ud; ++c) {
-          KVQ_CHECK(std::isfinite(src[c]), "attention: query of sequence ", qg.seq, " position ", pos,
-                    " head ", qg.kv_head * G + j, " channel ", c, " is ", src[c]);
+          KVQ_CHECK(std::isfinite(src[c]), "attention: query of sequence ", qg.seq, " position ", pos, " head ",
+                    qg.kv_head * G + j, " channel ", c, " is ", src[c]);
           queries[row * ud + c] = src[c] * scale;
         }
         visible[row] = std::min(qg.visible0 + static_cast<size_t>(pos), length);

@@ -16,9 +16,9 @@ struct PageRun {
   const KVCache* cache = nullptr;
   const Codec* key_codec = nullptr;
   const Codec* value_codec = nullptr;
-  Scorer* scorer = nullptr;        ///< prepared by key_codec for the n_q queries, the softmax scale folded in
-  std::span<const PageId> pages;   ///< the pages, in token order
-  size_t first_token = 0;          ///< position of the first token of pages[0]
+  Scorer* scorer = nullptr;       ///< prepared by key_codec for the n_q queries, the softmax scale folded in
+  std::span<const PageId> pages;  ///< the pages, in token order
+  size_t first_token = 0;         ///< position of the first token of pages[0]
   int kv_head = 0;
   int n_q = 0;
   const size_t* visible = nullptr;  ///< n_q causal limits: query i sees tokens t < visible[i]

@@ -173,7 +173,8 @@ KVCache CacheFile::read(std::ifstream& in, uint64_t payload_bytes) {
             cache.key_codecs_[0]->block_bytes(), " / ", cache.value_codecs_[0]->block_bytes(), " in pages of ",
             cache.page_bytes_, " (file written by an incompatible kvq version)");
   for (int l = 0; l < c.n_layers; ++l)
-    for (Codec* codec : {cache.key_codecs_[static_cast<size_t>(l)].get(), cache.value_codecs_[static_cast<size_t>(l)].get()}) {
+    for (Codec* codec :
+         {cache.key_codecs_[static_cast<size_t>(l)].get(), cache.value_codecs_[static_cast<size_t>(l)].get()}) {
       const bool trained = r.num<uint8_t>("codec trained flag") != 0;
       const uint64_t n = r.num<uint64_t>("codec state size");
       r.need(n, "codec state");
@@ -259,8 +260,9 @@ KVCache KVCache::load(const std::string& path) {
   KVQ_CHECK(version != 0, "KVCache::load: '", path, "' has an invalid format version 0");
   KVQ_CHECK(version <= kVersion, "KVCache::load: '", path, "' has format version ", version,
             ", newer than this build reads (", kVersion, "): update kvq");
-  KVQ_CHECK(payload == size - kHeaderBytes, "KVCache::load: '", path, "' is truncated or damaged: the header announces ",
-            payload, " payload bytes, the file holds ", size - kHeaderBytes);
+  KVQ_CHECK(payload == size - kHeaderBytes, "KVCache::load: '", path,
+            "' is truncated or damaged: the header announces ", payload, " payload bytes, the file holds ",
+            size - kHeaderBytes);
 
   std::vector<char> chunk(1 << 20);
   uint32_t actual = 0;

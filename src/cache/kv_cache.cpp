@@ -1,10 +1,9 @@
-#include "kvq/cache.hpp"
-
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <new>
 
+#include "kvq/cache.hpp"
 #include "kvq/error.hpp"
 #include "kvq/random.hpp"
 
@@ -45,8 +44,8 @@ KVCache::KVCache(const CacheConfig& config) : config_(config) {
   key_stride_ = align64(key_codecs_[0]->block_bytes());
   value_stride_ = align64(value_codecs_[0]->block_bytes());
   page_bytes_ = static_cast<size_t>(config_.n_kv_heads) * (key_stride_ + value_stride_);
-  KVQ_CHECK(config_.capacity_pages <= std::numeric_limits<size_t>::max() / page_bytes_, "KVCache: ",
-            config_.capacity_pages, " pages of ", page_bytes_, " bytes overflow the address space");
+  KVQ_CHECK(config_.capacity_pages <= std::numeric_limits<size_t>::max() / page_bytes_,
+            "KVCache: ", config_.capacity_pages, " pages of ", page_bytes_, " bytes overflow the address space");
   if (config_.capacity_pages > 0) {
     const size_t bytes = config_.capacity_pages * page_bytes_;
     pool_.reset(static_cast<uint8_t*>(::operator new[](bytes, std::align_val_t{kPageAlign})));
@@ -81,8 +80,8 @@ void KVCache::train_layer(int layer, const float* keys, const float* values, siz
   KVQ_CHECK(keys != nullptr && values != nullptr && n > 0, "KVCache::train_layer(", layer,
             "): needs n > 0 key and value vectors");
   for (const auto& [id, seq] : sequences_)
-    KVQ_CHECK(seq.layers[static_cast<size_t>(layer)].pages.empty(), "KVCache::train_layer(", layer, "): sequence ",
-              id, " already holds encoded tokens in this layer; train before appending");
+    KVQ_CHECK(seq.layers[static_cast<size_t>(layer)].pages.empty(), "KVCache::train_layer(", layer, "): sequence ", id,
+              " already holds encoded tokens in this layer; train before appending");
   key_codecs_[static_cast<size_t>(layer)]->train(keys, n);
   value_codecs_[static_cast<size_t>(layer)]->train(values, n);
 }
@@ -268,8 +267,8 @@ CacheMemory KVCache::memory() const {
   const size_t rest = m.residual_bytes + m.block_table_bytes + m.codec_state_bytes;
   m.used_bytes = m.encoded_bytes + rest;
   m.total_bytes = m.pool_bytes + rest;
-  m.bits_per_element = 8.0 * static_cast<double>(page_bytes_) /
-                       (2.0 * config_.block_tokens * config_.n_kv_heads * config_.head_dim);
+  m.bits_per_element =
+      8.0 * static_cast<double>(page_bytes_) / (2.0 * config_.block_tokens * config_.n_kv_heads * config_.head_dim);
   return m;
 }
 

@@ -24,7 +24,8 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::run(size_t n_tasks, void* ctx, Call call) {
   {
     std::lock_guard lock(mutex_);
-    KVQ_CHECK(!running_, "ThreadPool::parallel_for called while another one runs on this pool "
+    KVQ_CHECK(!running_,
+              "ThreadPool::parallel_for called while another one runs on this pool "
               "(nested inside a task, or from a second thread)");
     running_ = true;
     n_tasks_ = n_tasks;
