@@ -63,6 +63,55 @@ static_assert(Kivi{128, 64, 4, 32, false}.block_bytes() == 5120);  // 5
 
 
 // ---- turbo_mse / turbo_prod / qjl / turbo_rvq ------------------------------------------------------------------
+// Indices are packed per token in the bitpack.hpp order (3-bit: 8 indices in 3 bytes); d is a multiple of 16, so
+// every token's codes fill whole bytes. c is the Lloyd–Max codebook of a sphere coordinate in R^d (lloyd_max.hpp),
+// R the codec's rotation, S its m x d Gaussian sketch, and sign bit i is set when (S v)_i >= 0.
+
+// turbo_mse:b   [codes: T x b*d/8, token t's d indices of b bits] [norms: T x fp16 ||x_t||]
+//   x_t = ||x_t|| R^T c[idx_t]; b + 16/d bits per element.
+struct TurboMse {
+  size_t d, T, bits;
+  constexpr size_t code_bytes() const { return (bits * d + 7) / 8; }  // per token
+  constexpr size_t norms_offset() const { return align16(T * code_bytes()); }
+  constexpr size_t block_bytes() const { return norms_offset() + 2 * T; }
+};
+static_assert(TurboMse{128, 64, 3}.block_bytes() == 64 * 48 + 64 * 2);  // 3.125 bits per element
+
+// qjl:m   [signs: T x m/8, sign(S k_t)] [norms: T x fp16 ||k_t||]
+//   <q, k_t> ~= sqrt(pi/2)/m ||k_t|| <S q, sign(S k_t)>; (m + 16)/d bits per element.
+struct Qjl {
+  size_t d, T, m;
+  constexpr size_t sign_bytes() const { return m / 8; }  // per token
+  constexpr size_t norms_offset() const { return align16(T * sign_bytes()); }
+  constexpr size_t block_bytes() const { return norms_offset() + 2 * T; }
+};
+static_assert(Qjl{128, 64, 128}.block_bytes() == 64 * 16 + 64 * 2);  // 1.125 bits per element
+
+// turbo_prod:b   [turbo_mse:(b-1) codes] [norms: T x fp16 ||x_t||] [signs: T x m/8, sign(S r_t)]
+//                [residual norms: T x fp16 ||r_t||]
+//   x^mse_t = ||x_t|| R^T c[idx_t] (as decoded), r_t = x_t - x^mse_t, m = d;
+//   x_t ~= x^mse_t + sqrt(pi/2)/m ||r_t|| S^T sign(S r_t); (b-1) + 1 + 32/d bits per element.
+struct TurboProd {
+  size_t d, T, bits, m;
+  constexpr TurboMse mse() const { return {d, T, bits - 1}; }
+  constexpr size_t sign_bytes() const { return m / 8; }  // per token
+  constexpr size_t signs_offset() const { return align16(mse().block_bytes()); }
+  constexpr size_t residual_norms_offset() const { return align16(signs_offset() + T * sign_bytes()); }
+  constexpr size_t block_bytes() const { return residual_norms_offset() + 2 * T; }
+};
+static_assert(TurboProd{128, 64, 3, 128}.block_bytes() == 64 * 32 + 128 + 64 * 16 + 128);  // 3.25 bits per element
+
+// turbo_rvq:b   [stage-1 codes: T x b*d/8] [stage-2 codes: T x b*d/8] [norms: T x fp16 ||x_t||]
+//   x_t = ||x_t|| R^T (c[i1_t] + c2[i2_t]), c2 the Lloyd–Max codebook of the stage-1 residual; 2b + 16/d bits
+//   per element.
+struct TurboRvq {
+  size_t d, T, bits;
+  constexpr size_t code_bytes() const { return (bits * d + 7) / 8; }  // per token and stage
+  constexpr size_t stage2_offset() const { return align16(T * code_bytes()); }
+  constexpr size_t norms_offset() const { return align16(stage2_offset() + T * code_bytes()); }
+  constexpr size_t block_bytes() const { return norms_offset() + 2 * T; }
+};
+static_assert(TurboRvq{128, 64, 2}.block_bytes() == 2 * 64 * 32 + 64 * 2);  // 4.125 bits per element
 
 
 // ---- vecinfer --------------------------------------------------------------------------------------------------
