@@ -22,12 +22,96 @@ struct Float {
 static_assert(Float{128, 64, 2}.block_bytes() == 16384);
 
 // ---- int8 / int4 (group absmax) ----------------------------------------------------------------------------------
+// Rotated space x' = R x, per-channel scale lambda_c (codec state, default 1), x''_c = x'_c / lambda_c. Per token
+// and group of G consecutive channels: s = max|x''| / qmax in fp16 (nearest, up where needed), q = round(x'' / s)
+// clamped to [-qmax, qmax] (qmax 127 / 7). Reconstruction (rotated space): lambda_c * s * q.
+//   [codes: T tokens x d, token-major. int8: one two's-complement byte per element. int4: q + 8 (offset-by-8,
+//    1..15) in a nibble, element 2i of a token in the low nibble of its byte i (the bitpack.hpp convention)]
+//   [scales: T tokens x d/G groups, fp16, token-major]
+// Bits per element: bits + 16/G. d=128: int4 G=16/32/64 -> 5 / 4.5 / 4.25, int8 G=16/32/64 -> 9 / 8.5 / 8.25.
+struct IntGroup {
+  size_t d, T, bits, G;  // bits: 4 or 8; G divides d
+  constexpr size_t token_code_bytes() const { return d * bits / 8; }
+  constexpr size_t groups() const { return d / G; }  // per token
+  constexpr size_t scales_offset() const { return align16(T * token_code_bytes()); }
+  constexpr size_t block_bytes() const { return scales_offset() + 2 * T * groups(); }
+};
+static_assert(IntGroup{128, 64, 4, 32}.block_bytes() == 4608);  // 4.5 bits per element
+static_assert(IntGroup{128, 64, 4, 16}.block_bytes() == 5120);  // 5
+static_assert(IntGroup{128, 64, 8, 32}.block_bytes() == 8704);  // 8.5
 
 
 // ---- kivi ------------------------------------------------------------------------------------------------------
+// Asymmetric b-bit codes (b = 2 or 4) with an fp16 minimum m and scale s: x ~ m + s * q, q in [0, 2^b - 1].
+// Keys: one (m, s) per channel over the tokens of the block. Values: one (m, s) per token and group of G channels.
+//   [codes: T tokens x d, token-major, b-bit indices packed LSB-first (bitpack.hpp: element 4i+j of a token at
+//    bits 2j..2j+1 of its byte i for b = 2, element 2i in the low nibble for b = 4)]
+//   [mins: P fp16]  [scales: P fp16]   with P = d (keys, channel order) or T x d/G (values, token-major)
+// Bits per element: keys b + 32/T (d=128, T=64: kivi:2 2.5, kivi:4 4.5); values b + 32/G (G=32: 3 and 5).
+struct Kivi {
+  size_t d, T, bits, G;  // G: the value group size (keys ignore it)
+  bool key;
+  constexpr size_t token_code_bytes() const { return d * bits / 8; }
+  constexpr size_t param_count() const { return key ? d : T * (d / G); }
+  constexpr size_t mins_offset() const { return align16(T * token_code_bytes()); }
+  constexpr size_t scales_offset() const { return mins_offset() + align16(2 * param_count()); }
+  constexpr size_t block_bytes() const { return scales_offset() + 2 * param_count(); }
+};
+static_assert(Kivi{128, 64, 2, 32, true}.block_bytes() == 2560);   // 2.5 bits per element
+static_assert(Kivi{128, 64, 2, 32, false}.block_bytes() == 3072);  // 3
+static_assert(Kivi{128, 64, 4, 32, false}.block_bytes() == 5120);  // 5
 
 
 // ---- turbo_mse / turbo_prod / qjl / turbo_rvq ------------------------------------------------------------------
+// Indices are packed per token in the bitpack.hpp order (3-bit: 8 indices in 3 bytes); d is a multiple of 16, so
+// every token's codes fill whole bytes. c is the Lloyd–Max codebook of a sphere coordinate in R^d (lloyd_max.hpp),
+// R the codec's rotation, S its m x d Gaussian sketch, and sign bit i is set when (S v)_i >= 0.
+
+// turbo_mse:b   [codes: T x b*d/8, token t's d indices of b bits] [norms: T x fp16 ||x_t||]
+//   x_t = ||x_t|| R^T c[idx_t]; b + 16/d bits per element.
+struct TurboMse {
+  size_t d, T, bits;
+  constexpr size_t code_bytes() const { return (bits * d + 7) / 8; }  // per token
+  constexpr size_t norms_offset() const { return align16(T * code_bytes()); }
+  constexpr size_t block_bytes() const { return norms_offset() + 2 * T; }
+};
+static_assert(TurboMse{128, 64, 3}.block_bytes() == 64 * 48 + 64 * 2);  // 3.125 bits per element
+
+// qjl:m   [signs: T x m/8, sign(S k_t)] [norms: T x fp16 ||k_t||]
+//   <q, k_t> ~= sqrt(pi/2)/m ||k_t|| <S q, sign(S k_t)>; (m + 16)/d bits per element.
+struct Qjl {
+  size_t d, T, m;
+  constexpr size_t sign_bytes() const { return m / 8; }  // per token
+  constexpr size_t norms_offset() const { return align16(T * sign_bytes()); }
+  constexpr size_t block_bytes() const { return norms_offset() + 2 * T; }
+};
+static_assert(Qjl{128, 64, 128}.block_bytes() == 64 * 16 + 64 * 2);  // 1.125 bits per element
+
+// turbo_prod:b   [turbo_mse:(b-1) codes] [norms: T x fp16 ||x_t||] [signs: T x m/8, sign(S r_t)]
+//                [residual norms: T x fp16 ||r_t||]
+//   x^mse_t = ||x_t|| R^T c[idx_t] (as decoded), r_t = x_t - x^mse_t, m = d;
+//   x_t ~= x^mse_t + sqrt(pi/2)/m ||r_t|| S^T sign(S r_t); (b-1) + 1 + 32/d bits per element.
+struct TurboProd {
+  size_t d, T, bits, m;
+  constexpr TurboMse mse() const { return {d, T, bits - 1}; }
+  constexpr size_t sign_bytes() const { return m / 8; }  // per token
+  constexpr size_t signs_offset() const { return align16(mse().block_bytes()); }
+  constexpr size_t residual_norms_offset() const { return align16(signs_offset() + T * sign_bytes()); }
+  constexpr size_t block_bytes() const { return residual_norms_offset() + 2 * T; }
+};
+static_assert(TurboProd{128, 64, 3, 128}.block_bytes() == 64 * 32 + 128 + 64 * 16 + 128);  // 3.25 bits per element
+
+// turbo_rvq:b   [stage-1 codes: T x b*d/8] [stage-2 codes: T x b*d/8] [norms: T x fp16 ||x_t||]
+//   x_t = ||x_t|| R^T (c[i1_t] + c2[i2_t]), c2 the Lloyd–Max codebook of the stage-1 residual; 2b + 16/d bits
+//   per element.
+struct TurboRvq {
+  size_t d, T, bits;
+  constexpr size_t code_bytes() const { return (bits * d + 7) / 8; }  // per token and stage
+  constexpr size_t stage2_offset() const { return align16(T * code_bytes()); }
+  constexpr size_t norms_offset() const { return align16(stage2_offset() + T * code_bytes()); }
+  constexpr size_t block_bytes() const { return norms_offset() + 2 * T; }
+};
+static_assert(TurboRvq{128, 64, 2}.block_bytes() == 2 * 64 * 32 + 64 * 2);  // 4.125 bits per element
 
 
 // ---- vecinfer --------------------------------------------------------------------------------------------------

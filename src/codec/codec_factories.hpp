@@ -10,6 +10,12 @@ namespace kvq {
 using CodecFactory = std::unique_ptr<Codec> (*)(const CodecSpec&, const CodecParams&);
 
 std::unique_ptr<Codec> make_float_codec(const CodecSpec& spec, const CodecParams& params);  // f32, f16, bf16
+std::unique_ptr<Codec> make_int_group_codec(const CodecSpec& spec, const CodecParams& params);   // int8, int4
+std::unique_ptr<Codec> make_kivi_codec(const CodecSpec& spec, const CodecParams& params);        // kivi
+std::unique_ptr<Codec> make_turbo_mse_codec(const CodecSpec& spec, const CodecParams& params);   // turbo_mse:b
+std::unique_ptr<Codec> make_turbo_prod_codec(const CodecSpec& spec, const CodecParams& params);  // turbo_prod:b
+std::unique_ptr<Codec> make_qjl_codec(const CodecSpec& spec, const CodecParams& params);         // qjl[:m]
+std::unique_ptr<Codec> make_turbo_rvq_codec(const CodecSpec& spec, const CodecParams& params);   // turbo_rvq:b
 
 /// Throws unless the spec has at most `max_args` arguments and only the options listed in `allowed`
 /// (a comma-separated list, e.g. "rot,g").

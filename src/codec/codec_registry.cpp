@@ -18,6 +18,16 @@ constexpr std::array kRegistry{
     Entry{"f32", make_float_codec, "f32"},
     Entry{"f16", make_float_codec, "f16"},
     Entry{"bf16", make_float_codec, "bf16"},
+    Entry{"int8", make_int_group_codec, "int8 int8:16"},
+    Entry{"int4", make_int_group_codec, "int4 int4:16"},
+    Entry{"kivi", make_kivi_codec, "kivi:2 kivi:4"},
+    Entry{"turbo_mse", make_turbo_mse_codec, "turbo_mse:1 turbo_mse:2 turbo_mse:3 turbo_mse:4"},
+    Entry{"turbo_prod", make_turbo_prod_codec, "turbo_prod:2 turbo_prod:3 turbo_prod:4"},
+    // qjl with its default m = d rows decodes with relative error pi/2 - 1/d (it is an inner-product sketch, not a
+    // reconstruction), above the contract's coarse 1.5; qjl:256 (0.39-0.78 at d = 64-128) keeps the contract and
+    // turbo_codecs_test covers m = d.
+    Entry{"qjl", make_qjl_codec, "qjl:256"},
+    Entry{"turbo_rvq", make_turbo_rvq_codec, "turbo_rvq:1 turbo_rvq:2"},
 };
 
 }  // namespace

@@ -14,7 +14,7 @@ std::unique_ptr<Rotation> make_hadamard_rotation(int dim, uint64_t seed);
 std::unique_ptr<Rotation> make_srft_rotation(int dim, uint64_t seed);
 /// Dense Haar-random orthogonal matrix (QR of a Gaussian with the sign fix).
 std::unique_ptr<Rotation> make_haar_rotation(int dim, uint64_t seed);
-/// k random reflectors.
+/// k random Gaussian reflectors, 1 <= k <= d.
 std::unique_ptr<Rotation> make_householder_rotation(int dim, int k, uint64_t seed);
 
 }  // namespace kvq

@@ -1,0 +1,66 @@
+// Attention over a KVCache: decode (one new query token per sequence, several sequences per call) and causal
+// prefill (a chunk of query positions of one sequence), plus the double-precision reference they are tested against.
+//
+// For each (sequence, kv head) the query heads of its GQA group are scored together: the encoded pages through the
+// key codec's Scorer, an online softmax, and the value codec's accumulate in the value codec's space; the fp32
+// residual window directly; one value_codec.from_space per query at the end. Split-K cuts the pages of the call
+// into slices over the thread pool; the slices' partial AttnStates are merged.
+//
+// Empty context: a query that sees no token (a sequence of length 0) gets a zero output row, the rule of an empty
+// AttnState (no error: a batch may hold a sequence that has not received its first token).
+#pragma once
+
+#include <cstddef>
+#include <limits>
+#include <span>
+
+#include "kvq/cache.hpp"
+#include "kvq/thread_pool.hpp"
+
+namespace kvq {
+
+/// Partial softmax attention of one query over a subset of the tokens (FlashInfer's state):
+///   m = max_t s_t,  l = sum_t exp(s_t - m),  o = sum_t exp(s_t - m) v_t  (unnormalized).
+/// o is a view owned elsewhere, in the original space or in a codec's space (merge is linear, so a state can be
+/// mapped with from_space before it is normalized). Empty (no token yet): m = -inf, l = 0, o = 0.
+struct AttnState {
+  std::span<float> o;
+  float m = -std::numeric_limits<float>::infinity();
+  float l = 0;
+
+  bool empty() const { return m == -std::numeric_limits<float>::infinity(); }
+  /// Makes the state empty (o = 0).
+  void reset();
+  /// Folds in a state over other tokens (same dimension); either may be empty.
+  void merge(const AttnState& other);
+  /// o /= l: the attention output. An empty state gives zeros.
+  void normalize();
+};
+
+struct AttentionOptions {
+  float scale = 0;  ///< softmax scale; 0 means 1 / sqrt(head_dim)
+  int splits = 0;   ///< split-K slices of the call's pages; 0 means one per worker of the pool
+};
+
+/// Decode attention of one query token per sequence. q: [seqs.size()][n_q_heads][head_dim], n_q_heads a multiple
+/// of the cache's n_kv_heads (query head j uses kv head j / (n_q_heads / n_kv_heads)); out: the same shape.
+/// out = softmax(q K^T * scale) V over every token the sequence holds in `layer` (encoded pages + residual window).
+/// pool: null runs on the calling thread.
+void decode_attention(const KVCache& cache, int layer, std::span<const SeqId> seqs, std::span<const float> q,
+                      std::span<float> out, const AttentionOptions& options = {}, ThreadPool* pool = nullptr);
+
+/// Causal attention for n_queries consecutive positions start .. start + n_queries - 1 of one sequence, whose keys
+/// and values are already appended to `layer`. q and out: [n_queries][n_q_heads][head_dim]; the query at position
+/// p sees tokens 0..p.
+void prefill_attention(const KVCache& cache, int layer, SeqId seq, size_t start, size_t n_queries,
+                       std::span<const float> q, std::span<float> out, const AttentionOptions& options = {},
+                       ThreadPool* pool = nullptr);
+
+/// The oracle, one head, in double precision with plain loops. q: n_q x d; k, v: n_tokens x d; out: n_q x d.
+/// Query i sees the first min(first_visible + i, n_tokens) tokens: decode passes first_visible = n_tokens, a causal
+/// chunk starting at position p passes p + 1. A query that sees no token gets zeros. magnitude (optional, n_q):
+/// sum_t p_t |v_t|, the size of the weighted sum, which fp32 rounding errors of an attention output scale with.
+void reference_attention(const float* q, size_t n_q, const float* k, const float* v, size_t n_tokens, int d,
+                         size_t first_visible, double scale, float* out, double* magnitude = nullptr);
+
+}  // namespace kvq

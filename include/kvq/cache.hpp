@@ -1,0 +1,164 @@
+// The compressed KV cache: per layer one key codec and one value codec, encoded blocks in fixed-size pages drawn
+// from one shared pool (as in paged attention), and the newest tokens of every (sequence, layer) kept in fp32.
+//
+// Page layout. A page holds T consecutive tokens of ONE layer of one sequence, for all kv heads, keys and values:
+//     [key block head 0 | key block head 1 | ... | value block head 0 | value block head 1 | ...]
+// every block starting at a 64-byte aligned offset (key_block_offset / value_block_offset), padding zeroed; pages
+// are 64-byte aligned in one pool allocation. All layers and sequences share one free list of pages.
+//
+// Residual window. The newest tokens stay in fp32 in a per-(sequence, layer) buffer; when R + T tokens are
+// unencoded, the oldest T are encoded into a new page. The window so holds between R and R + T - 1 tokens once the
+// sequence is long enough (R = 0: the < T tokens of the unfinished block). Pages are always full.
+//
+// Thread safety: const member functions may run concurrently; anything that modifies the cache must not overlap
+// with any other call. Views and pointers stay valid until the next append, remove_sequence or train_layer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvq/codec.hpp"
+
+namespace kvq {
+
+using SeqId = uint64_t;
+using PageId = uint32_t;
+
+struct CacheConfig {
+  int n_layers = 1;
+  int n_kv_heads = 1;
+  int head_dim = 128;
+  int block_tokens = 64;          ///< T: tokens per page, 64 or 128
+  std::string key_codec = "f16";  ///< codec spec, e.g. "turbo_prod:3"
+  std::string value_codec = "f16";
+  int residual_tokens = 0;    ///< R: newest tokens kept in fp32, a multiple of T (0 allowed)
+  size_t capacity_pages = 0;  ///< pages in the pool, shared by all layers and sequences
+  uint64_t seed = 0;          ///< seeds every codec: layer l's key codec gets derive_seed(derive_seed(seed, l), 0)
+};
+
+/// True bytes held by a cache. The pool is allocated whole at construction; in-use figures count taken pages.
+struct CacheMemory {
+  size_t page_bytes = 0;  ///< one page, block padding included
+  size_t pages_in_use = 0;
+  size_t pages_capacity = 0;
+  size_t encoded_bytes = 0;      ///< pages_in_use * page_bytes
+  size_t pool_bytes = 0;         ///< pages_capacity * page_bytes
+  size_t residual_bytes = 0;     ///< fp32 windows: sequences * layers * 2 * kv heads * (R + T - 1) * d * 4
+  size_t block_table_bytes = 0;  ///< block table entries * sizeof(PageId)
+  size_t codec_state_bytes = 0;  ///< trained codec state (Codec::state()) of every layer
+  size_t used_bytes = 0;         ///< encoded + residual + block tables + codec state
+  size_t total_bytes = 0;        ///< pool + residual + block tables + codec state
+  /// Of the encoded part: 8 * page_bytes / (T * kv heads * d * 2), keys and values, padding included.
+  double bits_per_element = 0;
+};
+
+/// What attention reads of one (sequence, layer).
+struct LayerView {
+  std::span<const PageId> pages;           ///< block table: tokens [j*T, (j+1)*T) live in page pages[j]
+  int block_tokens = 0;                    ///< T
+  int residual_count = 0;                  ///< fp32 tokens after the encoded ones
+  const float* residual_keys = nullptr;    ///< [kv head][residual_stride / d slots][d], residual_count slots used
+  const float* residual_values = nullptr;  ///< same layout
+  size_t residual_stride = 0;              ///< floats between the windows of consecutive kv heads
+
+  size_t encoded_tokens() const { return pages.size() * static_cast<size_t>(block_tokens); }
+  size_t length() const { return encoded_tokens() + static_cast<size_t>(residual_count); }
+  /// residual_count x d keys (values) of one kv head, oldest first.
+  const float* residual_key(int head) const { return residual_keys + static_cast<size_t>(head) * residual_stride; }
+  const float* residual_value(int head) const { return residual_values + static_cast<size_t>(head) * residual_stride; }
+};
+
+class KVCache {
+ public:
+  /// Builds the codecs and allocates the page pool; throws kvq::Error naming any bad field.
+  explicit KVCache(const CacheConfig& config);
+  ~KVCache();
+  KVCache(KVCache&&) noexcept;
+  KVCache& operator=(KVCache&&) noexcept;
+  KVCache(const KVCache&) = delete;
+  KVCache& operator=(const KVCache&) = delete;
+
+  /// The configuration, codec specs in canonical form.
+  const CacheConfig& config() const { return config_; }
+
+  // ---- codecs ----
+  const Codec& key_codec(int layer) const;
+  const Codec& value_codec(int layer) const;
+  /// Whether both codecs of a layer can encode (trained, or needing no training).
+  bool ready(int layer) const;
+  /// Trains the layer's codecs on n x d example keys and values (original space). Only before the layer holds
+  /// encoded tokens: retraining would invalidate them.
+  void train_layer(int layer, const float* keys, const float* values, size_t n);
+
+  // ---- sequences ----
+  SeqId add_sequence();
+  /// Frees the sequence's pages and window.
+  void remove_sequence(SeqId seq);
+  bool has_sequence(SeqId seq) const;
+  /// Live sequences in increasing id order.
+  std::vector<SeqId> sequences() const;
+
+  /// Appends n_tokens tokens to one layer of a sequence. keys and values: [n_tokens][n_kv_heads][head_dim].
+  /// One token (decode) or a chunk (prefill). On any error (unknown sequence, non-finite input, untrained codec,
+  /// pool exhausted) it throws kvq::Error before modifying anything.
+  void append(SeqId seq, int layer, const float* keys, const float* values, size_t n_tokens);
+  /// Tokens of the sequence; throws if its layers hold different counts (append every layer first).
+  size_t length(SeqId seq) const;
+  size_t length(SeqId seq, int layer) const;
+
+  // ---- storage, for attention ----
+  LayerView view(SeqId seq, int layer) const;
+  size_t page_bytes() const { return page_bytes_; }
+  size_t key_block_offset(int head) const;
+  size_t value_block_offset(int head) const;
+  const uint8_t* page(PageId id) const;
+  const uint8_t* key_block(PageId id, int head) const { return page(id) + key_block_offset(head); }
+  const uint8_t* value_block(PageId id, int head) const { return page(id) + value_block_offset(head); }
+  size_t free_pages() const { return free_.size(); }
+  size_t capacity_pages() const { return config_.capacity_pages; }
+
+  CacheMemory memory() const;
+
+  // ---- files ----
+  /// Writes the cache to `path` (through path + ".tmp" and a rename). Format: src/cache/cache_file.cpp.
+  void save(const std::string& path) const;
+  /// Reads a file written by save(); throws kvq::Error for a damaged, truncated, foreign or newer file.
+  static KVCache load(const std::string& path);
+
+ private:
+  struct LayerState {
+    std::vector<PageId> pages;
+    int residual_count = 0;
+    std::vector<float> residual;  // keys [H][R+T-1][d], then values [H][R+T-1][d]
+  };
+  struct Sequence {
+    std::vector<LayerState> layers;
+  };
+  struct PoolDeleter {
+    void operator()(uint8_t* p) const;
+  };
+  friend class CacheFile;
+
+  void check_layer(int layer) const;
+  const Sequence& sequence(SeqId seq) const;
+  Sequence& sequence(SeqId seq);
+  Sequence& insert_sequence(SeqId id);  // with an empty window per layer
+  size_t residual_slots() const;        // R + T - 1
+  uint8_t* page_mut(PageId id);
+  void zero_page_padding(uint8_t* page) const;
+
+  CacheConfig config_;
+  std::vector<std::unique_ptr<Codec>> key_codecs_, value_codecs_;
+  size_t key_stride_ = 0, value_stride_ = 0, page_bytes_ = 0;  // block strides inside a page
+  std::unique_ptr<uint8_t[], PoolDeleter> pool_;
+  std::vector<PageId> free_;  // stack; the next page to hand out is at the back
+  std::map<SeqId, Sequence> sequences_;
+  SeqId next_id_ = 0;
+};
+
+}  // namespace kvq

@@ -1,0 +1,72 @@
+// decode_attention and prefill_attention: argument checks, then one QueryGroup per (sequence, kv head).
+#include "kvq/attention.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "attention/attention_engine.hpp"
+#include "kvq/error.hpp"
+
+namespace kvq {
+namespace {
+
+// Prefill chunks are attended this many positions at a time, which bounds the scratch of one call.
+constexpr size_t kPrefillPositions = 64;
+
+int query_heads(const KVCache& cache, size_t rows, std::span<const float> q, std::span<float> out, const char* who) {
+  const CacheConfig& cfg = cache.config();
+  const size_t d = static_cast<size_t>(cfg.head_dim);
+  KVQ_CHECK(q.size() == out.size(), who, ": q holds ", q.size(), " floats but out ", out.size());
+  KVQ_CHECK(rows > 0 && q.size() % (rows * d) == 0, who, ": q holds ", q.size(), " floats, not a multiple of ", rows,
+            " rows x head_dim ", d);
+  const size_t hq = q.size() / (rows * d);
+  KVQ_CHECK(hq >= static_cast<size_t>(cfg.n_kv_heads) && hq % static_cast<size_t>(cfg.n_kv_heads) == 0 && hq <= 65536,
+            who, ": ", hq, " query heads is not a multiple of the cache's ", cfg.n_kv_heads, " kv heads");
+  return static_cast<int>(hq);
+}
+
+}  // namespace
+
+void decode_attention(const KVCache& cache, int layer, std::span<const SeqId> seqs, std::span<const float> q,
+                      std::span<float> out, const AttentionOptions& options, ThreadPool* pool) {
+  cache.key_codec(layer);  // checks the layer
+  if (seqs.empty() && q.empty() && out.empty()) return;
+  const int hq = query_heads(cache, seqs.size(), q, out, "decode_attention");
+  const int H = cache.config().n_kv_heads, G = hq / H;
+  const size_t d = static_cast<size_t>(cache.config().head_dim);
+  std::vector<detail::QueryGroup> groups;
+  groups.reserve(seqs.size() * static_cast<size_t>(H));
+  for (size_t s = 0; s < seqs.size(); ++s)
+    for (int h = 0; h < H; ++h) {
+      const size_t offset = (s * static_cast<size_t>(hq) + static_cast<size_t>(h * G)) * d;
+      groups.push_back({seqs[s], h, q.data() + offset, out.data() + offset, static_cast<size_t>(hq) * d, 1,
+                        std::numeric_limits<size_t>::max()});
+    }
+  detail::run_attention(cache, layer, groups, G, options, pool);
+}
+
+void prefill_attention(const KVCache& cache, int layer, SeqId seq, size_t start, size_t n_queries,
+                       std::span<const float> q, std::span<float> out, const AttentionOptions& options,
+                       ThreadPool* pool) {
+  const size_t length = cache.length(seq, layer);
+  if (n_queries == 0 && q.empty() && out.empty()) return;
+  KVQ_CHECK(start <= length && n_queries <= length - start, "prefill_attention: positions ", start, "..",
+            start + n_queries - 1, " of sequence ", seq, ", which holds ", length, " tokens in layer ", layer,
+            " (append the chunk's keys and values first)");
+  const int hq = query_heads(cache, n_queries, q, out, "prefill_attention");
+  const int H = cache.config().n_kv_heads, G = hq / H;
+  const size_t d = static_cast<size_t>(cache.config().head_dim), row = static_cast<size_t>(hq) * d;
+  std::vector<detail::QueryGroup> groups(static_cast<size_t>(H));
+  for (size_t first = 0; first < n_queries; first += kPrefillPositions) {
+    const size_t n = std::min(kPrefillPositions, n_queries - first);
+    for (int h = 0; h < H; ++h) {
+      const size_t offset = first * row + static_cast<size_t>(h * G) * d;
+      groups[static_cast<size_t>(h)] = {
+          seq, h, q.data() + offset, out.data() + offset, row, static_cast<int>(n), start + first + 1};
+    }
+    detail::run_attention(cache, layer, groups, G, options, pool);
+  }
+}
+
+}  // namespace kvq

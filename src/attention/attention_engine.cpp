@@ -1,0 +1,224 @@
+#include "attention/attention_engine.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "attention/online_softmax.hpp"
+#include "attention/page_loop.hpp"
+#include "kvq/error.hpp"
+
+namespace kvq::detail {
+namespace {
+
+struct GroupPlan {
+  LayerView view;
+  size_t row = 0;      // first row of the group in the gathered queries
+  int n_q = 0;         // n_pos * G rows, ordered (pos, g)
+  size_t n_pages = 0;  // pages any of its queries sees
+  size_t first_piece = 0;
+  size_t n_pieces = 0;
+};
+
+// A split-K piece: pages [begin, end) of one group, with n_q states starting at state_row.
+struct Piece {
+  size_t group, begin, end, state_row;
+};
+
+// Per-worker scratch, allocated once per call.
+struct Workspace {
+  std::vector<float> scores;      // max n_q x max(T, window) scores
+  std::vector<float> out;         // max n_q x d: states mapped back to the original space
+  std::vector<AttnState> states;  // views of `out`
+};
+
+template <class Fn>
+void for_each_task(ThreadPool* pool, size_t n, Fn&& fn) {
+  if (pool) {
+    pool->parallel_for(n, fn);
+  } else {
+    for (size_t i = 0; i < n; ++i) fn(i, 0);
+  }
+}
+
+// The fp32 residual window of one group, folded into states in the original space.
+void attend_window(const LayerView& view, int kv_head, int d, const float* q, int n_q, const size_t* visible,
+                   float* scores, size_t stride, AttnState* states) {
+  const int r = view.residual_count;
+  if (r == 0) return;
+  const float* keys = view.residual_key(kv_head);
+  const float* values = view.residual_value(kv_head);
+  const size_t base = view.encoded_tokens();
+  for (int i = 0; i < n_q; ++i) {
+    const float* qi = q + static_cast<size_t>(i) * d;
+    float* row = scores + static_cast<size_t>(i) * stride;
+    const size_t seen = visible[i] > base ? std::min(visible[i] - base, static_cast<size_t>(r)) : 0;
+    for (int t = 0; t < r; ++t) {
+      if (static_cast<size_t>(t) >= seen) {
+        row[t] = -std::numeric_limits<float>::infinity();
+        continue;
+      }
+      const float* kt = keys + static_cast<size_t>(t) * d;
+      float s = 0;
+      for (int c = 0; c < d; ++c) s += qi[c] * kt[c];
+      row[t] = s;
+    }
+  }
+  online_softmax_block(scores, stride, n_q, r, states);
+  for (int i = 0; i < n_q; ++i) {
+    const float* w = scores + static_cast<size_t>(i) * stride;
+    float* o = states[i].o.data();
+    for (int t = 0; t < r; ++t) {
+      if (w[t] == 0.f) continue;
+      const float* vt = values + static_cast<size_t>(t) * d;
+      for (int c = 0; c < d; ++c) o[c] += w[t] * vt[c];
+    }
+  }
+}
+
+}  // namespace
+
+void run_attention(const KVCache& cache, int layer, std::span<const QueryGroup> groups, int group_size,
+                   const AttentionOptions& options, ThreadPool* pool) {
+  const CacheConfig& cfg = cache.config();
+  const Codec& kc = cache.key_codec(layer);
+  const Codec& vc = cache.value_codec(layer);
+  const int d = cfg.head_dim, G = group_size, m = vc.space_dim();
+  const size_t T = static_cast<size_t>(cfg.block_tokens), ud = static_cast<size_t>(d);
+  KVQ_CHECK(std::isfinite(options.scale) && options.scale >= 0, "attention: scale ", options.scale,
+            " (need a finite value >= 0; 0 means 1/sqrt(d))");
+  KVQ_CHECK(options.splits >= 0, "attention: splits = ", options.splits, " (need >= 0)");
+  const float scale = options.scale > 0 ? options.scale : 1.f / std::sqrt(static_cast<float>(d));
+
+  // Plan: gather the queries (scaled) and their causal limits, count the pages each group sees.
+  std::vector<GroupPlan> plan(groups.size());
+  size_t rows = 0;
+  int max_q = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    plan[g].view = cache.view(groups[g].seq, layer);
+    plan[g].row = rows;
+    plan[g].n_q = groups[g].n_pos * G;
+    rows += static_cast<size_t>(plan[g].n_q);
+    max_q = std::max(max_q, plan[g].n_q);
+  }
+  std::vector<float> queries(rows * ud);
+  std::vector<size_t> visible(rows);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const QueryGroup& qg = groups[g];
+    GroupPlan& gp = plan[g];
+    const size_t length = gp.view.length();
+    size_t max_visible = 0;
+    for (int pos = 0; pos < qg.n_pos; ++pos)
+      for (int j = 0; j < G; ++j) {
+        const size_t row = gp.row + static_cast<size_t>(pos * G + j);
+        const float* src = qg.q + static_cast<size_t>(pos) * qg.pos_stride + static_cast<size_t>(j) * ud;
+        for (size_t c = 0; c < ud; ++c) {
+          KVQ_CHECK(std::isfinite(src[c]), "attention: query of sequence ", qg.seq, " position ", pos, " head ",
+                    qg.kv_head * G + j, " channel ", c, " is ", src[c]);
+          queries[row * ud + c] = src[c] * scale;
+        }
+        visible[row] = std::min(qg.visible0 + static_cast<size_t>(pos), length);
+        max_visible = std::max(max_visible, visible[row]);
+      }
+    gp.n_pages = std::min(gp.view.pages.size(), (max_visible + T - 1) / T);
+  }
+
+  // Split-K: the pages of all groups, in order, cut into equal slices; a slice breaks into one piece per group.
+  size_t total_pages = 0;
+  for (const auto& gp : plan) total_pages += gp.n_pages;
+  const size_t workers = pool ? static_cast<size_t>(pool->size()) : 1;
+  const size_t n_slices = std::min(options.splits > 0 ? static_cast<size_t>(options.splits) : workers, total_pages);
+  std::vector<Piece> pieces;
+  std::vector<size_t> slice_start(n_slices + 1, 0);
+  size_t state_rows = 0;
+  {
+    size_t g = 0, group_start = 0;  // group g's pages are [group_start, group_start + n_pages) globally
+    for (size_t s = 0; s < n_slices; ++s) {
+      slice_start[s] = pieces.size();
+      size_t lo = s * total_pages / n_slices;
+      const size_t hi = (s + 1) * total_pages / n_slices;
+      while (lo < hi) {
+        while (lo >= group_start + plan[g].n_pages) group_start += plan[g++].n_pages;
+        const size_t end = std::min(hi, group_start + plan[g].n_pages);
+        if (plan[g].n_pieces++ == 0) plan[g].first_piece = pieces.size();
+        pieces.push_back({g, lo - group_start, end - group_start, state_rows});
+        state_rows += static_cast<size_t>(plan[g].n_q);
+        lo = end;
+      }
+    }
+    slice_start[n_slices] = pieces.size();
+  }
+  std::vector<float> piece_o(state_rows * static_cast<size_t>(m), 0.f);
+  std::vector<AttnState> piece_states(state_rows);
+  for (size_t i = 0; i < state_rows; ++i)
+    piece_states[i].o = std::span<float>(piece_o.data() + i * static_cast<size_t>(m), static_cast<size_t>(m));
+
+  const size_t window = static_cast<size_t>(cfg.residual_tokens + cfg.block_tokens - 1);
+  const size_t score_stride = std::max(T, window);
+  std::vector<Workspace> ws(workers);
+  for (auto& w : ws) {
+    w.scores.resize(static_cast<size_t>(max_q) * score_stride);
+    w.out.resize(static_cast<size_t>(max_q) * ud);
+    w.states.resize(static_cast<size_t>(max_q));
+    for (int i = 0; i < max_q; ++i) w.states[i].o = std::span<float>(w.out.data() + i * ud, ud);
+  }
+
+  // Run 1: the page loops, one scorer per (slice, group).
+  for_each_task(pool, n_slices, [&](size_t s, int worker) {
+    std::unique_ptr<Scorer> scorer;
+    size_t scorer_group = groups.size();
+    for (size_t p = slice_start[s]; p < slice_start[s + 1]; ++p) {
+      const Piece& piece = pieces[p];
+      const GroupPlan& gp = plan[piece.group];
+      if (piece.group != scorer_group) {
+        scorer = kc.prepare(queries.data() + gp.row * ud, gp.n_q);
+        scorer_group = piece.group;
+      }
+      PageRun run;
+      run.cache = &cache;
+      run.key_codec = &kc;
+      run.value_codec = &vc;
+      run.scorer = scorer.get();
+      run.pages = gp.view.pages.subspan(piece.begin, piece.end - piece.begin);
+      run.first_token = piece.begin * T;
+      run.kv_head = groups[piece.group].kv_head;
+      run.n_q = gp.n_q;
+      run.visible = visible.data() + gp.row;
+      run.scores = ws[static_cast<size_t>(worker)].scores.data();
+      run.states = piece_states.data() + piece.state_row;
+      attend_pages(run);
+    }
+  });
+
+  // Run 2, per group: merge the pieces, map back once per query, add the fp32 window, normalize, write out.
+  for_each_task(pool, groups.size(), [&](size_t g, int worker) {
+    const GroupPlan& gp = plan[g];
+    const QueryGroup& qg = groups[g];
+    Workspace& w = ws[static_cast<size_t>(worker)];
+    AttnState* states = w.states.data();
+    for (int i = 0; i < gp.n_q; ++i) states[i].reset();
+    if (gp.n_pieces > 0) {
+      AttnState* acc = piece_states.data() + pieces[gp.first_piece].state_row;
+      for (size_t p = gp.first_piece + 1; p < gp.first_piece + gp.n_pieces; ++p)
+        for (int i = 0; i < gp.n_q; ++i) acc[i].merge(piece_states[pieces[p].state_row + static_cast<size_t>(i)]);
+      vc.from_space(acc[0].o.data(), gp.n_q, w.out.data());
+      for (int i = 0; i < gp.n_q; ++i) {
+        states[i].m = acc[i].m;
+        states[i].l = acc[i].l;
+      }
+    }
+    attend_window(gp.view, qg.kv_head, d, queries.data() + gp.row * ud, gp.n_q, visible.data() + gp.row,
+                  w.scores.data(), score_stride, states);
+    for (int pos = 0; pos < qg.n_pos; ++pos)
+      for (int j = 0; j < G; ++j) {
+        AttnState& st = states[pos * G + j];
+        st.normalize();
+        std::copy(st.o.begin(), st.o.end(),
+                  qg.out + static_cast<size_t>(pos) * qg.pos_stride + static_cast<size_t>(j) * ud);
+      }
+  });
+}
+
+}  // namespace kvq::detail

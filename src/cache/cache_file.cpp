@@ -1,0 +1,286 @@
+// KVCache::save / KVCache::load. File format, version 1, all integers little-endian:
+//
+//   header (24 bytes): char[8] "KVQCACHE" | u32 version | u32 CRC-32C of the payload | u64 payload bytes
+//   payload:
+//     u32 n_layers, n_kv_heads, head_dim, block_tokens, residual_tokens | u64 capacity_pages, seed
+//     str key codec spec | str value codec spec                           (str: u32 length, then the bytes)
+//     u64 key block bytes, value block bytes, page bytes                   (must match this build's codecs)
+//     per layer: key codec, then value codec: u8 trained | u64 n | n bytes of Codec::state()
+//     u64 next sequence id | u64 number of sequences
+//     per sequence: u64 id; per layer: u64 n_pages | u32 residual tokens r | n_pages pages (page bytes each, in
+//       block-table order) | residual keys [kv head][r][d] f32 | residual values [kv head][r][d] f32
+//
+// Pages are written in block-table order, so a loaded cache holds its pages compacted at the front of its pool.
+// Load checks the header, the size and the CRC before parsing, then validates every count against the bytes left
+// before reading or allocating: a damaged file raises kvq::Error, never a crash.
+#include <array>
+#include <bit>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "kvq/cache.hpp"
+#include "kvq/crc32c.hpp"
+#include "kvq/error.hpp"
+
+namespace kvq {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "cache files are written in the host's byte order");
+
+constexpr std::array<char, 8> kMagic{'K', 'V', 'Q', 'C', 'A', 'C', 'H', 'E'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kHeaderBytes = 24;
+constexpr uint32_t kMaxSpecBytes = 1024;
+
+class Writer {
+ public:
+  explicit Writer(std::ofstream& out) : out_(out) {}
+  void bytes(const void* p, size_t n) {
+    out_.write(static_cast<const char*>(p), static_cast<std::streamsize>(n));
+    crc_ = crc32c(p, n, crc_);
+    count_ += n;
+  }
+  template <class Int>
+  void num(Int v) {
+    bytes(&v, sizeof v);
+  }
+  void str(const std::string& s) {
+    num(static_cast<uint32_t>(s.size()));
+    bytes(s.data(), s.size());
+  }
+  uint32_t crc() const { return crc_; }
+  uint64_t count() const { return count_; }
+
+ private:
+  std::ofstream& out_;
+  uint32_t crc_ = 0;
+  uint64_t count_ = 0;
+};
+
+// Reads the payload; every read first checks that the bytes are there.
+class Reader {
+ public:
+  Reader(std::ifstream& in, uint64_t remaining) : in_(in), left_(remaining) {}
+  void need(uint64_t n, const char* what) const {
+    KVQ_CHECK(n <= left_, "corrupt cache file: ", what, " needs ", n, " bytes, only ", left_, " left");
+  }
+  void bytes(void* p, size_t n, const char* what) {
+    need(n, what);
+    in_.read(static_cast<char*>(p), static_cast<std::streamsize>(n));
+    KVQ_CHECK(in_.good(), "read error in ", what);
+    left_ -= n;
+  }
+  template <class Int>
+  Int num(const char* what) {
+    Int v;
+    bytes(&v, sizeof v, what);
+    return v;
+  }
+  std::string str(const char* what) {
+    const uint32_t n = num<uint32_t>(what);
+    KVQ_CHECK(n <= kMaxSpecBytes, "corrupt cache file: ", what, " of ", n, " bytes");
+    std::string s(n, '\0');
+    bytes(s.data(), n, what);
+    return s;
+  }
+  uint64_t left() const { return left_; }
+
+ private:
+  std::ifstream& in_;
+  uint64_t left_;
+};
+
+int to_int(uint32_t v, const char* what) {
+  KVQ_CHECK(v <= static_cast<uint32_t>(std::numeric_limits<int>::max()), "corrupt cache file: ", what, " = ", v);
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+// Friend of KVCache: reads and writes its private state.
+class CacheFile {
+ public:
+  static void write(const KVCache& cache, std::ofstream& out);
+  static KVCache read(std::ifstream& in, uint64_t payload_bytes);
+};
+
+void CacheFile::write(const KVCache& cache, std::ofstream& out) {
+  const CacheConfig& c = cache.config_;
+  const size_t H = static_cast<size_t>(c.n_kv_heads), d = static_cast<size_t>(c.head_dim);
+  const size_t slots = cache.residual_slots();
+  out.write(std::string(kHeaderBytes, '\0').data(), kHeaderBytes);  // filled in at the end
+  Writer w(out);
+  for (int v : {c.n_layers, c.n_kv_heads, c.head_dim, c.block_tokens, c.residual_tokens})
+    w.num(static_cast<uint32_t>(v));
+  w.num(static_cast<uint64_t>(c.capacity_pages));
+  w.num(c.seed);
+  w.str(c.key_codec);
+  w.str(c.value_codec);
+  w.num(static_cast<uint64_t>(cache.key_codecs_[0]->block_bytes()));
+  w.num(static_cast<uint64_t>(cache.value_codecs_[0]->block_bytes()));
+  w.num(static_cast<uint64_t>(cache.page_bytes_));
+  for (int l = 0; l < c.n_layers; ++l)
+    for (const Codec* codec : {&cache.key_codec(l), &cache.value_codec(l)}) {
+      const std::vector<uint8_t> state = codec->trained() ? codec->state() : std::vector<uint8_t>{};
+      w.num(static_cast<uint8_t>(codec->trained()));
+      w.num(static_cast<uint64_t>(state.size()));
+      w.bytes(state.data(), state.size());
+    }
+  w.num(static_cast<uint64_t>(cache.next_id_));
+  w.num(static_cast<uint64_t>(cache.sequences_.size()));
+  for (const auto& [id, seq] : cache.sequences_) {
+    w.num(static_cast<uint64_t>(id));
+    for (const auto& layer : seq.layers) {
+      w.num(static_cast<uint64_t>(layer.pages.size()));
+      w.num(static_cast<uint32_t>(layer.residual_count));
+      for (PageId p : layer.pages) w.bytes(cache.page(p), cache.page_bytes_);
+      const size_t r = static_cast<size_t>(layer.residual_count);
+      for (size_t half = 0; half < 2; ++half)  // keys, then values
+        for (size_t h = 0; h < H; ++h) w.bytes(layer.residual.data() + (half * H + h) * slots * d, r * d * 4);
+    }
+  }
+  const uint32_t version = kVersion, crc = w.crc();
+  const uint64_t payload = w.count();
+  out.seekp(0);
+  out.write(kMagic.data(), kMagic.size());
+  out.write(reinterpret_cast<const char*>(&version), 4);
+  out.write(reinterpret_cast<const char*>(&crc), 4);
+  out.write(reinterpret_cast<const char*>(&payload), 8);
+}
+
+KVCache CacheFile::read(std::ifstream& in, uint64_t payload_bytes) {
+  Reader r(in, payload_bytes);
+  CacheConfig c;
+  c.n_layers = to_int(r.num<uint32_t>("n_layers"), "n_layers");
+  c.n_kv_heads = to_int(r.num<uint32_t>("n_kv_heads"), "n_kv_heads");
+  c.head_dim = to_int(r.num<uint32_t>("head_dim"), "head_dim");
+  c.block_tokens = to_int(r.num<uint32_t>("block_tokens"), "block_tokens");
+  c.residual_tokens = to_int(r.num<uint32_t>("residual_tokens"), "residual_tokens");
+  c.capacity_pages = r.num<uint64_t>("capacity_pages");
+  c.seed = r.num<uint64_t>("seed");
+  c.key_codec = r.str("key codec spec");
+  c.value_codec = r.str("value codec spec");
+  const auto key_block = r.num<uint64_t>("key block bytes"), value_block = r.num<uint64_t>("value block bytes");
+  const auto page_bytes = r.num<uint64_t>("page bytes");
+
+  KVCache cache(c);
+  KVQ_CHECK(key_block == cache.key_codecs_[0]->block_bytes() && value_block == cache.value_codecs_[0]->block_bytes() &&
+                page_bytes == cache.page_bytes_,
+            "blocks of ", key_block, " / ", value_block, " bytes in pages of ", page_bytes,
+            " bytes were saved, but this build's codecs '", c.key_codec, "' / '", c.value_codec, "' use ",
+            cache.key_codecs_[0]->block_bytes(), " / ", cache.value_codecs_[0]->block_bytes(), " in pages of ",
+            cache.page_bytes_, " (file written by an incompatible kvq version)");
+  for (int l = 0; l < c.n_layers; ++l)
+    for (Codec* codec :
+         {cache.key_codecs_[static_cast<size_t>(l)].get(), cache.value_codecs_[static_cast<size_t>(l)].get()}) {
+      const bool trained = r.num<uint8_t>("codec trained flag") != 0;
+      const uint64_t n = r.num<uint64_t>("codec state size");
+      r.need(n, "codec state");
+      std::vector<uint8_t> state(static_cast<size_t>(n));
+      r.bytes(state.data(), state.size(), "codec state");
+      if (trained) {
+        codec->load_state(state);
+      } else {
+        KVQ_CHECK(state.empty(), "corrupt cache file: an untrained codec with ", n, " bytes of state");
+      }
+    }
+
+  const size_t H = static_cast<size_t>(c.n_kv_heads), d = static_cast<size_t>(c.head_dim);
+  const size_t slots = cache.residual_slots();
+  cache.next_id_ = r.num<uint64_t>("next sequence id");
+  const uint64_t n_seqs = r.num<uint64_t>("sequence count");
+  KVQ_CHECK(n_seqs <= cache.next_id_, "corrupt cache file: ", n_seqs, " sequences but next id ", cache.next_id_);
+  for (uint64_t s = 0; s < n_seqs; ++s) {
+    const SeqId id = r.num<uint64_t>("sequence id");
+    KVQ_CHECK(id < cache.next_id_ && !cache.has_sequence(id), "corrupt cache file: sequence id ", id,
+              " repeated or not below the next id ", cache.next_id_);
+    KVCache::Sequence& seq = cache.insert_sequence(id);
+    for (int l = 0; l < c.n_layers; ++l) {
+      KVCache::LayerState& layer = seq.layers[static_cast<size_t>(l)];
+      const uint64_t n_pages = r.num<uint64_t>("page count");
+      const uint32_t count = r.num<uint32_t>("residual token count");
+      KVQ_CHECK(count <= slots, "corrupt cache file: a residual window of ", count, " tokens (at most ", slots, ")");
+      KVQ_CHECK(n_pages <= cache.free_.size(), "corrupt cache file: sequence ", id, " layer ", l, " holds ", n_pages,
+                " pages, only ", cache.free_.size(), " of the pool's ", c.capacity_pages, " are left");
+      r.need(n_pages * cache.page_bytes_, "pages");
+      layer.pages.reserve(static_cast<size_t>(n_pages));
+      for (uint64_t j = 0; j < n_pages; ++j) {
+        const PageId p = cache.free_.back();
+        cache.free_.pop_back();
+        layer.pages.push_back(p);
+        r.bytes(cache.page_mut(p), cache.page_bytes_, "page");
+      }
+      layer.residual_count = static_cast<int>(count);
+      for (size_t half = 0; half < 2; ++half)
+        for (size_t h = 0; h < H; ++h)
+          r.bytes(layer.residual.data() + (half * H + h) * slots * d, count * d * 4, "residual tokens");
+    }
+  }
+  KVQ_CHECK(r.left() == 0, "corrupt cache file: ", r.left(), " unread bytes at the end");
+  return cache;
+}
+
+void KVCache::save(const std::string& path) const {
+  const std::string tmp = path + ".tmp";
+  try {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    KVQ_CHECK(out.is_open(), "KVCache::save: cannot open '", tmp, "' for writing");
+    CacheFile::write(*this, out);
+    out.close();
+    KVQ_CHECK(out.good(), "KVCache::save: writing '", tmp, "' failed (disk full?)");
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw;
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  KVQ_CHECK(!ec, "KVCache::save: cannot rename '", tmp, "' to '", path, "': ", ec.message());
+}
+
+KVCache KVCache::load(const std::string& path) {
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  KVQ_CHECK(!ec, "KVCache::load: cannot read '", path, "': ", ec.message());
+  std::ifstream in(path, std::ios::binary);
+  KVQ_CHECK(in.is_open(), "KVCache::load: cannot open '", path, "'");
+  KVQ_CHECK(size >= kHeaderBytes, "KVCache::load: '", path, "' is not a kvq cache file (", size,
+            " bytes, shorter than the ", kHeaderBytes, "-byte header)");
+  std::array<char, 8> magic{};
+  uint32_t version = 0, crc = 0;
+  uint64_t payload = 0;
+  in.read(magic.data(), 8);
+  in.read(reinterpret_cast<char*>(&version), 4);
+  in.read(reinterpret_cast<char*>(&crc), 4);
+  in.read(reinterpret_cast<char*>(&payload), 8);
+  KVQ_CHECK(in.good(), "KVCache::load: cannot read the header of '", path, "'");
+  KVQ_CHECK(magic == kMagic, "KVCache::load: '", path, "' is not a kvq cache file (no KVQCACHE magic)");
+  KVQ_CHECK(version != 0, "KVCache::load: '", path, "' has an invalid format version 0");
+  KVQ_CHECK(version <= kVersion, "KVCache::load: '", path, "' has format version ", version,
+            ", newer than this build reads (", kVersion, "): update kvq");
+  KVQ_CHECK(payload == size - kHeaderBytes, "KVCache::load: '", path,
+            "' is truncated or damaged: the header announces ", payload, " payload bytes, the file holds ",
+            size - kHeaderBytes);
+
+  std::vector<char> chunk(1 << 20);
+  uint32_t actual = 0;
+  for (uint64_t left = payload; left > 0;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(left, chunk.size()));
+    in.read(chunk.data(), static_cast<std::streamsize>(n));
+    KVQ_CHECK(in.good(), "KVCache::load: read error in '", path, "'");
+    actual = crc32c(chunk.data(), n, actual);
+    left -= n;
+  }
+  KVQ_CHECK(actual == crc, "KVCache::load: '", path, "' is damaged: the payload's CRC-32C is ", actual,
+            ", the header says ", crc);
+  in.seekg(static_cast<std::streamoff>(kHeaderBytes));
+  try {
+    return CacheFile::read(in, payload);
+  } catch (const Error& e) {
+    throw Error(detail::concat("KVCache::load: '", path, "': ", e.what()));
+  }
+}
+
+}  // namespace kvq

@@ -1,0 +1,275 @@
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <new>
+
+#include "kvq/cache.hpp"
+#include "kvq/error.hpp"
+#include "kvq/random.hpp"
+
+namespace kvq {
+namespace {
+
+constexpr size_t kPageAlign = 64;
+
+size_t align64(size_t n) { return (n + kPageAlign - 1) & ~(kPageAlign - 1); }
+
+void validate(const CacheConfig& c) {
+  KVQ_CHECK(c.n_layers >= 1 && c.n_layers <= 4096, "KVCache: n_layers = ", c.n_layers, " (need 1..4096)");
+  KVQ_CHECK(c.n_kv_heads >= 1 && c.n_kv_heads <= 1024, "KVCache: n_kv_heads = ", c.n_kv_heads, " (need 1..1024)");
+  KVQ_CHECK(c.block_tokens == 64 || c.block_tokens == 128, "KVCache: block_tokens = ", c.block_tokens,
+            " (pages hold 64 or 128 tokens)");
+  KVQ_CHECK(c.residual_tokens >= 0 && c.residual_tokens <= 65536 && c.residual_tokens % c.block_tokens == 0,
+            "KVCache: residual_tokens = ", c.residual_tokens, " (need a multiple of block_tokens = ", c.block_tokens,
+            ", at most 65536)");
+  KVQ_CHECK(c.capacity_pages <= std::numeric_limits<PageId>::max(), "KVCache: capacity_pages = ", c.capacity_pages,
+            " exceeds the page id range");
+}
+
+}  // namespace
+
+void KVCache::PoolDeleter::operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t{kPageAlign}); }
+
+KVCache::KVCache(const CacheConfig& config) : config_(config) {
+  validate(config_);
+  config_.key_codec = CodecSpec::parse(config.key_codec).str();
+  config_.value_codec = CodecSpec::parse(config.value_codec).str();
+  for (int l = 0; l < config_.n_layers; ++l) {
+    const uint64_t layer_seed = derive_seed(config_.seed, static_cast<uint64_t>(l));
+    key_codecs_.push_back(make_codec(
+        config_.key_codec, CodecParams{config_.head_dim, config_.block_tokens, derive_seed(layer_seed, 0), Role::key}));
+    value_codecs_.push_back(make_codec(config_.value_codec, CodecParams{config_.head_dim, config_.block_tokens,
+                                                                        derive_seed(layer_seed, 1), Role::value}));
+  }
+  key_stride_ = align64(key_codecs_[0]->block_bytes());
+  value_stride_ = align64(value_codecs_[0]->block_bytes());
+  page_bytes_ = static_cast<size_t>(config_.n_kv_heads) * (key_stride_ + value_stride_);
+  KVQ_CHECK(config_.capacity_pages <= std::numeric_limits<size_t>::max() / page_bytes_,
+            "KVCache: ", config_.capacity_pages, " pages of ", page_bytes_, " bytes overflow the address space");
+  if (config_.capacity_pages > 0) {
+    const size_t bytes = config_.capacity_pages * page_bytes_;
+    pool_.reset(static_cast<uint8_t*>(::operator new[](bytes, std::align_val_t{kPageAlign})));
+  }
+  free_.reserve(config_.capacity_pages);  // remove_sequence never reallocates
+  for (size_t p = config_.capacity_pages; p-- > 0;) free_.push_back(static_cast<PageId>(p));
+}
+
+KVCache::~KVCache() = default;
+KVCache::KVCache(KVCache&&) noexcept = default;
+KVCache& KVCache::operator=(KVCache&&) noexcept = default;
+
+void KVCache::check_layer(int layer) const {
+  KVQ_CHECK(layer >= 0 && layer < config_.n_layers, "KVCache: layer ", layer, " out of range (", config_.n_layers,
+            " layers)");
+}
+
+const Codec& KVCache::key_codec(int layer) const {
+  check_layer(layer);
+  return *key_codecs_[static_cast<size_t>(layer)];
+}
+
+const Codec& KVCache::value_codec(int layer) const {
+  check_layer(layer);
+  return *value_codecs_[static_cast<size_t>(layer)];
+}
+
+bool KVCache::ready(int layer) const { return key_codec(layer).trained() && value_codec(layer).trained(); }
+
+void KVCache::train_layer(int layer, const float* keys, const float* values, size_t n) {
+  check_layer(layer);
+  KVQ_CHECK(keys != nullptr && values != nullptr && n > 0, "KVCache::train_layer(", layer,
+            "): needs n > 0 key and value vectors");
+  for (const auto& [id, seq] : sequences_)
+    KVQ_CHECK(seq.layers[static_cast<size_t>(layer)].pages.empty(), "KVCache::train_layer(", layer, "): sequence ", id,
+              " already holds encoded tokens in this layer; train before appending");
+  key_codecs_[static_cast<size_t>(layer)]->train(keys, n);
+  value_codecs_[static_cast<size_t>(layer)]->train(values, n);
+}
+
+size_t KVCache::residual_slots() const {
+  return static_cast<size_t>(config_.residual_tokens + config_.block_tokens - 1);
+}
+
+KVCache::Sequence& KVCache::insert_sequence(SeqId id) {
+  Sequence seq;
+  seq.layers.resize(static_cast<size_t>(config_.n_layers));
+  const size_t window = 2 * static_cast<size_t>(config_.n_kv_heads) * residual_slots() * config_.head_dim;
+  for (auto& layer : seq.layers) layer.residual.assign(window, 0.f);
+  return sequences_.emplace(id, std::move(seq)).first->second;
+}
+
+SeqId KVCache::add_sequence() {
+  insert_sequence(next_id_);
+  return next_id_++;
+}
+
+const KVCache::Sequence& KVCache::sequence(SeqId seq) const {
+  const auto it = sequences_.find(seq);
+  KVQ_CHECK(it != sequences_.end(), "KVCache: no sequence with id ", seq);
+  return it->second;
+}
+
+KVCache::Sequence& KVCache::sequence(SeqId seq) {
+  return const_cast<Sequence&>(static_cast<const KVCache&>(*this).sequence(seq));
+}
+
+void KVCache::remove_sequence(SeqId seq) {
+  Sequence& s = sequence(seq);
+  for (const auto& layer : s.layers) free_.insert(free_.end(), layer.pages.rbegin(), layer.pages.rend());
+  sequences_.erase(seq);
+}
+
+bool KVCache::has_sequence(SeqId seq) const { return sequences_.count(seq) != 0; }
+
+std::vector<SeqId> KVCache::sequences() const {
+  std::vector<SeqId> ids;
+  for (const auto& entry : sequences_) ids.push_back(entry.first);
+  return ids;
+}
+
+size_t KVCache::key_block_offset(int head) const {
+  KVQ_CHECK(head >= 0 && head < config_.n_kv_heads, "KVCache: kv head ", head, " out of range (", config_.n_kv_heads,
+            " heads)");
+  return static_cast<size_t>(head) * key_stride_;
+}
+
+size_t KVCache::value_block_offset(int head) const {
+  KVQ_CHECK(head >= 0 && head < config_.n_kv_heads, "KVCache: kv head ", head, " out of range (", config_.n_kv_heads,
+            " heads)");
+  return static_cast<size_t>(config_.n_kv_heads) * key_stride_ + static_cast<size_t>(head) * value_stride_;
+}
+
+const uint8_t* KVCache::page(PageId id) const {
+  KVQ_CHECK(id < config_.capacity_pages, "KVCache: page ", id, " out of range (", config_.capacity_pages, " pages)");
+  return pool_.get() + static_cast<size_t>(id) * page_bytes_;
+}
+
+uint8_t* KVCache::page_mut(PageId id) { return const_cast<uint8_t*>(page(id)); }
+
+void KVCache::zero_page_padding(uint8_t* p) const {
+  const size_t kb = key_codecs_[0]->block_bytes(), vb = value_codecs_[0]->block_bytes();
+  for (int h = 0; h < config_.n_kv_heads; ++h) {
+    std::memset(p + key_block_offset(h) + kb, 0, key_stride_ - kb);
+    std::memset(p + value_block_offset(h) + vb, 0, value_stride_ - vb);
+  }
+}
+
+void KVCache::append(SeqId seq, int layer, const float* keys, const float* values, size_t n_tokens) {
+  check_layer(layer);
+  LayerState& ls = sequence(seq).layers[static_cast<size_t>(layer)];
+  if (n_tokens == 0) return;
+  KVQ_CHECK(keys != nullptr && values != nullptr, "KVCache::append: null keys or values");
+  const Codec& kc = *key_codecs_[static_cast<size_t>(layer)];
+  const Codec& vc = *value_codecs_[static_cast<size_t>(layer)];
+  for (const Codec* c : {&kc, &vc})
+    KVQ_CHECK(c->trained(), "KVCache::append: layer ", layer, " codec '", c->spec().str(),
+              "' needs training: call train_layer first");
+  const size_t H = static_cast<size_t>(config_.n_kv_heads), d = static_cast<size_t>(config_.head_dim);
+  const size_t T = static_cast<size_t>(config_.block_tokens), R = static_cast<size_t>(config_.residual_tokens);
+  // Check everything before changing anything: a cache must never hold a value that poisons attention.
+  for (const float* x : {keys, values})
+    for (size_t i = 0; i < n_tokens * H * d; ++i)
+      KVQ_CHECK(std::isfinite(x[i]), "KVCache::append: ", x == keys ? "key" : "value", " of token ", i / (H * d),
+                " head ", i / d % H, " channel ", i % d, " is ", x[i], " (NaN and Inf are rejected)");
+
+  // The unencoded stream is the window (u tokens) followed by the new tokens; its oldest blocks of T are encoded
+  // until fewer than R + T remain.
+  const size_t u = static_cast<size_t>(ls.residual_count), total = u + n_tokens;
+  const size_t n_pages = total >= R + T ? (total - R - T) / T + 1 : 0;
+  KVQ_CHECK(n_pages <= free_.size(), "KV cache pool exhausted: appending ", n_tokens, " tokens to sequence ", seq,
+            " layer ", layer, " needs ", n_pages, " new pages but ", free_.size(), " of ", config_.capacity_pages,
+            " are free (remove sequences or configure more capacity_pages)");
+  ls.pages.reserve(ls.pages.size() + n_pages);
+
+  const size_t slots = residual_slots();
+  float* window_k = ls.residual.data();
+  float* window_v = window_k + H * slots * d;
+  auto stream_token = [&](const float* window, const float* fresh, size_t idx, size_t h) {
+    return idx < u ? window + (h * slots + idx) * d : fresh + ((idx - u) * H + h) * d;
+  };
+  // Encode into free pages while they are still on the free list: if an encoder throws, nothing has changed.
+  std::vector<float> block(T * d);
+  for (size_t j = 0; j < n_pages; ++j) {
+    uint8_t* p = page_mut(free_[free_.size() - 1 - j]);
+    zero_page_padding(p);
+    for (size_t h = 0; h < H; ++h) {
+      const int head = static_cast<int>(h);
+      for (size_t t = 0; t < T; ++t)
+        std::memcpy(block.data() + t * d, stream_token(window_k, keys, j * T + t, h), d * sizeof(float));
+      kc.encode(block.data(), static_cast<int>(T), p + key_block_offset(head));
+      for (size_t t = 0; t < T; ++t)
+        std::memcpy(block.data() + t * d, stream_token(window_v, values, j * T + t, h), d * sizeof(float));
+      vc.encode(block.data(), static_cast<int>(T), p + value_block_offset(head));
+    }
+  }
+
+  // Commit (nothing below throws).
+  for (size_t j = 0; j < n_pages; ++j) ls.pages.push_back(free_[free_.size() - 1 - j]);
+  free_.resize(free_.size() - n_pages);
+  const size_t encoded = n_pages * T;
+  for (size_t h = 0; h < H; ++h)
+    for (auto [window, fresh] : {std::pair{window_k, keys}, std::pair{window_v, values}}) {
+      float* w = window + h * slots * d;
+      size_t slot = 0;
+      if (encoded < u) {
+        std::memmove(w, w + encoded * d, (u - encoded) * d * sizeof(float));
+        slot = u - encoded;
+      }
+      for (size_t i = encoded > u ? encoded - u : 0; i < n_tokens; ++i, ++slot)
+        std::memcpy(w + slot * d, fresh + (i * H + h) * d, d * sizeof(float));
+    }
+  ls.residual_count = static_cast<int>(total - encoded);
+}
+
+size_t KVCache::length(SeqId seq, int layer) const {
+  check_layer(layer);
+  return view(seq, layer).length();
+}
+
+size_t KVCache::length(SeqId seq) const {
+  const size_t n = length(seq, 0);
+  for (int l = 1; l < config_.n_layers; ++l) {
+    const size_t nl = length(seq, l);
+    KVQ_CHECK(nl == n, "KVCache: sequence ", seq, " holds ", n, " tokens in layer 0 but ", nl, " in layer ", l,
+              " (append every layer before asking for its length)");
+  }
+  return n;
+}
+
+LayerView KVCache::view(SeqId seq, int layer) const {
+  check_layer(layer);
+  const LayerState& ls = sequence(seq).layers[static_cast<size_t>(layer)];
+  const size_t head_stride = residual_slots() * static_cast<size_t>(config_.head_dim);
+  LayerView v;
+  v.pages = ls.pages;
+  v.block_tokens = config_.block_tokens;
+  v.residual_count = ls.residual_count;
+  v.residual_keys = ls.residual.data();
+  v.residual_values = ls.residual.data() + static_cast<size_t>(config_.n_kv_heads) * head_stride;
+  v.residual_stride = head_stride;
+  return v;
+}
+
+CacheMemory KVCache::memory() const {
+  CacheMemory m;
+  m.page_bytes = page_bytes_;
+  m.pages_capacity = config_.capacity_pages;
+  m.pages_in_use = config_.capacity_pages - free_.size();
+  m.encoded_bytes = m.pages_in_use * page_bytes_;
+  m.pool_bytes = m.pages_capacity * page_bytes_;
+  for (const auto& [id, seq] : sequences_)
+    for (const auto& layer : seq.layers) {
+      m.residual_bytes += layer.residual.size() * sizeof(float);
+      m.block_table_bytes += layer.pages.size() * sizeof(PageId);
+    }
+  for (int l = 0; l < config_.n_layers; ++l)
+    m.codec_state_bytes += key_codec(l).state().size() + value_codec(l).state().size();
+  const size_t rest = m.residual_bytes + m.block_table_bytes + m.codec_state_bytes;
+  m.used_bytes = m.encoded_bytes + rest;
+  m.total_bytes = m.pool_bytes + rest;
+  m.bits_per_element =
+      8.0 * static_cast<double>(page_bytes_) / (2.0 * config_.block_tokens * config_.n_kv_heads * config_.head_dim);
+  return m;
+}
+
+}  // namespace kvq

@@ -1,0 +1,68 @@
+#include "codec/qjl_sketch.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numbers>
+
+#include "kvq/random.hpp"
+
+namespace kvq {
+namespace {
+
+// sum_j s_j x_j in double with four independent partial sums, so that the additions pipeline instead of waiting
+// on each other (a fixed order: the result is the same on every call).
+template <class T>
+double dot_f64(const float* s, const T* x, int n) {
+  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
+    a0 += static_cast<double>(s[j]) * x[j];
+    a1 += static_cast<double>(s[j + 1]) * x[j + 1];
+    a2 += static_cast<double>(s[j + 2]) * x[j + 2];
+    a3 += static_cast<double>(s[j + 3]) * x[j + 3];
+  }
+  for (; j < n; ++j) a0 += static_cast<double>(s[j]) * x[j];
+  return (a0 + a1) + (a2 + a3);
+}
+
+}  // namespace
+
+QjlSketch::QjlSketch(int rows, int dim, uint64_t seed)
+    : rows_(rows),
+      dim_(dim),
+      scale_(static_cast<float>(std::sqrt(std::numbers::pi / 2) / rows)),
+      s_(static_cast<size_t>(rows) * dim) {
+  Rng rng(seed);
+  for (float& v : s_) v = static_cast<float>(rng.normal());
+}
+
+void QjlSketch::apply(const float* x, float* y, size_t n) const {
+  for (size_t r = 0; r < n; ++r) {
+    const float* xr = x + r * dim_;
+    for (int i = 0; i < rows_; ++i)
+      y[r * rows_ + i] = static_cast<float>(dot_f64(s_.data() + static_cast<size_t>(i) * dim_, xr, dim_));
+  }
+}
+
+void QjlSketch::apply_transpose(const float* y, float* x, size_t n) const {
+  std::vector<double> sum(dim_);
+  for (size_t r = 0; r < n; ++r) {
+    std::fill(sum.begin(), sum.end(), 0.0);
+    for (int i = 0; i < rows_; ++i) {
+      const double yi = y[r * rows_ + i];
+      const float* si = s_.data() + static_cast<size_t>(i) * dim_;
+      for (int j = 0; j < dim_; ++j) sum[j] += yi * si[j];
+    }
+    for (int j = 0; j < dim_; ++j) x[r * dim_ + j] = static_cast<float>(sum[j]);
+  }
+}
+
+void QjlSketch::sign_bits(const double* x, uint8_t* bits) const {
+  std::memset(bits, 0, static_cast<size_t>(rows_) / 8);
+  for (int i = 0; i < rows_; ++i)
+    if (dot_f64(s_.data() + static_cast<size_t>(i) * dim_, x, dim_) >= 0)
+      bits[i >> 3] |= static_cast<uint8_t>(1u << (i & 7));
+}
+
+}  // namespace kvq
