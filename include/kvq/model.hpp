@@ -10,8 +10,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <initializer_list>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "kvq/ggml_quants.hpp"
@@ -93,7 +95,7 @@ class LlamaModel {
 std::unique_ptr<Tokenizer> load_tokenizer(const LlamaModel& model, const std::filesystem::path& tokenizer_file);
 
 class KvStore;
-class RowSplitter;
+class ThreadPool;
 
 /// The run state of one sequence: activations, the key/value store, the logits. One runner per sequence; the
 /// model must outlive it.
@@ -122,7 +124,7 @@ class LlamaRunner {
 
   const LlamaModel& model_;
   int context_;
-  std::unique_ptr<RowSplitter> split_;
+  std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<KvStore> kv_;
   std::vector<float> rope_freq_;     // [rope_dim / 2]: theta^(-2i / rope_dim)
   std::vector<float> rope_cos_sin_;  // [rope_dim / 2][2]: cos, sin of pos * rope_freq_[i] at the current position

@@ -8,7 +8,7 @@
 #include "kvq/error.hpp"
 #include "kvq/model.hpp"
 #include "model/kv_store.hpp"
-#include "model/row_splitter.hpp"
+#include "kvq/thread_pool.hpp"
 
 namespace kvq {
 namespace {
@@ -42,7 +42,7 @@ int default_threads() { return static_cast<int>(std::max(1u, std::thread::hardwa
 LlamaRunner::LlamaRunner(const LlamaModel& model, int context, int threads)
     : model_(model),
       context_(context),
-      split_(std::make_unique<RowSplitter>(threads > 0 ? threads : default_threads())) {
+      pool_(std::make_unique<ThreadPool>(threads > 0 ? threads : default_threads())) {
   const LlamaConfig& c = model.config();
   KVQ_CHECK(context > 0 && context <= c.max_seq_len, "context ", context, " must be in [1, ", c.max_seq_len,
             "] (the model's max_seq_len)");
@@ -64,17 +64,21 @@ LlamaRunner::LlamaRunner(const LlamaModel& model, int context, int threads)
 
 LlamaRunner::~LlamaRunner() = default;
 
-int LlamaRunner::threads() const { return split_->threads(); }
+int LlamaRunner::threads() const { return pool_->size(); }
 
 int LlamaRunner::position() const { return kv_->length(0); }
 
 void LlamaRunner::reset() { kv_->clear(); }
 
-// out_k = W_k x for each (W_k, out_k): one parallel pass over the rows of all the products together.
+// out_k = W_k x for each (W_k, out_k): one parallel pass over the rows of all the products together, one
+// contiguous range of rows per worker.
 void LlamaRunner::matvec(std::initializer_list<std::pair<const WeightMatrix*, float*>> products, const float* x) {
   int64_t total = 0;
   for (const auto& [w, out] : products) total += w->rows;
-  split_->run(total, [&](int64_t begin, int64_t end) {
+  const int64_t parts = pool_->size();
+  pool_->parallel_for(static_cast<size_t>(parts), [&](size_t part) {
+    const int64_t begin = total * static_cast<int64_t>(part) / parts;
+    const int64_t end = total * static_cast<int64_t>(part + 1) / parts;
     int64_t first = 0;  // global index of the current product's row 0
     for (const auto& [w, out] : products) {
       const int64_t lo = std::max(begin, first) - first, hi = std::min(end, first + w->rows) - first;
