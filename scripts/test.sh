@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+scripts/fetch-models.sh
 start=$(date +%s)
 cmake --preset release >/dev/null
 cmake --build --preset release
