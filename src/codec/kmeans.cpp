@@ -8,6 +8,7 @@
 #include "codec/nearest_centroid.hpp"
 #include "kvq/error.hpp"
 #include "kvq/random.hpp"
+#include "kvq/thread_pool.hpp"
 
 namespace kvq {
 namespace {
@@ -34,6 +35,16 @@ double squared_distance(const float* a, const float* b, int dim) {
   return s;
 }
 
+// Sum in four independent chains (a fixed order, so deterministic), a serial sum being latency-bound.
+double chained_sum(const std::vector<float>& v) {
+  double part[4] = {0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 4 <= v.size(); i += 4)
+    for (int l = 0; l < 4; ++l) part[l] += v[i + l];
+  for (; i < v.size(); ++i) part[0] += v[i];
+  return (part[0] + part[1]) + (part[2] + part[3]);
+}
+
 // k-means++: each seed drawn with probability proportional to its squared distance to the nearest seed so far.
 std::vector<float> kmeans_plus_plus(const float* x, size_t n, int dim, int k, size_t sample, Rng& rng) {
   const std::vector<size_t> pick = uniform_subsample(n, std::min(n, sample), rng);
@@ -41,22 +52,22 @@ std::vector<float> kmeans_plus_plus(const float* x, size_t n, int dim, int k, si
   std::vector<float> coords(static_cast<size_t>(dim) * m);  // dimension-major, so the distance loop vectorizes
   for (size_t p = 0; p < m; ++p)
     for (int i = 0; i < dim; ++i) coords[static_cast<size_t>(i) * m + p] = x[pick[p] * dim + i];
-  std::vector<float> nearest(m, std::numeric_limits<float>::infinity()), centroids(static_cast<size_t>(k) * dim);
+  std::vector<float> nearest(m, std::numeric_limits<float>::infinity()), d2(m), centroids(static_cast<size_t>(k) * dim);
   size_t chosen = rng.next_u64() % m;
   for (int c = 0; c < k; ++c) {
     float* centroid = centroids.data() + static_cast<size_t>(c) * dim;
     for (int i = 0; i < dim; ++i) centroid[i] = coords[static_cast<size_t>(i) * m + chosen];
     if (c + 1 == k) break;
-    double total = 0;
-    for (size_t p = 0; p < m; ++p) {
-      float d2 = 0;
-      for (int i = 0; i < dim; ++i) {
-        const float e = coords[static_cast<size_t>(i) * m + p] - centroid[i];
-        d2 += e * e;
+    std::fill(d2.begin(), d2.end(), 0.0f);
+    for (int i = 0; i < dim; ++i) {
+      const float* row = coords.data() + static_cast<size_t>(i) * m;
+      for (size_t p = 0; p < m; ++p) {
+        const float e = row[p] - centroid[i];
+        d2[p] += e * e;
       }
-      nearest[p] = std::min(nearest[p], d2);
-      total += nearest[p];
     }
+    for (size_t p = 0; p < m; ++p) nearest[p] = std::min(nearest[p], d2[p]);
+    const double total = chained_sum(nearest);
     if (total <= 0) {  // every sampled point already is a seed: duplicates, cleaned up by the Lloyd re-seeding
       chosen = rng.next_u64() % m;
       continue;
@@ -76,20 +87,16 @@ std::vector<float> kmeans_plus_plus(const float* x, size_t n, int dim, int k, si
 }
 
 // Assigns every point to its nearest centroid; dist2[i] = exact squared distance to it (double).
-void assign(const float* x, size_t n, int dim, const std::vector<float>& centroids, int k, int threads,
+void assign(const float* x, size_t n, int dim, const std::vector<float>& centroids, int k, ThreadPool& pool,
             std::vector<uint32_t>& label, std::vector<double>& dist2) {
   const CentroidTable table(centroids.data(), k, dim);
-  auto run = [&](size_t begin, size_t end) {
+  const size_t tasks = pool.size() == 1 ? 1 : 4 * static_cast<size_t>(pool.size());
+  pool.parallel_for(tasks, [&](size_t task) {
+    const size_t begin = n * task / tasks, end = n * (task + 1) / tasks;
     table.nearest(x + begin * dim, end - begin, label.data() + begin);
     for (size_t i = begin; i < end; ++i)
       dist2[i] = squared_distance(x + i * dim, centroids.data() + static_cast<size_t>(label[i]) * dim, dim);
-  };
-  const size_t parts = n * static_cast<size_t>(k) < kMinPairsForThreads ? 1 : static_cast<size_t>(threads);
-  if (parts <= 1) return run(0, n);
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < parts; ++t) pool.emplace_back(run, n * t / parts, n * (t + 1) / parts);
-  run(0, n / parts);
-  for (auto& th : pool) th.join();
+  });
 }
 
 // Centroids = means of their clusters; an empty cluster takes the farthest point not yet taken by another.
@@ -153,16 +160,17 @@ KMeansResult kmeans(const float* x, size_t n, int dim, const KMeansOptions& o) {
   const size_t seed_points = o.seed_points != 0 ? o.seed_points : std::max<size_t>(8 * static_cast<size_t>(k), 8192);
   const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::min(hardware, 16u));
+  ThreadPool pool(n * static_cast<size_t>(k) < kMinPairsForThreads ? 1 : threads);
 
   KMeansResult r;
   r.centroids = kmeans_plus_plus(x, n, dim, k, std::max(seed_points, static_cast<size_t>(k)), rng);
   std::vector<uint32_t> label(n);
   std::vector<double> dist2(n);
-  assign(x, n, dim, r.centroids, k, threads, label, dist2);
+  assign(x, n, dim, r.centroids, k, pool, label, dist2);
   r.objective.push_back(mean(dist2));
   for (int it = 0; it < o.max_iterations && r.objective.back() > 0; ++it) {
     update(x, n, dim, k, label, dist2, r.centroids);
-    assign(x, n, dim, r.centroids, k, threads, label, dist2);
+    assign(x, n, dim, r.centroids, k, pool, label, dist2);
     const double before = r.objective.back();
     r.objective.push_back(mean(dist2));
     if (before - r.objective.back() <= o.tolerance * before) break;
