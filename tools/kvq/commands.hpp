@@ -7,6 +7,7 @@ namespace kvq::cli {
 
 void add_distortion_command(CLI::App& app);
 void add_demo_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 /// A one-line progress bar on stderr, drawn only when stderr is a terminal.
 class Progress {

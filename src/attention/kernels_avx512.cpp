@@ -1,0 +1,5 @@
+#include "attention/kernel_args.hpp"
+
+namespace kvq::detail::avx512 {
+KernelFn fused_kernel(BlockFormat, BlockFormat) { return nullptr; }
+}  // namespace kvq::detail::avx512
