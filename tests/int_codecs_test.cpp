@@ -91,13 +91,14 @@ IntShape int_shape(const Codec& codec) {
   return {codec.spec().name == "int8" ? 8 : 4, codec.spec().arg(0, 32), codec.role() == Role::key};
 }
 
-// Code of token t, channel c, read as the layout documents: int8 a two's-complement byte, int4 an offset-by-8
+// Code of token t, channel c, read as the layout documents: int8 a two's-complement byte, int4 a two's-complement
 // nibble in the lane of its key or value tile.
 int stored_int_code(const std::vector<uint8_t>& block, const IntShape& shape, int d, int t, int c) {
   const layout::IntGroup l = shape.layout(d);
   const size_t ut = static_cast<size_t>(t), uc = static_cast<size_t>(c);
   if (shape.bits == 8) return static_cast<int8_t>(block[l.code_byte(ut, uc)]);
-  return ((block[l.code_byte(ut, uc)] >> l.code_shift(ut, uc)) & 0x0f) - 8;
+  const int nibble = (block[l.code_byte(ut, uc)] >> l.code_shift(ut, uc)) & 15;
+  return nibble < 8 ? nibble : nibble - 16;
 }
 
 // Checks an encoded block of n tokens against the reference: x'' = (R x)_c / lambda_c, scale s = the stored fp16

@@ -27,8 +27,9 @@ static_assert(Float{128, 64, 2}.block_bytes() == 16384);
 // clamped to [-qmax, qmax] (qmax 127 / 7). Reconstruction (rotated space): lambda_c * s * q.
 //   [codes]
 //     int8: T tokens x d, token-major, one two's-complement byte per element.
-//     int4: q + 8 (offset-by-8, 1..15) in nibbles, arranged for the attention kernels in 64-byte tiles of 16
-//       little-endian 32-bit lanes of 8 nibbles each (nibble j at bits 4j..4j+3 of its lane):
+//     int4: q in two's-complement nibbles (q & 15; a shift left then an arithmetic shift right of the lane gives
+//       it back), arranged for the attention kernels in 64-byte tiles of 16 little-endian 32-bit lanes of 8 nibbles
+//       each (nibble j at bits 4j..4j+3 of its lane):
 //       keys, "tokens in lanes": tile (a, k) holds tokens 16a..16a+15 x channels 8k..8k+7, lane l = token 16a + l,
 //         nibble j = channel 8k + j; tile (a, k) at byte 64 (a d/8 + k). One 64-byte load: 16 tokens x 8 channels.
 //       values, "channels in lanes": tile (a, k) holds tokens 8a..8a+7 x channels 16k..16k+15, lane l = channel
@@ -55,6 +56,8 @@ struct IntGroup {
   constexpr unsigned code_shift(size_t t, size_t c) const {
     return bits == 8 ? 0 : 4 * static_cast<unsigned>(key ? c % 2 : t % 2);
   }
+  /// The int4 code in the nibble of `byte` at bit `shift`: -8..7 (the codec writes -7..7).
+  static constexpr int int4_code(unsigned byte, unsigned shift) { return static_cast<int>(((byte >> shift) & 15) ^ 8) - 8; }
   /// The byte offset of the fp16 scale of token t, group g.
   constexpr size_t scale_byte(size_t t, size_t g) const {
     return scales_offset() + 2 * ((t / 16 * groups() + g) * 16 + t % 16);

@@ -30,7 +30,7 @@ void read_token(const KernelArgs& a, const uint8_t* block, bool key, int t, floa
     for (size_t c = 0; c < d; ++c) {
       uint16_t h;
       std::memcpy(&h, block + l.scale_byte(ut, c / G), 2);
-      const int code = ((block[l.code_byte(ut, c)] >> l.code_shift(ut, c)) & 0x0f) - 8;
+      const int code = layout::IntGroup::int4_code(block[l.code_byte(ut, c)], l.code_shift(ut, c));
       x[c] = f16_to_f32(h) * static_cast<float>(code);
     }
   }

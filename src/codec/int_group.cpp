@@ -1,7 +1,7 @@
 // int8, int4: the SRFT paper's scheme. x' = R x (the spec's `rot`, default default_rotation(d)), x''_c = x'_c /
 // lambda_c, then per token and group of G consecutive channels an absmax scale s (fp16) and symmetric codes
 // q = round(x'' / s) in [-qmax, qmax] (qmax 127 / 7). The codec space is the rotated space: y_c = lambda_c * s * q_c.
-// Layout: layout::IntGroup (int4 codes are offset-by-8 nibbles in 64-byte tiles, arranged differently for keys and
+// Layout: layout::IntGroup (int4 codes are two's-complement nibbles in 64-byte tiles, arranged differently for keys and
 // values so that the fused attention kernels load 16 tokens x 8 channels or 8 tokens x 16 channels at once).
 //
 // The fp16 scale: s = max|x''| / qmax rounded to the nearest fp16, or up to the next one where the nearest would
@@ -75,7 +75,7 @@ class IntGroupCodec final : public Codec {
       return;
     }
     for (size_t c = 0; c < layout_.d; ++c)
-      q[c] = static_cast<int8_t>(((block[layout_.code_byte(ut, c)] >> layout_.code_shift(ut, c)) & 0x0f) - 8);
+      q[c] = static_cast<int8_t>(layout::IntGroup::int4_code(block[layout_.code_byte(ut, c)], layout_.code_shift(ut, c)));
   }
   /// The d/G group scales of token t.
   void read_scales(const uint8_t* block, int t, float* s) const {
@@ -204,7 +204,7 @@ class IntGroupCodec final : public Codec {
       return;
     }
     for (size_t c = 0; c < layout_.d; ++c)
-      block[layout_.code_byte(ut, c)] |= static_cast<uint8_t>((q[c] + 8) << layout_.code_shift(ut, c));
+      block[layout_.code_byte(ut, c)] |= static_cast<uint8_t>((q[c] & 15) << layout_.code_shift(ut, c));
   }
 
   layout::IntGroup layout_{};

@@ -1,0 +1,299 @@
+// The fused page loop over f16 and int4 blocks, written once over an instruction set's vector traits V and
+// included only by the per-ISA translation units (kernels_avx512.cpp, kernels_avx2.cpp), which compile it with their
+// target flags. Everything here has internal linkage (kernel_args.hpp says why).
+//
+// Per page and pass of up to kMaxQ queries (the GQA group, or a slice of a prefill chunk's rows):
+//   1. scores of all the pass's queries in one sweep over the keys, every key element decoded once into a register
+//      and multiplied into each query's accumulator;
+//   2. the causal mask and the online softmax on whole vectors (a polynomial exp);
+//   3. the values summed for all queries in one sweep, every value element decoded once.
+// While page j is read, page j + 1's blocks are prefetched into L2 at the same pace (T1 hint), one page ahead.
+//
+// The formats (kvq/block_layout.hpp):
+//   f16 keys: token-major rows; each query's products with one token fill one vector, and W tokens' vectors are
+//     summed across lanes at once (transpose_sum).
+//   int4 keys: 64-byte tiles of 16 tokens x 8 channels, one 32-bit lane per token: a lane-wise nibble extract gives
+//     one channel of W tokens, scored against a broadcast query element; per channel group the dot products are
+//     multiplied by the W tokens' scales (one vector) and added to the scores.
+//   f16 values: token-major rows, W channels a vector, the weight broadcast.
+//   int4 values: tiles of 8 tokens x 16 channels, one lane per channel; the weight of token t for channel group g is
+//     p_t * s_t,g, formed once per page and group.
+// An int4 nibble becomes a float in three operations: shift it to the top of its lane, shift it back arithmetically
+// (sign extension), convert.
+#pragma once
+
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "attention/kernel_args.hpp"
+
+namespace kvq::detail {
+namespace {
+
+// V, the vector traits, provides:
+//   W lanes; float vector F, integer vector I; zero(), set1(x), load(p), store(p, x), fma(a, b, c) = a * b + c,
+//   fma1(a, const float* b, c) = a * broadcast(*b) + c, mul, sub, max;
+//   load_f16(p): W fp16 values; load_i(p): W 32-bit lanes; nibble<J>(x): nibble J of each lane as a signed float;
+//   hmax(x), hsum(x), first(x) (lane 0); exp(x) (0 below -87.3, for x <= 88); mask_tail(x, n): lanes >= n set to -inf;
+//   transpose_sum(v): lane t = the sum of the W lanes of v[t W .. t W + W - 1]; prefetch(p) into L2;
+//   kAccumulators: vectors a loop may keep accumulating in registers; kMaxQ: queries per pass (8 or 4).
+
+constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
+
+// Calls f(std::integral_constant<int, J>) for J = 0..7: the nibble index must be a compile-time shift.
+template <class Fn>
+inline void for_nibbles(Fn&& f) {
+  [&]<int... J>(std::integer_sequence<int, J...>) { (f(std::integral_constant<int, J>{}), ...); }
+  (std::make_integer_sequence<int, 8>{});
+}
+
+// Prefetches the next page's block at the pace the current one is read: step(u, n) after unit u of n.
+template <class V>
+struct Prefetch {
+  const uint8_t* next = nullptr;  // null: nothing to prefetch
+  size_t bytes = 0, done = 0;
+
+  void step(size_t unit, size_t units) {
+    if (!next) return;
+    for (const size_t target = bytes * (unit + 1) / units; done < target; done += 64) V::prefetch(next + done);
+  }
+};
+
+size_t key_block_bytes(const KernelArgs& a, BlockFormat f) {
+  const size_t d = static_cast<size_t>(a.d), T = static_cast<size_t>(a.T);
+  return f == BlockFormat::f16 ? 2 * T * d : a.key_scales_offset + 2 * T * (d / static_cast<size_t>(a.key_group));
+}
+
+size_t value_block_bytes(const KernelArgs& a, BlockFormat f) {
+  const size_t d = static_cast<size_t>(a.d), T = static_cast<size_t>(a.T);
+  return f == BlockFormat::f16 ? 2 * T * d : a.value_scales_offset + 2 * T * (d / static_cast<size_t>(a.value_group));
+}
+
+// ---- keys: s[i * T + t] = <q_i, k_t> for the pass's NQ queries (q: NQ x d) -------------------------------------
+
+template <class V, int NQ>
+void key_scores_f16(const KernelArgs& a, const float* q, const uint8_t* block, Prefetch<V>& pf, float* s) {
+  constexpr int W = V::W, TT = NQ <= 4 ? 2 : 1;  // tokens at a time: 2 NQ independent accumulators
+  const int d = a.d, T = a.T, nv = d / W;
+  alignas(64) float part[NQ][W * W];  // per query, W tokens' unreduced products
+  for (int t0 = 0; t0 < T; t0 += W) {
+    for (int tt = 0; tt < W; tt += TT) {
+      typename V::F acc[TT][NQ];
+      for (int u = 0; u < TT; ++u)
+        for (int i = 0; i < NQ; ++i) acc[u][i] = V::zero();
+      for (int c = 0; c < nv; ++c)
+        for (int u = 0; u < TT; ++u) {
+          const auto k = V::load_f16(block + 2 * (static_cast<size_t>(t0 + tt + u) * d + c * W));
+          for (int i = 0; i < NQ; ++i) acc[u][i] = V::fma(k, V::load(q + i * d + c * W), acc[u][i]);
+        }
+      for (int u = 0; u < TT; ++u)
+        for (int i = 0; i < NQ; ++i) V::store(part[i] + (tt + u) * W, acc[u][i]);
+      pf.step(static_cast<size_t>(t0 + tt), static_cast<size_t>(T));
+    }
+    for (int i = 0; i < NQ; ++i) V::store(s + i * T + t0, V::transpose_sum(part[i]));
+  }
+}
+
+// One token vector (W tokens) at a time; even and odd channels accumulate apart (2 NQ independent chains), so that
+// every query element is used once and its broadcast rides in the FMA's memory operand.
+template <class V, int NQ>
+void key_scores_int4(const KernelArgs& a, const float* q, const uint8_t* block, Prefetch<V>& pf, float* s) {
+  constexpr int W = V::W;
+  const int d = a.d, T = a.T, G = a.key_group, groups = d / G, tiles = d / 8, n_vec = T / W;
+  const uint8_t* scales = block + a.key_scales_offset;
+  for (int vec = 0; vec < n_vec; ++vec) {
+    const int tok = vec * W;
+    const uint8_t* lanes = block + static_cast<size_t>(tok / 16) * tiles * 64 + 4 * (tok % 16);
+    for (int g = 0; g < groups; ++g) {
+      typename V::F dot[2][NQ];
+      for (int h = 0; h < 2; ++h)
+        for (int i = 0; i < NQ; ++i) dot[h][i] = V::zero();
+      for (int k = g * G / 8; k < (g + 1) * G / 8; ++k) {
+        const auto x = V::load_i(lanes + 64 * k);
+        for_nibbles([&](auto j) {
+          const auto f = V::template nibble<j>(x);
+          for (int i = 0; i < NQ; ++i) dot[j % 2][i] = V::fma1(f, q + i * d + 8 * k + j, dot[j % 2][i]);
+        });
+      }
+      const auto scale = V::load_f16(scales + 2 * ((static_cast<size_t>(tok / 16) * groups + g) * 16 + tok % 16));
+      for (int i = 0; i < NQ; ++i) {
+        float* si = s + i * T + tok;
+        const auto dg = V::add(dot[0][i], dot[1][i]);
+        V::store(si, g == 0 ? V::mul(scale, dg) : V::fma(scale, dg, V::load(si)));
+      }
+    }
+    pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
+  }
+}
+
+// ---- values: o_i += sum_t p[i * T + t] v_t (o: NQ x d) ---------------------------------------------------------
+
+// Vectors of W channels summed in registers at a time, for NQ queries.
+template <class V, int NQ>
+constexpr int value_vectors() {
+  return V::kAccumulators / NQ > 0 ? V::kAccumulators / NQ : 1;
+}
+
+template <class V, int NQ, int VS>
+void values_f16_sweep(const KernelArgs& a, const float* p, const uint8_t* block, int vec0, float* o) {
+  constexpr int W = V::W;
+  const int d = a.d, T = a.T;
+  typename V::F acc[VS][NQ];
+  for (int u = 0; u < VS; ++u)
+    for (int i = 0; i < NQ; ++i) acc[u][i] = V::load(o + i * d + (vec0 + u) * W);
+  for (int t = 0; t < T; ++t)
+    for (int u = 0; u < VS; ++u) {
+      const auto v = V::load_f16(block + 2 * (static_cast<size_t>(t) * d + (vec0 + u) * W));
+      for (int i = 0; i < NQ; ++i) acc[u][i] = V::fma1(v, p + i * T + t, acc[u][i]);
+    }
+  for (int u = 0; u < VS; ++u)
+    for (int i = 0; i < NQ; ++i) V::store(o + i * d + (vec0 + u) * W, acc[u][i]);
+}
+
+template <class V, int NQ>
+void values_f16(const KernelArgs& a, const float* p, const uint8_t* block, Prefetch<V>& pf, float* o) {
+  constexpr int VS = value_vectors<V, NQ>();
+  const int nv = a.d / V::W;
+  int vec = 0;
+  for (; vec + VS <= nv; vec += VS) {
+    values_f16_sweep<V, NQ, VS>(a, p, block, vec, o);
+    pf.step(static_cast<size_t>(vec), static_cast<size_t>(nv));
+  }
+  for (; vec < nv; ++vec) values_f16_sweep<V, NQ, 1>(a, p, block, vec, o);
+  pf.step(static_cast<size_t>(nv - 1), static_cast<size_t>(nv));
+}
+
+// One vector of W channels over the page's tokens; even and odd tokens accumulate apart (2 NQ chains), every
+// weight used once.
+template <class V, int NQ>
+void values_int4_vector(const KernelArgs& a, const float* ws, const uint8_t* block, int vec, float* o) {
+  constexpr int W = V::W;
+  const int d = a.d, T = a.T, tiles = d / 16, ch = vec * W;
+  const uint8_t* lanes = block + 64 * (ch / 16) + 4 * (ch % 16);
+  typename V::F acc[2][NQ];
+  for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * d + ch), acc[1][i] = V::zero();
+  for (int oct = 0; oct < T / 8; ++oct) {
+    const auto x = V::load_i(lanes + static_cast<size_t>(oct) * tiles * 64);
+    for_nibbles([&](auto j) {
+      const auto f = V::template nibble<j>(x);
+      for (int i = 0; i < NQ; ++i) acc[j % 2][i] = V::fma1(f, ws + i * kMaxTokens + 8 * oct + j, acc[j % 2][i]);
+    });
+  }
+  for (int i = 0; i < NQ; ++i) V::store(o + i * d + ch, V::add(acc[0][i], acc[1][i]));
+}
+
+template <class V, int NQ>
+void values_int4(const KernelArgs& a, const float* p, const uint8_t* block, Prefetch<V>& pf, float* o) {
+  constexpr int W = V::W;
+  const int d = a.d, T = a.T, G = a.value_group, groups = d / G;
+  const uint8_t* scales = block + a.value_scales_offset;
+  alignas(64) float ws[NQ][kMaxTokens];  // p_t s_t,g of the current group
+  for (int g = 0; g < groups; ++g) {
+    for (int tok = 0; tok < T; tok += W) {
+      const auto scale = V::load_f16(scales + 2 * ((static_cast<size_t>(tok / 16) * groups + g) * 16 + tok % 16));
+      for (int i = 0; i < NQ; ++i) V::store(ws[i] + tok, V::mul(scale, V::load(p + i * T + tok)));
+    }
+    for (int vec = g * G / W; vec < (g + 1) * G / W; ++vec) values_int4_vector<V, NQ>(a, ws[0], block, vec, o);
+    pf.step(static_cast<size_t>(g), static_cast<size_t>(groups));
+  }
+}
+
+// ---- the page loop ---------------------------------------------------------------------------------------------
+
+// The online softmax of one query over a page's scores s (T floats, overwritten with the weights exp(s - m)).
+// seen: tokens the query sees (none: the weights are zero and the state stays as it was).
+template <class V>
+void softmax_row(const KernelArgs& a, int seen, float* s, float& m, float& l, float* o) {
+  constexpr int W = V::W;
+  const int T = a.T;
+  auto block_max = V::set1(kMinusInf);
+  for (int t = 0; t < T; t += W) {
+    auto x = V::load(s + t);
+    if (seen < t + W) {
+      x = V::mask_tail(x, seen - t);
+      V::store(s + t, x);
+    }
+    block_max = V::max(block_max, x);
+  }
+  const float bm = V::hmax(block_max);
+  if (bm == kMinusInf) {
+    for (int t = 0; t < T; t += W) V::store(s + t, V::zero());
+    return;
+  }
+  const float mx = m > bm ? m : bm;
+  if (mx > m && m != kMinusInf) {
+    const auto alpha = V::exp(V::set1(m - mx));
+    for (int c = 0; c < a.d; c += W) V::store(o + c, V::mul(alpha, V::load(o + c)));
+    l *= V::first(alpha);
+  }
+  m = mx;
+  auto sum = V::zero();
+  const auto vmx = V::set1(mx);
+  for (int t = 0; t < T; t += W) {
+    const auto e = V::exp(V::sub(V::load(s + t), vmx));
+    V::store(s + t, e);
+    sum = V::add(sum, e);
+  }
+  l += V::hsum(sum);
+}
+
+template <class V, BlockFormat K, BlockFormat VF, int NQ>
+void page_pass(const KernelArgs& a, int i0, size_t base, const uint8_t* page, const uint8_t* next_page) {
+  const int d = a.d, T = a.T;
+  int seen[NQ];
+  bool any = false;
+  for (int i = 0; i < NQ; ++i) {
+    const size_t vis = a.visible[i0 + i];
+    seen[i] = vis > base ? static_cast<int>(vis - base < static_cast<size_t>(T) ? vis - base : T) : 0;
+    any = any || seen[i] > 0;
+  }
+  if (!any) return;
+  alignas(64) float s[NQ * kMaxTokens];
+  const float* q = a.q + static_cast<size_t>(i0) * d;
+  float* o = a.o + static_cast<size_t>(i0) * d;
+
+  Prefetch<V> pf{next_page ? next_page + a.key_offset : nullptr, key_block_bytes(a, K)};
+  if constexpr (K == BlockFormat::f16) {
+    key_scores_f16<V, NQ>(a, q, page + a.key_offset, pf, s);
+  } else {
+    key_scores_int4<V, NQ>(a, q, page + a.key_offset, pf, s);
+  }
+  for (int i = 0; i < NQ; ++i) softmax_row<V>(a, seen[i], s + i * T, a.m[i0 + i], a.l[i0 + i], o + i * d);
+  pf = {next_page ? next_page + a.value_offset : nullptr, value_block_bytes(a, VF)};
+  if constexpr (VF == BlockFormat::f16) {
+    values_f16<V, NQ>(a, s, page + a.value_offset, pf, o);
+  } else {
+    values_int4<V, NQ>(a, s, page + a.value_offset, pf, o);
+  }
+}
+
+template <class V, BlockFormat K, BlockFormat VF>
+void attend(const KernelArgs& a) {
+  const size_t T = static_cast<size_t>(a.T);
+  for (size_t j = 0; j < a.n_pages; ++j) {
+    const uint8_t* page = a.pool + a.page_bytes * a.pages[j];
+    const uint8_t* next = j + 1 < a.n_pages ? a.pool + a.page_bytes * a.pages[j + 1] : nullptr;
+    const size_t base = a.first_token + j * T;
+    // Passes of kMaxQ, 4, 2, 1 queries; the first prefetches the next page, the others find this one cached.
+    int i0 = 0;
+    for (; i0 + V::kMaxQ <= a.n_q; i0 += V::kMaxQ, next = nullptr)
+      page_pass<V, K, VF, V::kMaxQ>(a, i0, base, page, next);
+    if (V::kMaxQ > 4 && i0 + 4 <= a.n_q) page_pass<V, K, VF, 4>(a, i0, base, page, next), i0 += 4, next = nullptr;
+    if (i0 + 2 <= a.n_q) page_pass<V, K, VF, 2>(a, i0, base, page, next), i0 += 2, next = nullptr;
+    if (i0 < a.n_q) page_pass<V, K, VF, 1>(a, i0, base, page, next);
+  }
+}
+
+template <class V>
+KernelFn fused_kernel_for(BlockFormat key, BlockFormat value) {
+  using F = BlockFormat;
+  if (key == F::f16 && value == F::f16) return attend<V, F::f16, F::f16>;
+  if (key == F::f16 && value == F::int4) return attend<V, F::f16, F::int4>;
+  if (key == F::int4 && value == F::f16) return attend<V, F::int4, F::f16>;
+  if (key == F::int4 && value == F::int4) return attend<V, F::int4, F::int4>;
+  return nullptr;
+}
+
+}  // namespace
+}  // namespace kvq::detail
