@@ -47,7 +47,7 @@ class IsaOverride {
 // The SIMD instruction sets this CPU runs (the scalar kernel is the reference).
 std::vector<Isa> simd_isas() {
   std::vector<Isa> isas;
-  for (Isa isa : {Isa::avx2, Isa::avx512})
+  for (Isa isa : {Isa::avx2, Isa::avx512, Isa::avx512vnni})
     if (detail::cpu_supports(isa)) isas.push_back(isa);
   return isas;
 }
@@ -65,11 +65,17 @@ const std::vector<Pair>& fused_pairs() {
   return pairs;
 }
 
+// The kernel that runs for the pair under KVQ_ISA = isa: avx512vnni has int4 keys only, f16 keys fall back to avx512.
+std::string kernel_name(const Pair& pair, Isa isa) {
+  const bool f16_keys = pair.kernel.rfind("fused_f16", 0) == 0;
+  return pair.kernel + "_" + detail::isa_name(isa == Isa::avx512vnni && f16_keys ? Isa::avx512 : isa);
+}
+
 // Decode under KVQ_ISA = isa; checks that the pair's fused kernel of that ISA runs.
 std::vector<float> decode_with(const Scenario& sc, const Pair& pair, Isa isa, const std::vector<float>& q,
                                ThreadPool* pool) {
   const IsaOverride env(detail::isa_name(isa));
-  EXPECT_EQ(attention_kernel(sc.cache, 1), pair.kernel + "_" + detail::isa_name(isa));
+  EXPECT_EQ(attention_kernel(sc.cache, 1), kernel_name(pair, isa));
   return decode(sc, q, pool);
 }
 
@@ -164,7 +170,7 @@ TEST(AttentionKernelsDispatch, KvqIsaChoosesTheKernel) {
     EXPECT_EQ(attention_isa(), detail::isa_name(detail::best_isa()));
     EXPECT_EQ(attention_kernel(sc.cache, 1), std::string("fused_int4_int4_") + detail::isa_name(detail::best_isa()));
   }
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512vnni}) {
     const IsaOverride env(detail::isa_name(isa));
     if (detail::cpu_supports(isa)) {
       EXPECT_EQ(attention_isa(), detail::isa_name(isa));

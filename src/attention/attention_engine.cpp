@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -34,6 +35,7 @@ struct Workspace {
   std::vector<float> scores;      // max n_q x max(T, window) scores
   std::vector<float> out;         // max n_q x d: states mapped back to the original space
   std::vector<float> q;           // max n_q x d: queries prepared for a fused kernel
+  std::vector<uint8_t> kernel;    // a fused kernel's scratch, kernel_scratch_bytes(max n_q, d) + 64 for alignment
   std::vector<AttnState> states;  // views of `out`
 };
 
@@ -165,7 +167,10 @@ void run_attention(const KVCache& cache, int layer, std::span<const QueryGroup> 
   for (auto& w : ws) {
     w.scores.resize(static_cast<size_t>(max_q) * score_stride);
     w.out.resize(static_cast<size_t>(max_q) * ud);
-    if (kernel.fn) w.q.resize(static_cast<size_t>(max_q) * ud);
+    if (kernel.fn) {
+      w.q.resize(static_cast<size_t>(max_q) * ud);
+      w.kernel.resize(kernel_scratch_bytes(max_q, d) + 64);
+    }
     w.states.resize(static_cast<size_t>(max_q));
     for (int i = 0; i < max_q; ++i) w.states[i].o = std::span<float>(w.out.data() + i * ud, ud);
   }
@@ -193,6 +198,7 @@ void run_attention(const KVCache& cache, int layer, std::span<const QueryGroup> 
       run.kernel = &kernel;
       run.scorer = scorer.get();
       run.q = w.q.data();
+      run.kernel_scratch = w.kernel.data() + (64 - reinterpret_cast<uintptr_t>(w.kernel.data()) % 64) % 64;
       run.pages = gp.view.pages.subspan(piece.begin, piece.end - piece.begin);
       run.first_token = piece.begin * T;
       run.kv_head = groups[piece.group].kv_head;

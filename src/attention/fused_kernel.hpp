@@ -37,7 +37,9 @@ namespace {
 //   load_f16(p): W fp16 values; load_i(p): W 32-bit lanes; nibble<J>(x): nibble J of each lane as a signed float;
 //   hmax(x), hsum(x), first(x) (lane 0); exp(x) (0 below -87.3, for x <= 88); mask_tail(x, n): lanes >= n set to -inf;
 //   transpose_sum(v): lane t = the sum of the W lanes of v[t W .. t W + W - 1]; prefetch(p) into L2;
-//   kAccumulators: vectors a loop may keep accumulating in registers; kMaxQ: queries per pass (8 or 4).
+//   kAccumulators: vectors a loop may keep accumulating in registers; kMaxQ: queries per pass (8 or 4);
+//   kVnni: int4 keys by integer dot products, with dpbusd(acc, u8 lanes, 4 s8 broadcast from memory), xor_i, and_i,
+//   srl4 (32-bit lanes >> 4), sub_i (broadcast int32 from memory) and cvt (int32 -> fp32).
 
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 
@@ -123,6 +125,91 @@ void key_scores_int4(const KernelArgs& a, const float* q, const uint8_t* block, 
         V::store(si, g == 0 ? V::mul(scale, dg) : V::fma(scale, dg, V::load(si)));
       }
     }
+    pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
+  }
+}
+
+// ---- int4 keys by integer dot products (V::kVnni) ---------------------------------------------------------------
+// Each query in 24-bit fixed point, q_c ~ S (D0 2^16 + D1 2^8 + D2) with signed 8-bit digits: three dot products of
+// 64 u8 x s8 products each take the place of four fp32 FMAs of 16. The codes enter as code + 8 (0..15, unsigned);
+// per group and digit, 8 x the group's digit sum is subtracted in int32, and the three exact partial sums are
+// joined in fp32. The rounding of q to 24 bits (2^-24 of its largest element) is that of an fp32 dot product.
+//
+// Prepared queries in the kernel's scratch, per query i: digits [d/8 chunks][3 digits][even, odd channels][4] int8
+// at i * 3d; then corrections [n_q][groups][3] int32; then the scales S [n_q] float.
+constexpr int32_t kDigitsMax = (1 << 23) - (1 << 16);  // |q / S| <= this keeps the top digit in [-127, 127]
+
+struct VnniQueries {
+  const int8_t* digits;
+  const int32_t* corrections;
+  const float* scales;
+};
+
+[[maybe_unused]] VnniQueries prepare_vnni_queries(const KernelArgs& a) {
+  const int d = a.d, G = a.key_group, groups = d / G, n_q = a.n_q;
+  auto* digits = reinterpret_cast<int8_t*>(a.scratch);
+  auto* corrections = reinterpret_cast<int32_t*>(a.scratch + static_cast<size_t>(n_q) * 3 * d);
+  auto* scales = reinterpret_cast<float*>(corrections + static_cast<size_t>(n_q) * groups * 3);
+  for (int i = 0; i < n_q; ++i) {
+    const float* q = a.q + static_cast<size_t>(i) * d;
+    float amax = 0;
+    for (int c = 0; c < d; ++c) amax = amax > q[c] ? (amax > -q[c] ? amax : -q[c]) : q[c];
+    const float scale = amax > 0 ? amax / kDigitsMax : 1.0f;
+    scales[i] = scale;
+    int32_t* corr = corrections + static_cast<size_t>(i) * groups * 3;
+    for (int k = 0; k < groups * 3; ++k) corr[k] = 0;
+    for (int c = 0; c < d; ++c) {
+      const float x = q[c] / scale;  // |x| <= kDigitsMax
+      const int32_t fixed = static_cast<int32_t>(x < 0 ? x - 0.5f : x + 0.5f);
+      const int32_t d2 = ((fixed + 128) & 255) - 128, rest = (fixed - d2) / 256;
+      const int32_t d1 = ((rest + 128) & 255) - 128, d0 = (rest - d1) / 256;
+      const int32_t digit[3] = {d0, d1, d2};
+      for (int k = 0; k < 3; ++k) {
+        digits[static_cast<size_t>(i) * 3 * d + (c / 8) * 24 + k * 8 + (c % 2) * 4 + (c % 8) / 2] =
+            static_cast<int8_t>(digit[k]);
+        corr[(c / G) * 3 + k] += 8 * digit[k];
+      }
+    }
+  }
+  return {digits, corrections, scales};
+}
+
+template <class V, int NQ>
+void key_scores_int4_vnni(const KernelArgs& a, const VnniQueries& vq, int i0, const uint8_t* block, Prefetch<V>& pf,
+                          float* s) {
+  constexpr int W = V::W;
+  const int d = a.d, T = a.T, G = a.key_group, groups = d / G, tiles = d / 8, n_vec = T / W;
+  const uint8_t* scales = block + a.key_scales_offset;
+  const int8_t* digits = vq.digits + static_cast<size_t>(i0) * 3 * d;
+  const int32_t* corrections = vq.corrections + static_cast<size_t>(i0) * groups * 3;
+  for (int vec = 0; vec < n_vec; ++vec) {
+    const int tok = vec * W;
+    const uint8_t* lanes = block + static_cast<size_t>(tok / 16) * tiles * 64 + 4 * (tok % 16);
+    for (int g = 0; g < groups; ++g) {
+      typename V::I acc[NQ][3];
+      for (int i = 0; i < NQ; ++i)
+        for (int k = 0; k < 3; ++k) acc[i][k] = V::zero_i();
+      for (int c8 = g * G / 8; c8 < (g + 1) * G / 8; ++c8) {
+        const auto u = V::xor_i(V::load_i(lanes + 64 * c8), 0x88888888u);  // two's complement -> code + 8
+        const auto even = V::and_i(u, 0x0F0F0F0Fu), odd = V::and_i(V::srl4(u), 0x0F0F0F0Fu);
+        for (int i = 0; i < NQ; ++i)
+          for (int k = 0; k < 3; ++k) {
+            const int8_t* qd = digits + static_cast<size_t>(i) * 3 * d + c8 * 24 + k * 8;
+            acc[i][k] = V::dpbusd(V::dpbusd(acc[i][k], even, qd), odd, qd + 4);
+          }
+      }
+      const auto scale = V::load_f16(scales + 2 * ((static_cast<size_t>(tok / 16) * groups + g) * 16 + tok % 16));
+      for (int i = 0; i < NQ; ++i) {
+        const int32_t* corr = corrections + (static_cast<size_t>(i) * groups + g) * 3;
+        const auto d1d2 =
+            V::fma(V::cvt(V::sub_i(acc[i][1], corr + 1)), V::set1(256.0f), V::cvt(V::sub_i(acc[i][2], corr + 2)));
+        const auto dot = V::fma(V::cvt(V::sub_i(acc[i][0], corr)), V::set1(65536.0f), d1d2);
+        float* si = s + i * T + tok;
+        V::store(si, g == 0 ? V::mul(scale, dot) : V::fma(scale, dot, V::load(si)));
+      }
+    }
+    for (int i = 0; i < NQ; ++i)
+      V::store(s + i * T + tok, V::mul(V::load(s + i * T + tok), V::set1(vq.scales[i0 + i])));
     pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
   }
 }
@@ -239,7 +326,8 @@ void softmax_row(const KernelArgs& a, int seen, float* s, float& m, float& l, fl
 }
 
 template <class V, BlockFormat K, BlockFormat VF, int NQ>
-void page_pass(const KernelArgs& a, int i0, size_t base, const uint8_t* page, const uint8_t* next_page) {
+void page_pass(const KernelArgs& a, const VnniQueries& vq, int i0, size_t base, const uint8_t* page,
+               const uint8_t* next_page) {
   const int d = a.d, T = a.T;
   int seen[NQ];
   bool any = false;
@@ -256,6 +344,8 @@ void page_pass(const KernelArgs& a, int i0, size_t base, const uint8_t* page, co
   Prefetch<V> pf{next_page ? next_page + a.key_offset : nullptr, key_block_bytes(a, K)};
   if constexpr (K == BlockFormat::f16) {
     key_scores_f16<V, NQ>(a, q, page + a.key_offset, pf, s);
+  } else if constexpr (V::kVnni) {
+    key_scores_int4_vnni<V, NQ>(a, vq, i0, page + a.key_offset, pf, s);
   } else {
     key_scores_int4<V, NQ>(a, q, page + a.key_offset, pf, s);
   }
@@ -271,6 +361,8 @@ void page_pass(const KernelArgs& a, int i0, size_t base, const uint8_t* page, co
 template <class V, BlockFormat K, BlockFormat VF>
 void attend(const KernelArgs& a) {
   const size_t T = static_cast<size_t>(a.T);
+  VnniQueries vq{};
+  if constexpr (V::kVnni && K == BlockFormat::int4) vq = prepare_vnni_queries(a);
   for (size_t j = 0; j < a.n_pages; ++j) {
     const uint8_t* page = a.pool + a.page_bytes * a.pages[j];
     const uint8_t* next = j + 1 < a.n_pages ? a.pool + a.page_bytes * a.pages[j + 1] : nullptr;
@@ -278,10 +370,10 @@ void attend(const KernelArgs& a) {
     // Passes of kMaxQ, 4, 2, 1 queries; the first prefetches the next page, the others find this one cached.
     int i0 = 0;
     for (; i0 + V::kMaxQ <= a.n_q; i0 += V::kMaxQ, next = nullptr)
-      page_pass<V, K, VF, V::kMaxQ>(a, i0, base, page, next);
-    if (V::kMaxQ > 4 && i0 + 4 <= a.n_q) page_pass<V, K, VF, 4>(a, i0, base, page, next), i0 += 4, next = nullptr;
-    if (i0 + 2 <= a.n_q) page_pass<V, K, VF, 2>(a, i0, base, page, next), i0 += 2, next = nullptr;
-    if (i0 < a.n_q) page_pass<V, K, VF, 1>(a, i0, base, page, next);
+      page_pass<V, K, VF, V::kMaxQ>(a, vq, i0, base, page, next);
+    if (V::kMaxQ > 4 && i0 + 4 <= a.n_q) page_pass<V, K, VF, 4>(a, vq, i0, base, page, next), i0 += 4, next = nullptr;
+    if (i0 + 2 <= a.n_q) page_pass<V, K, VF, 2>(a, vq, i0, base, page, next), i0 += 2, next = nullptr;
+    if (i0 < a.n_q) page_pass<V, K, VF, 1>(a, vq, i0, base, page, next);
   }
 }
 

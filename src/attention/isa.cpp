@@ -15,6 +15,8 @@ const char* isa_name(Isa isa) {
       return "avx2";
     case Isa::avx512:
       return "avx512";
+    case Isa::avx512vnni:
+      return "avx512vnni";
   }
   return "?";
 }
@@ -29,6 +31,8 @@ bool cpu_supports(Isa isa) {
     case Isa::avx512:
       return cpu_supports(Isa::avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    case Isa::avx512vnni:
+      return cpu_supports(Isa::avx512) && __builtin_cpu_supports("avx512vnni");
   }
   return false;
 #else
@@ -37,20 +41,20 @@ bool cpu_supports(Isa isa) {
 }
 
 Isa best_isa() {
-  for (Isa isa : {Isa::avx512, Isa::avx2})
+  for (Isa isa : {Isa::avx512vnni, Isa::avx512, Isa::avx2})
     if (cpu_supports(isa)) return isa;
   return Isa::scalar;
 }
 
 Isa resolve_isa(std::string_view request) {
   if (request.empty()) return best_isa();
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512vnni}) {
     if (request != isa_name(isa)) continue;
     KVQ_CHECK(cpu_supports(isa), "KVQ_ISA=", request, ": this CPU lacks the instruction set (best here: ",
               isa_name(best_isa()), ")");
     return isa;
   }
-  throw Error("KVQ_ISA=" + std::string(request) + ": unknown instruction set (use scalar, avx2 or avx512)");
+  throw Error("KVQ_ISA=" + std::string(request) + ": unknown instruction set (use scalar, avx2, avx512 or avx512vnni)");
 }
 
 Isa active_isa() {

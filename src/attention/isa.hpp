@@ -6,10 +6,10 @@
 namespace kvq::detail {
 
 /// Kernel instruction sets, each a superset of the one before (on x86).
-/// avx2: AVX2 + FMA + F16C. avx512: AVX-512 F, BW, VL and DQ as well.
-enum class Isa { scalar, avx2, avx512 };
+/// avx2: AVX2 + FMA + F16C. avx512: AVX-512 F, BW, VL and DQ as well. avx512vnni: and AVX512-VNNI.
+enum class Isa { scalar, avx2, avx512, avx512vnni };
 
-/// "scalar", "avx2" or "avx512".
+/// "scalar", "avx2", "avx512" or "avx512vnni".
 const char* isa_name(Isa isa);
 /// Whether this CPU runs kernels of `isa` (scalar always; never avx2/avx512 off x86).
 bool cpu_supports(Isa isa);

@@ -32,7 +32,13 @@ struct KernelArgs {
   float* m = nullptr;               ///< n_q running maxima (-inf: no token yet)
   float* l = nullptr;               ///< n_q running sums of exp(s - m)
   float* o = nullptr;               ///< n_q x d unnormalized outputs in the value codec's space, value lambda left out
+  uint8_t* scratch = nullptr;       ///< kernel_scratch_bytes(n_q, d) bytes, 64-byte aligned, for the kernel's own use
 };
+
+/// Scratch a kernel may use per run (queries prepared in its own format).
+constexpr size_t kernel_scratch_bytes(int n_q, int d) {
+  return static_cast<size_t>(n_q) * (4 * static_cast<size_t>(d) + 256);
+}
 
 /// The largest page a fused kernel takes (its scratch lives on the stack).
 constexpr int kMaxTokens = 128;
@@ -47,6 +53,9 @@ namespace avx2 {
 KernelFn fused_kernel(BlockFormat key, BlockFormat value);
 }
 namespace avx512 {
+KernelFn fused_kernel(BlockFormat key, BlockFormat value);
+}
+namespace avx512vnni {
 KernelFn fused_kernel(BlockFormat key, BlockFormat value);
 }
 

@@ -11,6 +11,7 @@ namespace {
 
 struct Avx2 {
   static constexpr int W = 8, kAccumulators = 8, kMaxQ = 4;
+  static constexpr bool kVnni = false;
   using F = __m256;
   using I = __m256i;
 

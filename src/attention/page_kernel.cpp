@@ -31,6 +31,8 @@ KernelFn fused_kernel(Isa isa, BlockFormat key, BlockFormat value) {
       return avx2::fused_kernel(key, value);
     case Isa::avx512:
       return avx512::fused_kernel(key, value);
+    case Isa::avx512vnni:
+      return avx512vnni::fused_kernel(key, value);
   }
   return nullptr;
 }

@@ -56,6 +56,7 @@ void attend_fused(const PageRun& run) {
   a.m = run.scores;  // n_q x T floats of scratch hold the n_q maxima and sums
   a.l = run.scores + n_q;
   a.o = run.states[0].o.data();
+  a.scratch = run.kernel_scratch;
   for (size_t i = 0; i < n_q; ++i) {
     KVQ_CHECK(run.states[i].empty(), "attention: a fused page run starts from empty states");
     a.m[i] = run.states[i].m;

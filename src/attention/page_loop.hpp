@@ -20,6 +20,7 @@ struct PageRun {
   const PageKernel* kernel = nullptr;  ///< select_page_kernel's choice for the codecs
   Scorer* scorer = nullptr;  ///< generic kernel: prepared by key_codec for the n_q queries, the softmax scale folded in
   const float* q = nullptr;  ///< fused kernel: the n_q queries from prepare_kernel_queries, the scale folded in
+  uint8_t* kernel_scratch = nullptr;  ///< fused kernel: kernel_scratch_bytes(n_q, d) bytes, 64-byte aligned
   std::span<const PageId> pages;  ///< the pages, in token order
   size_t first_token = 0;         ///< position of the first token of pages[0]
   int kv_head = 0;
