@@ -135,8 +135,9 @@ void key_scores_int4(const KernelArgs& a, const float* q, const uint8_t* block, 
 // per group and digit, 8 x the group's digit sum is subtracted in int32, and the three exact partial sums are
 // joined in fp32. The rounding of q to 24 bits (2^-24 of its largest element) is that of an fp32 dot product.
 //
-// Prepared queries in the kernel's scratch, per query i: digits [d/8 chunks][3 digits][even, odd channels][4] int8
-// at i * 3d; then corrections [n_q][groups][3] int32; then the scales S [n_q] float.
+// Prepared queries in the kernel's scratch: digits [d/8 chunks of 8 channels][n_q][3 digits][even, odd channels][4]
+// int8 (a pass's digits for one chunk at fixed offsets from one pointer); then corrections [n_q][groups][3] int32;
+// then the scales S [n_q] float.
 constexpr int32_t kDigitsMax = (1 << 23) - (1 << 16);  // |q / S| <= this keeps the top digit in [-127, 127]
 
 struct VnniQueries {
@@ -165,7 +166,7 @@ struct VnniQueries {
       const int32_t d1 = ((rest + 128) & 255) - 128, d0 = (rest - d1) / 256;
       const int32_t digit[3] = {d0, d1, d2};
       for (int k = 0; k < 3; ++k) {
-        digits[static_cast<size_t>(i) * 3 * d + (c / 8) * 24 + k * 8 + (c % 2) * 4 + (c % 8) / 2] =
+        digits[(static_cast<size_t>(c / 8) * n_q + i) * 24 + k * 8 + (c % 2) * 4 + (c % 8) / 2] =
             static_cast<int8_t>(digit[k]);
         corr[(c / G) * 3 + k] += 8 * digit[k];
       }
@@ -180,7 +181,8 @@ void key_scores_int4_vnni(const KernelArgs& a, const VnniQueries& vq, int i0, co
   constexpr int W = V::W;
   const int d = a.d, T = a.T, G = a.key_group, groups = d / G, tiles = d / 8, n_vec = T / W;
   const uint8_t* scales = block + a.key_scales_offset;
-  const int8_t* digits = vq.digits + static_cast<size_t>(i0) * 3 * d;
+  const int8_t* digits = vq.digits + static_cast<size_t>(i0) * 24;
+  const size_t chunk_stride = static_cast<size_t>(a.n_q) * 24;
   const int32_t* corrections = vq.corrections + static_cast<size_t>(i0) * groups * 3;
   for (int vec = 0; vec < n_vec; ++vec) {
     const int tok = vec * W;
@@ -192,11 +194,9 @@ void key_scores_int4_vnni(const KernelArgs& a, const VnniQueries& vq, int i0, co
       for (int c8 = g * G / 8; c8 < (g + 1) * G / 8; ++c8) {
         const auto u = V::xor_i(V::load_i(lanes + 64 * c8), 0x88888888u);  // two's complement -> code + 8
         const auto even = V::and_i(u, 0x0F0F0F0Fu), odd = V::and_i(V::srl4(u), 0x0F0F0F0Fu);
+        const int8_t* qd = digits + c8 * chunk_stride;
         for (int i = 0; i < NQ; ++i)
-          for (int k = 0; k < 3; ++k) {
-            const int8_t* qd = digits + static_cast<size_t>(i) * 3 * d + c8 * 24 + k * 8;
-            acc[i][k] = V::dpbusd(V::dpbusd(acc[i][k], even, qd), odd, qd + 4);
-          }
+          for (int k = 0; k < 3; ++k) acc[i][k] = V::dpbusd(V::dpbusd(acc[i][k], even, qd + i * 24 + k * 8), odd, qd + i * 24 + k * 8 + 4);
       }
       const auto scale = V::load_f16(scales + 2 * ((static_cast<size_t>(tok / 16) * groups + g) * 16 + tok % 16));
       for (int i = 0; i < NQ; ++i) {
