@@ -39,7 +39,7 @@ namespace {
 //   transpose_sum(v): lane t = the sum of the W lanes of v[t W .. t W + W - 1]; prefetch(p) into L2;
 //   kAccumulators: vectors a loop may keep accumulating in registers; kMaxQ: queries per pass (8 or 4);
 //   kVnni: int4 keys by integer dot products, with dpbusd(acc, u8 lanes, 4 s8 broadcast from memory), xor_i, and_i,
-//   srl4 (32-bit lanes >> 4), sub_i (broadcast int32 from memory) and cvt (int32 -> fp32).
+//   srl4 and sll8 (32-bit lanes shifted), add_i, sub_i (an int32 broadcast from memory) and cvt (int32 -> fp32).
 
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 
@@ -131,13 +131,14 @@ void key_scores_int4(const KernelArgs& a, const float* q, const uint8_t* block, 
 
 // ---- int4 keys by integer dot products (V::kVnni) ---------------------------------------------------------------
 // Each query in 24-bit fixed point, q_c ~ S (D0 2^16 + D1 2^8 + D2) with signed 8-bit digits: three dot products of
-// 64 u8 x s8 products each take the place of four fp32 FMAs of 16. The codes enter as code + 8 (0..15, unsigned);
-// per group and digit, 8 x the group's digit sum is subtracted in int32, and the three exact partial sums are
-// joined in fp32. The rounding of q to 24 bits (2^-24 of its largest element) is that of an fp32 dot product.
+// 64 u8 x s8 products each take the place of four fp32 FMAs of 16. The codes enter as code + 8 (0..15, unsigned).
+// Per group, the digit sums P0, P1, P2 are joined exactly: 256 P0 + P1 in int32 (|P| <= 15 * 127 * 64), less the
+// offset's share 8 (256 sum D0 + sum D1); then in fp32, 256 x that + P2 - 8 sum D2, each term exact. The rounding of
+// q to 24 bits (2^-24 of its largest element) is that of an fp32 dot product.
 //
 // Prepared queries in the kernel's scratch: digits [d/8 chunks of 8 channels][n_q][3 digits][even, odd channels][4]
-// int8 (a pass's digits for one chunk at fixed offsets from one pointer); then corrections [n_q][groups][3] int32;
-// then the scales S [n_q] float.
+// int8 (a pass's digits for one chunk at fixed offsets from one pointer); then the offset corrections
+// [n_q][groups][2] int32 (8 (256 sum D0 + sum D1), 8 sum D2); then the scales S [n_q] float.
 constexpr int32_t kDigitsMax = (1 << 23) - (1 << 16);  // |q / S| <= this keeps the top digit in [-127, 127]
 
 struct VnniQueries {
@@ -150,26 +151,26 @@ struct VnniQueries {
   const int d = a.d, G = a.key_group, groups = d / G, n_q = a.n_q;
   auto* digits = reinterpret_cast<int8_t*>(a.scratch);
   auto* corrections = reinterpret_cast<int32_t*>(a.scratch + static_cast<size_t>(n_q) * 3 * d);
-  auto* scales = reinterpret_cast<float*>(corrections + static_cast<size_t>(n_q) * groups * 3);
+  auto* scales = reinterpret_cast<float*>(corrections + static_cast<size_t>(n_q) * groups * 2);
   for (int i = 0; i < n_q; ++i) {
     const float* q = a.q + static_cast<size_t>(i) * d;
     float amax = 0;
     for (int c = 0; c < d; ++c) amax = amax > q[c] ? (amax > -q[c] ? amax : -q[c]) : q[c];
     const float scale = amax > 0 ? amax / kDigitsMax : 1.0f;
     scales[i] = scale;
-    int32_t* corr = corrections + static_cast<size_t>(i) * groups * 3;
-    for (int k = 0; k < groups * 3; ++k) corr[k] = 0;
+    int32_t* corr = corrections + static_cast<size_t>(i) * groups * 2;
+    for (int k = 0; k < groups * 2; ++k) corr[k] = 0;
     for (int c = 0; c < d; ++c) {
       const float x = q[c] / scale;  // |x| <= kDigitsMax
       const int32_t fixed = static_cast<int32_t>(x < 0 ? x - 0.5f : x + 0.5f);
       const int32_t d2 = ((fixed + 128) & 255) - 128, rest = (fixed - d2) / 256;
       const int32_t d1 = ((rest + 128) & 255) - 128, d0 = (rest - d1) / 256;
       const int32_t digit[3] = {d0, d1, d2};
-      for (int k = 0; k < 3; ++k) {
+      for (int k = 0; k < 3; ++k)
         digits[(static_cast<size_t>(c / 8) * n_q + i) * 24 + k * 8 + (c % 2) * 4 + (c % 8) / 2] =
             static_cast<int8_t>(digit[k]);
-        corr[(c / G) * 3 + k] += 8 * digit[k];
-      }
+      corr[(c / G) * 2] += 8 * (256 * d0 + d1);
+      corr[(c / G) * 2 + 1] += 8 * d2;
     }
   }
   return {digits, corrections, scales};
@@ -183,10 +184,12 @@ void key_scores_int4_vnni(const KernelArgs& a, const VnniQueries& vq, int i0, co
   const uint8_t* scales = block + a.key_scales_offset;
   const int8_t* digits = vq.digits + static_cast<size_t>(i0) * 24;
   const size_t chunk_stride = static_cast<size_t>(a.n_q) * 24;
-  const int32_t* corrections = vq.corrections + static_cast<size_t>(i0) * groups * 3;
+  const int32_t* corrections = vq.corrections + static_cast<size_t>(i0) * groups * 2;
   for (int vec = 0; vec < n_vec; ++vec) {
     const int tok = vec * W;
     const uint8_t* lanes = block + static_cast<size_t>(tok / 16) * tiles * 64 + 4 * (tok % 16);
+    typename V::F sc[NQ];
+    for (int i = 0; i < NQ; ++i) sc[i] = V::zero();
     for (int g = 0; g < groups; ++g) {
       typename V::I acc[NQ][3];
       for (int i = 0; i < NQ; ++i)
@@ -200,16 +203,13 @@ void key_scores_int4_vnni(const KernelArgs& a, const VnniQueries& vq, int i0, co
       }
       const auto scale = V::load_f16(scales + 2 * ((static_cast<size_t>(tok / 16) * groups + g) * 16 + tok % 16));
       for (int i = 0; i < NQ; ++i) {
-        const int32_t* corr = corrections + (static_cast<size_t>(i) * groups + g) * 3;
-        const auto d1d2 =
-            V::fma(V::cvt(V::sub_i(acc[i][1], corr + 1)), V::set1(256.0f), V::cvt(V::sub_i(acc[i][2], corr + 2)));
-        const auto dot = V::fma(V::cvt(V::sub_i(acc[i][0], corr)), V::set1(65536.0f), d1d2);
-        float* si = s + i * T + tok;
-        V::store(si, g == 0 ? V::mul(scale, dot) : V::fma(scale, dot, V::load(si)));
+        const int32_t* corr = corrections + (static_cast<size_t>(i) * groups + g) * 2;
+        const auto p01 = V::sub_i(V::add_i(V::sll8(acc[i][0]), acc[i][1]), corr);
+        const auto dot = V::fma(V::cvt(p01), V::set1(256.0f), V::cvt(V::sub_i(acc[i][2], corr + 1)));
+        sc[i] = V::fma(scale, dot, sc[i]);
       }
     }
-    for (int i = 0; i < NQ; ++i)
-      V::store(s + i * T + tok, V::mul(V::load(s + i * T + tok), V::set1(vq.scales[i0 + i])));
+    for (int i = 0; i < NQ; ++i) V::store(s + i * T + tok, V::mul(sc[i], V::set1(vq.scales[i0 + i])));
     pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
   }
 }

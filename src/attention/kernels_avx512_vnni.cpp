@@ -16,6 +16,8 @@ struct Avx512Vnni : Avx512 {
   static I xor_i(I x, uint32_t k) { return _mm512_xor_si512(x, _mm512_set1_epi32(static_cast<int>(k))); }
   static I and_i(I x, uint32_t k) { return _mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(k))); }
   static I srl4(I x) { return _mm512_srli_epi32(x, 4); }
+  static I sll8(I x) { return _mm512_slli_epi32(x, 8); }
+  static I add_i(I x, I y) { return _mm512_add_epi32(x, y); }
   static I sub_i(I x, const int32_t* k) { return _mm512_sub_epi32(x, _mm512_set1_epi32(*k)); }
   static F cvt(I x) { return _mm512_cvtepi32_ps(x); }
   // acc += per 32-bit lane, the 4 products of its u8 bytes with the 4 s8 at s8x4. In assembly so that the broadcast
