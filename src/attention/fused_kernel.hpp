@@ -18,6 +18,7 @@
 //   f16 values: token-major rows, W channels a vector, the weight broadcast.
 //   int4 values: tiles of 8 tokens x 16 channels, one lane per channel; the weight of token t for channel group g is
 //     p_t * s_t,g, formed once per page and group.
+// f16 elements become floats without vcvtph2ps where the head dimension allows (f16_split below).
 // An int4 nibble becomes a float in three operations: shift it to the top of its lane, shift it back arithmetically
 // (sign extension), convert.
 #pragma once
@@ -34,7 +35,8 @@ namespace {
 // V, the vector traits, provides:
 //   W lanes; float vector F, integer vector I; zero(), set1(x), load(p), store(p, x), fma(a, b, c) = a * b + c,
 //   fma1(a, const float* b, c) = a * broadcast(*b) + c, mul, sub, max;
-//   load_f16(p): W fp16 values; load_i(p): W 32-bit lanes; nibble<J>(x): nibble J of each lane as a signed float;
+//   load_f16(p): W fp16 values; f16_split(p, even, odd): 2W fp16 values as two vectors (even and odd elements),
+//   each value times 2^-112; load_i(p): W 32-bit lanes; nibble<J>(x): nibble J of each lane as a signed float;
 //   hmax(x), hsum(x), first(x) (lane 0); exp(x) (0 below -87.3, for x <= 88); mask_tail(x, n): lanes >= n set to -inf;
 //   transpose_sum(v): lane t = the sum of the W lanes of v[t W .. t W + W - 1]; prefetch(p) into L2;
 //   kAccumulators: vectors a loop may keep accumulating in registers; kMaxQ: queries per pass (8 or 4);
@@ -88,6 +90,59 @@ void key_scores_f16(const KernelArgs& a, const float* q, const uint8_t* block, P
         for (int u = 0; u < TT; ++u) {
           const auto k = V::load_f16(block + 2 * (static_cast<size_t>(t0 + tt + u) * d + c * W));
           for (int i = 0; i < NQ; ++i) acc[u][i] = V::fma(k, V::load(q + i * d + c * W), acc[u][i]);
+        }
+      for (int u = 0; u < TT; ++u)
+        for (int i = 0; i < NQ; ++i) V::store(part[i] + (tt + u) * W, acc[u][i]);
+      pf.step(static_cast<size_t>(t0 + tt), static_cast<size_t>(T));
+    }
+    for (int i = 0; i < NQ; ++i) V::store(s + i * T + t0, V::transpose_sum(part[i]));
+  }
+}
+
+// f16 by integer operations: on Zen 4 vcvtph2ps takes a slot of the FMA pipes, which the FMAs need. A 64-bit lane
+// pair of halves becomes two floats by moving each half's sign, exponent and mantissa to their fp32 places (two
+// shifts and a mask): the value times 2^-112, exactly, zero and subnormal halves included (the f16 codec stores no
+// Inf or NaN). The 2^112 is folded into the queries (keys; they must stay below 2^14 in magnitude) or the weights
+// (values), and the even and odd elements of each block of 2W land in separate vectors: the queries, and the value
+// accumulators, are kept in that permuted order (permute_blocks).
+constexpr float kTwo112 = 5.192296858534828e33f;  // 2^112
+constexpr float kSplitQueryMax = 16384.0f;          // 2^14: |q| 2^112 stays finite
+
+// rows x d floats in place: within each block of 2W, natural order <-> even elements then odd elements.
+template <int W>
+void permute_blocks(float* x, int rows, int d, bool to_split) {
+  float tmp[2 * W];
+  for (int r = 0; r < rows; ++r)
+    for (int b = 0; b < d; b += 2 * W) {
+      float* blk = x + static_cast<size_t>(r) * d + b;
+      for (int l = 0; l < W; ++l) {
+        if (to_split) {
+          tmp[l] = blk[2 * l], tmp[W + l] = blk[2 * l + 1];
+        } else {
+          tmp[2 * l] = blk[l], tmp[2 * l + 1] = blk[W + l];
+        }
+      }
+      std::memcpy(blk, tmp, sizeof(tmp));
+    }
+}
+
+// qs: the queries permuted and times 2^112.
+template <class V, int NQ>
+void key_scores_f16_split(const KernelArgs& a, const float* qs, const uint8_t* block, Prefetch<V>& pf, float* s) {
+  constexpr int W = V::W, TT = NQ <= 4 ? 2 : 1;
+  const int d = a.d, T = a.T;
+  alignas(64) float part[NQ][W * W];
+  for (int t0 = 0; t0 < T; t0 += W) {
+    for (int tt = 0; tt < W; tt += TT) {
+      typename V::F acc[TT][NQ];
+      for (int u = 0; u < TT; ++u)
+        for (int i = 0; i < NQ; ++i) acc[u][i] = V::zero();
+      for (int c = 0; c < d; c += 2 * W)
+        for (int u = 0; u < TT; ++u) {
+          typename V::F even, odd;
+          V::f16_split(block + 2 * (static_cast<size_t>(t0 + tt + u) * d + c), even, odd);
+          for (int i = 0; i < NQ; ++i)
+            acc[u][i] = V::fma(odd, V::load(qs + i * d + c + W), V::fma(even, V::load(qs + i * d + c), acc[u][i]));
         }
       for (int u = 0; u < TT; ++u)
         for (int i = 0; i < NQ; ++i) V::store(part[i] + (tt + u) * W, acc[u][i]);
@@ -251,6 +306,43 @@ void values_f16(const KernelArgs& a, const float* p, const uint8_t* block, Prefe
   pf.step(static_cast<size_t>(nv - 1), static_cast<size_t>(nv));
 }
 
+// pp: the weights times 2^112; o in permuted order; VS even.
+template <class V, int NQ, int VS>
+void values_f16_split_sweep(const KernelArgs& a, const float* pp, const uint8_t* block, int ch0, float* o) {
+  constexpr int W = V::W;
+  const int d = a.d, T = a.T;
+  typename V::F acc[VS][NQ];
+  for (int u = 0; u < VS; ++u)
+    for (int i = 0; i < NQ; ++i) acc[u][i] = V::load(o + i * d + ch0 + u * W);
+  for (int t = 0; t < T; ++t)
+    for (int b = 0; b < VS / 2; ++b) {
+      typename V::F even, odd;
+      V::f16_split(block + 2 * (static_cast<size_t>(t) * d + ch0 + 2 * W * b), even, odd);
+      for (int i = 0; i < NQ; ++i) {
+        acc[2 * b][i] = V::fma1(even, pp + i * T + t, acc[2 * b][i]);
+        acc[2 * b + 1][i] = V::fma1(odd, pp + i * T + t, acc[2 * b + 1][i]);
+      }
+    }
+  for (int u = 0; u < VS; ++u)
+    for (int i = 0; i < NQ; ++i) V::store(o + i * d + ch0 + u * W, acc[u][i]);
+}
+
+template <class V, int NQ>
+void values_f16_split(const KernelArgs& a, const float* p, const uint8_t* block, Prefetch<V>& pf, float* o) {
+  constexpr int W = V::W, VS = value_vectors<V, NQ>() < 2 ? 2 : value_vectors<V, NQ>();
+  const int d = a.d, T = a.T;
+  alignas(64) float pp[NQ * kMaxTokens];
+  for (int i = 0; i < NQ; ++i)
+    for (int t = 0; t < T; t += W) V::store(pp + i * T + t, V::mul(V::load(p + i * T + t), V::set1(kTwo112)));
+  int ch = 0;
+  for (; ch + VS * W <= d; ch += VS * W) {
+    values_f16_split_sweep<V, NQ, VS>(a, pp, block, ch, o);
+    pf.step(static_cast<size_t>(ch), static_cast<size_t>(d));
+  }
+  for (; ch < d; ch += 2 * W) values_f16_split_sweep<V, NQ, 2>(a, pp, block, ch, o);
+  pf.step(static_cast<size_t>(d - 1), static_cast<size_t>(d));
+}
+
 // One vector of W channels over the page's tokens; even and odd tokens accumulate apart (2 NQ chains), every
 // weight used once.
 template <class V, int NQ>
@@ -325,8 +417,16 @@ void softmax_row(const KernelArgs& a, int seen, float* s, float& m, float& l, fl
   l += V::hsum(sum);
 }
 
+// What a run prepares once: VNNI query digits (int4 keys), or the split f16 path's queries (f16 keys) and whether
+// the value accumulators are in split order (f16 values).
+struct RunPrep {
+  VnniQueries vq{};
+  const float* split_queries = nullptr;
+  bool split_values = false;
+};
+
 template <class V, BlockFormat K, BlockFormat VF, int NQ>
-void page_pass(const KernelArgs& a, const VnniQueries& vq, int i0, size_t base, const uint8_t* page,
+void page_pass(const KernelArgs& a, const RunPrep& prep, int i0, size_t base, const uint8_t* page,
                const uint8_t* next_page) {
   const int d = a.d, T = a.T;
   int seen[NQ];
@@ -343,16 +443,24 @@ void page_pass(const KernelArgs& a, const VnniQueries& vq, int i0, size_t base, 
 
   Prefetch<V> pf{next_page ? next_page + a.key_offset : nullptr, key_block_bytes(a, K)};
   if constexpr (K == BlockFormat::f16) {
-    key_scores_f16<V, NQ>(a, q, page + a.key_offset, pf, s);
+    if (prep.split_queries) {
+      key_scores_f16_split<V, NQ>(a, prep.split_queries + static_cast<size_t>(i0) * d, page + a.key_offset, pf, s);
+    } else {
+      key_scores_f16<V, NQ>(a, q, page + a.key_offset, pf, s);
+    }
   } else if constexpr (V::kVnni) {
-    key_scores_int4_vnni<V, NQ>(a, vq, i0, page + a.key_offset, pf, s);
+    key_scores_int4_vnni<V, NQ>(a, prep.vq, i0, page + a.key_offset, pf, s);
   } else {
     key_scores_int4<V, NQ>(a, q, page + a.key_offset, pf, s);
   }
   for (int i = 0; i < NQ; ++i) softmax_row<V>(a, seen[i], s + i * T, a.m[i0 + i], a.l[i0 + i], o + i * d);
   pf = {next_page ? next_page + a.value_offset : nullptr, value_block_bytes(a, VF)};
   if constexpr (VF == BlockFormat::f16) {
-    values_f16<V, NQ>(a, s, page + a.value_offset, pf, o);
+    if (prep.split_values) {
+      values_f16_split<V, NQ>(a, s, page + a.value_offset, pf, o);
+    } else {
+      values_f16<V, NQ>(a, s, page + a.value_offset, pf, o);
+    }
   } else {
     values_int4<V, NQ>(a, s, page + a.value_offset, pf, o);
   }
@@ -361,8 +469,24 @@ void page_pass(const KernelArgs& a, const VnniQueries& vq, int i0, size_t base, 
 template <class V, BlockFormat K, BlockFormat VF>
 void attend(const KernelArgs& a) {
   const size_t T = static_cast<size_t>(a.T);
-  VnniQueries vq{};
-  if constexpr (V::kVnni && K == BlockFormat::int4) vq = prepare_vnni_queries(a);
+  const bool splits = a.d % (2 * V::W) == 0;
+  RunPrep prep;
+  if constexpr (V::kVnni && K == BlockFormat::int4) prep.vq = prepare_vnni_queries(a);
+  if constexpr (K == BlockFormat::f16) {
+    const size_t n = static_cast<size_t>(a.n_q) * a.d;
+    float qmax = 0;
+    for (size_t c = 0; c < n; ++c) qmax = a.q[c] > qmax ? a.q[c] : -a.q[c] > qmax ? -a.q[c] : qmax;
+    if (splits && qmax < kSplitQueryMax) {
+      auto* qs = reinterpret_cast<float*>(a.scratch);
+      for (size_t c = 0; c < n; ++c) qs[c] = a.q[c] * kTwo112;
+      permute_blocks<V::W>(qs, a.n_q, a.d, true);
+      prep.split_queries = qs;
+    }
+  }
+  if constexpr (VF == BlockFormat::f16) {
+    prep.split_values = splits;
+    if (splits) permute_blocks<V::W>(a.o, a.n_q, a.d, true);
+  }
   for (size_t j = 0; j < a.n_pages; ++j) {
     const uint8_t* page = a.pool + a.page_bytes * a.pages[j];
     const uint8_t* next = j + 1 < a.n_pages ? a.pool + a.page_bytes * a.pages[j + 1] : nullptr;
@@ -370,11 +494,12 @@ void attend(const KernelArgs& a) {
     // Passes of kMaxQ, 4, 2, 1 queries; the first prefetches the next page, the others find this one cached.
     int i0 = 0;
     for (; i0 + V::kMaxQ <= a.n_q; i0 += V::kMaxQ, next = nullptr)
-      page_pass<V, K, VF, V::kMaxQ>(a, vq, i0, base, page, next);
-    if (V::kMaxQ > 4 && i0 + 4 <= a.n_q) page_pass<V, K, VF, 4>(a, vq, i0, base, page, next), i0 += 4, next = nullptr;
-    if (i0 + 2 <= a.n_q) page_pass<V, K, VF, 2>(a, vq, i0, base, page, next), i0 += 2, next = nullptr;
-    if (i0 < a.n_q) page_pass<V, K, VF, 1>(a, vq, i0, base, page, next);
+      page_pass<V, K, VF, V::kMaxQ>(a, prep, i0, base, page, next);
+    if (V::kMaxQ > 4 && i0 + 4 <= a.n_q) page_pass<V, K, VF, 4>(a, prep, i0, base, page, next), i0 += 4, next = nullptr;
+    if (i0 + 2 <= a.n_q) page_pass<V, K, VF, 2>(a, prep, i0, base, page, next), i0 += 2, next = nullptr;
+    if (i0 < a.n_q) page_pass<V, K, VF, 1>(a, prep, i0, base, page, next);
   }
+  if (prep.split_values) permute_blocks<V::W>(a.o, a.n_q, a.d, false);
 }
 
 template <class V>

@@ -27,6 +27,12 @@ struct Avx2 {
   static F max(F a, F b) { return _mm256_max_ps(a, b); }
   static F load_f16(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static I load_i(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  // Sign to bit 31, exponent and mantissa to bits 27..13 (bits 30..28 and 12..0 cleared): the fp32 bits of h 2^-112.
+  static void f16_split(const uint8_t* p, F& even, F& odd) {
+    const I x = load_i(p), mask = _mm256_set1_epi32(static_cast<int>(0x8FFFE000u));
+    even = _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(_mm256_slli_epi32(x, 16), 3), mask));
+    odd = _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(x, 3), mask));
+  }
 
   template <int J>
   static F nibble(I x) {

@@ -35,6 +35,12 @@ struct Avx512 {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
   static I load_i(const uint8_t* p) { return _mm512_loadu_si512(p); }
+  // Sign to bit 31, exponent and mantissa to bits 27..13 (bits 30..28 and 12..0 cleared): the fp32 bits of h 2^-112.
+  static void f16_split(const uint8_t* p, F& even, F& odd) {
+    const I x = _mm512_loadu_si512(p), mask = _mm512_set1_epi32(static_cast<int>(0x8FFFE000u));
+    even = _mm512_castsi512_ps(_mm512_and_si512(_mm512_srai_epi32(_mm512_slli_epi32(x, 16), 3), mask));
+    odd = _mm512_castsi512_ps(_mm512_and_si512(_mm512_srai_epi32(x, 3), mask));
+  }
 
   // Shifts and the conversion run beside the FMAs (Zen 4: not on the FMA pipes; a ternary-logic op would be).
   template <int J>
