@@ -59,13 +59,15 @@ struct Pair {
 const std::vector<Pair>& fused_pairs() {
   static const std::vector<Pair> pairs{{"f16", "f16", "fused_f16_f16"},
                                        {"int4", "int4", "fused_int4_int4"},
+                                       {"int8", "int8", "fused_int8_int8"},
                                        {"int4:16", "f16", "fused_int4_f16"},
                                        {"f16", "int4:64", "fused_f16_int4"},
-                                       {"int4:64,rot=identity", "int4:16", "fused_int4_int4"}};
+                                       {"int8:64", "int4:16", "fused_int8_int4"},
+                                       {"int4:64,rot=identity", "int8:16", "fused_int4_int8"}};
   return pairs;
 }
 
-// The kernel that runs for the pair under KVQ_ISA = isa: avx512vnni has int4 keys only, f16 keys fall back to avx512.
+// The kernel that runs for the pair under KVQ_ISA = isa: avx512vnni has int keys only, f16 keys fall back to avx512.
 std::string kernel_name(const Pair& pair, Isa isa) {
   const bool f16_keys = pair.kernel.rfind("fused_f16", 0) == 0;
   return pair.kernel + "_" + detail::isa_name(isa == Isa::avx512vnni && f16_keys ? Isa::avx512 : isa);
@@ -113,22 +115,24 @@ TEST(AttentionKernels, DecodeOfEveryIsaMatchesScalarKernelAndReference) {
     }
 }
 
-// Trained int4 codecs: lambda folded into the queries (keys) and applied after the page loop (values).
-TEST(AttentionKernels, TrainedInt4LambdasMatchReference) {
+// Trained int codecs: lambda folded into the queries (keys) and applied after the page loop (values).
+TEST(AttentionKernels, TrainedIntLambdasMatchReference) {
   KVQ_FRESH_SEED();
   const Shape shape{128, 64, 0, 2, 4, {500, 77}, true};
-  const Pair pair{"int4", "int4", "fused_int4_int4"};
-  const CacheConfig cfg = config_for(shape, pair.k, pair.v, seed);
-  Scenario sc{cfg, KVCache(cfg), {}, {}};
-  const Tokens train = make_tokens(cfg, 512, seed + 1, true);
-  sc.cache.train_layer(1, train.keys.data(), train.values.data(), 512 * static_cast<size_t>(shape.H));
-  ASSERT_FALSE(sc.cache.key_codec(1).state().empty()) << "training must give the int4 codec a lambda";
-  for (size_t i = 0; i < shape.lengths.size(); ++i) {
-    sc.ids.push_back(sc.cache.add_sequence());
-    sc.tokens.push_back(make_tokens(cfg, shape.lengths[i], seed + 2 + i, true));
-    append_range(sc.cache, sc.ids.back(), 1, sc.tokens.back(), 0, shape.lengths[i]);
+  for (const Pair& pair : {Pair{"int4", "int4", "fused_int4_int4"}, Pair{"int8", "int8", "fused_int8_int8"}}) {
+    SCOPED_TRACE(pair.k);
+    const CacheConfig cfg = config_for(shape, pair.k, pair.v, seed);
+    Scenario sc{cfg, KVCache(cfg), {}, {}};
+    const Tokens train = make_tokens(cfg, 512, seed + 1, true);
+    sc.cache.train_layer(1, train.keys.data(), train.values.data(), 512 * static_cast<size_t>(shape.H));
+    ASSERT_FALSE(sc.cache.key_codec(1).state().empty()) << "training must give the int codec a lambda";
+    for (size_t i = 0; i < shape.lengths.size(); ++i) {
+      sc.ids.push_back(sc.cache.add_sequence());
+      sc.tokens.push_back(make_tokens(cfg, shape.lengths[i], seed + 2 + i, true));
+      append_range(sc.cache, sc.ids.back(), 1, sc.tokens.back(), 0, shape.lengths[i]);
+    }
+    check_decode(sc, pair, shape, queries(shape, shape.lengths.size(), seed + 9), nullptr);
   }
-  check_decode(sc, pair, shape, queries(shape, shape.lengths.size(), seed + 9), nullptr);
 }
 
 // f16 blocks read by integer operations: zeros, subnormal halves and the largest halves decode exactly. Small and
@@ -167,6 +171,7 @@ TEST(AttentionKernels, PrefillOfEveryIsaMatchesCausalReference) {
     check_prefill({64, 64, 0, 1, 4, {200}, true}, "int4", "int4", seed, {1, 7, 64, 100}, {0, 63, 130, end});
     check_prefill({128, 128, 128, 2, 3, {333}, true}, "f16", "int4", seed + 1, {7, 100}, {5, 128, end});
     check_prefill({64, 64, 64, 1, 1, {150}, false}, "int4", "f16", seed + 2, {1, 64}, {0, end});
+    check_prefill({128, 64, 0, 1, 2, {150}, true}, "int8", "int8", seed + 3, {7, 64}, {0, end});
   }
 }
 
@@ -224,7 +229,7 @@ TEST(AttentionKernelsDispatch, UnknownIsaIsAnError) {
 
 TEST(AttentionKernelsDispatch, PairsWithoutAFusedKernelRunTheGenericLoop) {
   for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
-           {"int8", "int8"}, {"f32", "f16"}, {"f16", "bf16"}, {"int4", "int8"}, {"kivi:2", "int4"}}) {
+           {"f32", "f16"}, {"f16", "bf16"}, {"int8", "f32"}, {"kivi:2", "int4"}, {"int4", "kivi:4"}}) {
     CacheConfig cfg;
     cfg.key_codec = k;
     cfg.value_codec = v;

@@ -91,8 +91,8 @@ IntShape int_shape(const Codec& codec) {
   return {codec.spec().name == "int8" ? 8 : 4, codec.spec().arg(0, 32), codec.role() == Role::key};
 }
 
-// Code of token t, channel c, read as the layout documents: int8 a two's-complement byte, int4 a two's-complement
-// nibble in the lane of its key or value tile.
+// Code of token t, channel c, read as the layout documents: a two's-complement byte or nibble in the lane of its key
+// or value tile.
 int stored_int_code(const std::vector<uint8_t>& block, const IntShape& shape, int d, int t, int c) {
   const layout::IntGroup l = shape.layout(d);
   const size_t ut = static_cast<size_t>(t), uc = static_cast<size_t>(c);

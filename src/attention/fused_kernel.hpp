@@ -1,4 +1,4 @@
-// The fused page loop over f16 and int4 blocks, written once over an instruction set's vector traits V and
+// The fused page loop over f16, int8 and int4 blocks, written once over an instruction set's vector traits V and
 // included only by the per-ISA translation units (kernels_avx512.cpp, kernels_avx2.cpp), which compile it with their
 // target flags. Everything here has internal linkage (kernel_args.hpp says why).
 //
@@ -12,14 +12,14 @@
 // The formats (kvq/block_layout.hpp):
 //   f16 keys: token-major rows; each query's products with one token fill one vector, and W tokens' vectors are
 //     summed across lanes at once (transpose_sum).
-//   int4 keys: 64-byte tiles of 16 tokens x 8 channels, one 32-bit lane per token: a lane-wise nibble extract gives
+//   int keys: 64-byte tiles of 16 tokens x E = 32 / bits channels, one 32-bit lane per token: a lane-wise extract gives
 //     one channel of W tokens, scored against a broadcast query element; per channel group the dot products are
 //     multiplied by the W tokens' scales (one vector) and added to the scores.
 //   f16 values: token-major rows, W channels a vector, the weight broadcast.
-//   int4 values: tiles of 8 tokens x 16 channels, one lane per channel; the weight of token t for channel group g is
+//   int values: tiles of E tokens x 16 channels, one lane per channel; the weight of token t for channel group g is
 //     p_t * s_t,g, formed once per page and group.
 // f16 elements become floats without vcvtph2ps where the head dimension allows (f16_split below).
-// An int4 nibble becomes a float in three operations: shift it to the top of its lane, shift it back arithmetically
+// An int code becomes a float in three operations: shift it to the top of its lane, shift it back arithmetically
 // (sign extension), convert.
 #pragma once
 
@@ -36,21 +36,23 @@ namespace {
 //   W lanes; float vector F, integer vector I; zero(), set1(x), load(p), store(p, x), fma(a, b, c) = a * b + c,
 //   fma1(a, const float* b, c) = a * broadcast(*b) + c, mul, sub, max;
 //   load_f16(p): W fp16 values; f16_split(p, even, odd): 2W fp16 values as two vectors (even and odd elements),
-//   each value times 2^-112; load_i(p): W 32-bit lanes; nibble<J>(x): nibble J of each lane as a signed float;
+//   each value times 2^-112; load_i(p): W 32-bit lanes; element<Bits, J>(x): element J (Bits wide) of each lane as a signed float;
 //   hmax(x), hsum(x), first(x) (lane 0); exp(x) (0 below -87.3, for x <= 88); mask_tail(x, n): lanes >= n set to -inf;
 //   transpose_sum(v): lane t = the sum of the W lanes of v[t W .. t W + W - 1]; prefetch(p) into L2;
 //   kAccumulators: vectors a loop may keep accumulating in registers; kMaxQ: queries per pass (8 or 4);
-//   kVnni: int4 keys by integer dot products, with dpbusd(acc, u8 lanes, 4 s8 broadcast from memory), xor_i, and_i,
+//   kVnni: int keys by integer dot products, with dpbusd(acc, u8 lanes, 4 s8 broadcast from memory), xor_i, and_i,
 //   srl4 and sll8 (32-bit lanes shifted), add_i, sub_i (an int32 broadcast from memory) and cvt (int32 -> fp32).
 
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 
-// Calls f(std::integral_constant<int, J>) for J = 0..7: the nibble index must be a compile-time shift.
-template <class Fn>
-inline void for_nibbles(Fn&& f) {
+// Calls f(std::integral_constant<int, J>) for J = 0..E-1: the element index must be a compile-time shift.
+template <int E, class Fn>
+inline void for_elements(Fn&& f) {
   [&]<int... J>(std::integer_sequence<int, J...>) { (f(std::integral_constant<int, J>{}), ...); }
-  (std::make_integer_sequence<int, 8>{});
+  (std::make_integer_sequence<int, E>{});
 }
+
+constexpr int bits_of(BlockFormat f) { return f == BlockFormat::int8 ? 8 : 4; }
 
 // Prefetches the next page's block at the pace the current one is read: step(u, n) after unit u of n.
 template <class V>
@@ -154,10 +156,10 @@ void key_scores_f16_split(const KernelArgs& a, const float* qs, const uint8_t* b
 
 // One token vector (W tokens) at a time; even and odd channels accumulate apart (2 NQ independent chains), so that
 // every query element is used once and its broadcast rides in the FMA's memory operand.
-template <class V, int NQ>
-void key_scores_int4(const KernelArgs& a, const float* q, const uint8_t* block, Prefetch<V>& pf, float* s) {
-  constexpr int W = V::W;
-  const int d = a.d, T = a.T, G = a.key_group, groups = d / G, tiles = d / 8, n_vec = T / W;
+template <class V, int NQ, int Bits>
+void key_scores_int(const KernelArgs& a, const float* q, const uint8_t* block, Prefetch<V>& pf, float* s) {
+  constexpr int W = V::W, E = 32 / Bits;
+  const int d = a.d, T = a.T, G = a.key_group, groups = d / G, tiles = d / E, n_vec = T / W;
   const uint8_t* scales = block + a.key_scales_offset;
   for (int vec = 0; vec < n_vec; ++vec) {
     const int tok = vec * W;
@@ -166,11 +168,11 @@ void key_scores_int4(const KernelArgs& a, const float* q, const uint8_t* block, 
       typename V::F dot[2][NQ];
       for (int h = 0; h < 2; ++h)
         for (int i = 0; i < NQ; ++i) dot[h][i] = V::zero();
-      for (int k = g * G / 8; k < (g + 1) * G / 8; ++k) {
+      for (int k = g * G / E; k < (g + 1) * G / E; ++k) {
         const auto x = V::load_i(lanes + 64 * k);
-        for_nibbles([&](auto j) {
-          const auto f = V::template nibble<j>(x);
-          for (int i = 0; i < NQ; ++i) dot[j % 2][i] = V::fma1(f, q + i * d + 8 * k + j, dot[j % 2][i]);
+        for_elements<E>([&](auto j) {
+          const auto f = V::template element<Bits, j>(x);
+          for (int i = 0; i < NQ; ++i) dot[j % 2][i] = V::fma1(f, q + i * d + E * k + j, dot[j % 2][i]);
         });
       }
       const auto scale = V::load_f16(scales + 2 * ((static_cast<size_t>(tok / 16) * groups + g) * 16 + tok % 16));
@@ -184,16 +186,17 @@ void key_scores_int4(const KernelArgs& a, const float* q, const uint8_t* block, 
   }
 }
 
-// ---- int4 keys by integer dot products (V::kVnni) ---------------------------------------------------------------
+// ---- int keys by integer dot products (V::kVnni) ----------------------------------------------------------------
 // Each query in 24-bit fixed point, q_c ~ S (D0 2^16 + D1 2^8 + D2) with signed 8-bit digits: three dot products of
-// 64 u8 x s8 products each take the place of four fp32 FMAs of 16. The codes enter as code + 8 (0..15, unsigned).
-// Per group, the digit sums P0, P1, P2 are joined exactly: 256 P0 + P1 in int32 (|P| <= 15 * 127 * 64), less the
-// offset's share 8 (256 sum D0 + sum D1); then in fp32, 256 x that + P2 - 8 sum D2, each term exact. The rounding of
-// q to 24 bits (2^-24 of its largest element) is that of an fp32 dot product.
+// 64 u8 x s8 products each take the place of four fp32 FMAs of 16. The codes enter as code + offset (offset 8 for
+// int4, 128 for int8: unsigned bytes; an int4 lane splits into even and odd channels). Per group, the digit sums P0,
+// P1, P2 are joined in int32: 256 P0 + P1 (|P| <= 255 * 128 * 64), less the offset's share offset (256 sum D0 +
+// sum D1); then in fp32, 256 x that + P2 - offset sum D2, one rounding each. The rounding of q to 24 bits (2^-24 of
+// its largest element) is that of an fp32 dot product.
 //
-// Prepared queries in the kernel's scratch: digits [d/8 chunks of 8 channels][n_q][3 digits][even, odd channels][4]
-// int8 (a pass's digits for one chunk at fixed offsets from one pointer); then the offset corrections
-// [n_q][groups][2] int32 (8 (256 sum D0 + sum D1), 8 sum D2); then the scales S [n_q] float.
+// Prepared queries in the kernel's scratch: digits [d/E chunks of E channels][n_q][3 digits][E channels] int8 (int4:
+// the 8 channels as the 4 even, then the 4 odd; a pass's digits for one chunk sit at fixed offsets from one
+// pointer); then the offset corrections [n_q][groups][2] int32; then the scales S [n_q] float.
 constexpr int32_t kDigitsMax = (1 << 23) - (1 << 16);  // |q / S| <= this keeps the top digit in [-127, 127]
 
 struct VnniQueries {
@@ -202,7 +205,9 @@ struct VnniQueries {
   const float* scales;
 };
 
-[[maybe_unused]] VnniQueries prepare_vnni_queries(const KernelArgs& a) {
+template <int Bits>
+VnniQueries prepare_vnni_queries(const KernelArgs& a) {
+  constexpr int E = 32 / Bits, offset = 1 << (Bits - 1);
   const int d = a.d, G = a.key_group, groups = d / G, n_q = a.n_q;
   auto* digits = reinterpret_cast<int8_t*>(a.scratch);
   auto* corrections = reinterpret_cast<int32_t*>(a.scratch + static_cast<size_t>(n_q) * 3 * d);
@@ -221,24 +226,24 @@ struct VnniQueries {
       const int32_t d2 = ((fixed + 128) & 255) - 128, rest = (fixed - d2) / 256;
       const int32_t d1 = ((rest + 128) & 255) - 128, d0 = (rest - d1) / 256;
       const int32_t digit[3] = {d0, d1, d2};
+      const int slot = Bits == 4 ? (c % 2) * 4 + (c % 8) / 2 : c % 4;  // int4: even channels, then odd
       for (int k = 0; k < 3; ++k)
-        digits[(static_cast<size_t>(c / 8) * n_q + i) * 24 + k * 8 + (c % 2) * 4 + (c % 8) / 2] =
-            static_cast<int8_t>(digit[k]);
-      corr[(c / G) * 2] += 8 * (256 * d0 + d1);
-      corr[(c / G) * 2 + 1] += 8 * d2;
+        digits[(static_cast<size_t>(c / E) * n_q + i) * 3 * E + k * E + slot] = static_cast<int8_t>(digit[k]);
+      corr[(c / G) * 2] += offset * (256 * d0 + d1);
+      corr[(c / G) * 2 + 1] += offset * d2;
     }
   }
   return {digits, corrections, scales};
 }
 
-template <class V, int NQ>
-void key_scores_int4_vnni(const KernelArgs& a, const VnniQueries& vq, int i0, const uint8_t* block, Prefetch<V>& pf,
-                          float* s) {
-  constexpr int W = V::W;
-  const int d = a.d, T = a.T, G = a.key_group, groups = d / G, tiles = d / 8, n_vec = T / W;
+template <class V, int NQ, int Bits>
+void key_scores_int_vnni(const KernelArgs& a, const VnniQueries& vq, int i0, const uint8_t* block, Prefetch<V>& pf,
+                         float* s) {
+  constexpr int W = V::W, E = 32 / Bits;
+  const int d = a.d, T = a.T, G = a.key_group, groups = d / G, tiles = d / E, n_vec = T / W;
   const uint8_t* scales = block + a.key_scales_offset;
-  const int8_t* digits = vq.digits + static_cast<size_t>(i0) * 24;
-  const size_t chunk_stride = static_cast<size_t>(a.n_q) * 24;
+  const int8_t* digits = vq.digits + static_cast<size_t>(i0) * 3 * E;
+  const size_t chunk_stride = static_cast<size_t>(a.n_q) * 3 * E;
   const int32_t* corrections = vq.corrections + static_cast<size_t>(i0) * groups * 2;
   for (int vec = 0; vec < n_vec; ++vec) {
     const int tok = vec * W;
@@ -249,12 +254,21 @@ void key_scores_int4_vnni(const KernelArgs& a, const VnniQueries& vq, int i0, co
       typename V::I acc[NQ][3];
       for (int i = 0; i < NQ; ++i)
         for (int k = 0; k < 3; ++k) acc[i][k] = V::zero_i();
-      for (int c8 = g * G / 8; c8 < (g + 1) * G / 8; ++c8) {
-        const auto u = V::xor_i(V::load_i(lanes + 64 * c8), 0x88888888u);  // two's complement -> code + 8
-        const auto even = V::and_i(u, 0x0F0F0F0Fu), odd = V::and_i(V::srl4(u), 0x0F0F0F0Fu);
-        const int8_t* qd = digits + c8 * chunk_stride;
-        for (int i = 0; i < NQ; ++i)
-          for (int k = 0; k < 3; ++k) acc[i][k] = V::dpbusd(V::dpbusd(acc[i][k], even, qd + i * 24 + k * 8), odd, qd + i * 24 + k * 8 + 4);
+      for (int chunk = g * G / E; chunk < (g + 1) * G / E; ++chunk) {
+        const int8_t* qd = digits + chunk * chunk_stride;
+        if constexpr (Bits == 4) {
+          const auto u = V::xor_i(V::load_i(lanes + 64 * chunk), 0x88888888u);  // two's complement -> code + 8
+          const auto even = V::and_i(u, 0x0F0F0F0Fu), odd = V::and_i(V::srl4(u), 0x0F0F0F0Fu);
+          for (int i = 0; i < NQ; ++i)
+            for (int k = 0; k < 3; ++k) {
+              const int8_t* dk = qd + i * 24 + k * 8;
+              acc[i][k] = V::dpbusd(V::dpbusd(acc[i][k], even, dk), odd, dk + 4);
+            }
+        } else {
+          const auto u = V::xor_i(V::load_i(lanes + 64 * chunk), 0x80808080u);  // two's complement -> code + 128
+          for (int i = 0; i < NQ; ++i)
+            for (int k = 0; k < 3; ++k) acc[i][k] = V::dpbusd(acc[i][k], u, qd + i * 12 + k * 4);
+        }
       }
       const auto scale = V::load_f16(scales + 2 * ((static_cast<size_t>(tok / 16) * groups + g) * 16 + tok % 16));
       for (int i = 0; i < NQ; ++i) {
@@ -345,25 +359,25 @@ void values_f16_split(const KernelArgs& a, const float* p, const uint8_t* block,
 
 // One vector of W channels over the page's tokens; even and odd tokens accumulate apart (2 NQ chains), every
 // weight used once.
-template <class V, int NQ>
-void values_int4_vector(const KernelArgs& a, const float* ws, const uint8_t* block, int vec, float* o) {
-  constexpr int W = V::W;
+template <class V, int NQ, int Bits>
+void values_int_vector(const KernelArgs& a, const float* ws, const uint8_t* block, int vec, float* o) {
+  constexpr int W = V::W, E = 32 / Bits;
   const int d = a.d, T = a.T, tiles = d / 16, ch = vec * W;
   const uint8_t* lanes = block + 64 * (ch / 16) + 4 * (ch % 16);
   typename V::F acc[2][NQ];
   for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * d + ch), acc[1][i] = V::zero();
-  for (int oct = 0; oct < T / 8; ++oct) {
-    const auto x = V::load_i(lanes + static_cast<size_t>(oct) * tiles * 64);
-    for_nibbles([&](auto j) {
-      const auto f = V::template nibble<j>(x);
-      for (int i = 0; i < NQ; ++i) acc[j % 2][i] = V::fma1(f, ws + i * kMaxTokens + 8 * oct + j, acc[j % 2][i]);
+  for (int tile = 0; tile < T / E; ++tile) {
+    const auto x = V::load_i(lanes + static_cast<size_t>(tile) * tiles * 64);
+    for_elements<E>([&](auto j) {
+      const auto f = V::template element<Bits, j>(x);
+      for (int i = 0; i < NQ; ++i) acc[j % 2][i] = V::fma1(f, ws + i * kMaxTokens + E * tile + j, acc[j % 2][i]);
     });
   }
   for (int i = 0; i < NQ; ++i) V::store(o + i * d + ch, V::add(acc[0][i], acc[1][i]));
 }
 
-template <class V, int NQ>
-void values_int4(const KernelArgs& a, const float* p, const uint8_t* block, Prefetch<V>& pf, float* o) {
+template <class V, int NQ, int Bits>
+void values_int(const KernelArgs& a, const float* p, const uint8_t* block, Prefetch<V>& pf, float* o) {
   constexpr int W = V::W;
   const int d = a.d, T = a.T, G = a.value_group, groups = d / G;
   const uint8_t* scales = block + a.value_scales_offset;
@@ -373,7 +387,7 @@ void values_int4(const KernelArgs& a, const float* p, const uint8_t* block, Pref
       const auto scale = V::load_f16(scales + 2 * ((static_cast<size_t>(tok / 16) * groups + g) * 16 + tok % 16));
       for (int i = 0; i < NQ; ++i) V::store(ws[i] + tok, V::mul(scale, V::load(p + i * T + tok)));
     }
-    for (int vec = g * G / W; vec < (g + 1) * G / W; ++vec) values_int4_vector<V, NQ>(a, ws[0], block, vec, o);
+    for (int vec = g * G / W; vec < (g + 1) * G / W; ++vec) values_int_vector<V, NQ, Bits>(a, ws[0], block, vec, o);
     pf.step(static_cast<size_t>(g), static_cast<size_t>(groups));
   }
 }
@@ -417,7 +431,7 @@ void softmax_row(const KernelArgs& a, int seen, float* s, float& m, float& l, fl
   l += V::hsum(sum);
 }
 
-// What a run prepares once: VNNI query digits (int4 keys), or the split f16 path's queries (f16 keys) and whether
+// What a run prepares once: VNNI query digits (int keys), or the split f16 path's queries (f16 keys) and whether
 // the value accumulators are in split order (f16 values).
 struct RunPrep {
   VnniQueries vq{};
@@ -449,9 +463,9 @@ void page_pass(const KernelArgs& a, const RunPrep& prep, int i0, size_t base, co
       key_scores_f16<V, NQ>(a, q, page + a.key_offset, pf, s);
     }
   } else if constexpr (V::kVnni) {
-    key_scores_int4_vnni<V, NQ>(a, prep.vq, i0, page + a.key_offset, pf, s);
+    key_scores_int_vnni<V, NQ, bits_of(K)>(a, prep.vq, i0, page + a.key_offset, pf, s);
   } else {
-    key_scores_int4<V, NQ>(a, q, page + a.key_offset, pf, s);
+    key_scores_int<V, NQ, bits_of(K)>(a, q, page + a.key_offset, pf, s);
   }
   for (int i = 0; i < NQ; ++i) softmax_row<V>(a, seen[i], s + i * T, a.m[i0 + i], a.l[i0 + i], o + i * d);
   pf = {next_page ? next_page + a.value_offset : nullptr, value_block_bytes(a, VF)};
@@ -462,7 +476,7 @@ void page_pass(const KernelArgs& a, const RunPrep& prep, int i0, size_t base, co
       values_f16<V, NQ>(a, s, page + a.value_offset, pf, o);
     }
   } else {
-    values_int4<V, NQ>(a, s, page + a.value_offset, pf, o);
+    values_int<V, NQ, bits_of(VF)>(a, s, page + a.value_offset, pf, o);
   }
 }
 
@@ -471,7 +485,7 @@ void attend(const KernelArgs& a) {
   const size_t T = static_cast<size_t>(a.T);
   const bool splits = a.d % (2 * V::W) == 0;
   RunPrep prep;
-  if constexpr (V::kVnni && K == BlockFormat::int4) prep.vq = prepare_vnni_queries(a);
+  if constexpr (V::kVnni && K != BlockFormat::f16) prep.vq = prepare_vnni_queries<bits_of(K)>(a);
   if constexpr (K == BlockFormat::f16) {
     const size_t n = static_cast<size_t>(a.n_q) * a.d;
     float qmax = 0;
@@ -502,13 +516,36 @@ void attend(const KernelArgs& a) {
   if (prep.split_values) permute_blocks<V::W>(a.o, a.n_q, a.d, false);
 }
 
+template <class V, BlockFormat K>
+KernelFn fused_kernel_with_keys(BlockFormat value) {
+  using F = BlockFormat;
+  switch (value) {
+    case F::f16:
+      return attend<V, K, F::f16>;
+    case F::int8:
+      return attend<V, K, F::int8>;
+    case F::int4:
+      return attend<V, K, F::int4>;
+    case F::other:
+      break;
+  }
+  return nullptr;
+}
+
+// The kernel for every pair of f16, int8 and int4 blocks.
 template <class V>
 KernelFn fused_kernel_for(BlockFormat key, BlockFormat value) {
   using F = BlockFormat;
-  if (key == F::f16 && value == F::f16) return attend<V, F::f16, F::f16>;
-  if (key == F::f16 && value == F::int4) return attend<V, F::f16, F::int4>;
-  if (key == F::int4 && value == F::f16) return attend<V, F::int4, F::f16>;
-  if (key == F::int4 && value == F::int4) return attend<V, F::int4, F::int4>;
+  switch (key) {
+    case F::f16:
+      return fused_kernel_with_keys<V, F::f16>(value);
+    case F::int8:
+      return fused_kernel_with_keys<V, F::int8>(value);
+    case F::int4:
+      return fused_kernel_with_keys<V, F::int4>(value);
+    case F::other:
+      break;
+  }
   return nullptr;
 }
 

@@ -9,7 +9,7 @@
 namespace kvq::detail {
 
 /// Block formats a fused kernel reads.
-enum class BlockFormat { f16, int4, other };
+enum class BlockFormat { f16, int8, int4, other };
 
 /// One run of pages of one (sequence, kv head) for n_q queries. The kernel folds the run into the n_q partial
 /// states (m, l, o), which may already hold tokens (the online softmax rescales them).
@@ -24,9 +24,9 @@ struct KernelArgs {
   int d = 0;            ///< head dimension, a multiple of 16 (= the space dimension of both codecs)
   int T = 0;            ///< tokens per page, a multiple of 16, at most kMaxTokens
   int n_q = 0;          ///< queries
-  int key_group = 0;    ///< int4 keys: channels per fp16 scale (a multiple of 8)
-  int value_group = 0;  ///< int4 values: channels per fp16 scale (a multiple of 16)
-  size_t key_scales_offset = 0, value_scales_offset = 0;  ///< int4: layout::IntGroup::scales_offset() of the block
+  int key_group = 0;    ///< int keys: channels per fp16 scale (a multiple of 8)
+  int value_group = 0;  ///< int values: channels per fp16 scale (a multiple of 16)
+  size_t key_scales_offset = 0, value_scales_offset = 0;  ///< int: layout::IntGroup::scales_offset() of the block
   const float* q = nullptr;         ///< n_q x d queries in the key codec's space, softmax scale and key lambda folded
   const size_t* visible = nullptr;  ///< n_q causal limits: query i sees tokens t < visible[i]
   float* m = nullptr;               ///< n_q running maxima (-inf: no token yet)

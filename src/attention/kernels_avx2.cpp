@@ -34,10 +34,11 @@ struct Avx2 {
     odd = _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(x, 3), mask));
   }
 
-  template <int J>
-  static F nibble(I x) {
-    const I top = J == 7 ? x : _mm256_slli_epi32(x, 28 - 4 * J);
-    return _mm256_cvtepi32_ps(_mm256_srai_epi32(top, 28));
+  // Element J of a lane (Bits wide, two's complement): shifted to the top, shifted back arithmetically, converted.
+  template <int Bits, int J>
+  static F element(I x) {
+    const I top = (J + 1) * Bits == 32 ? x : _mm256_slli_epi32(x, 32 - (J + 1) * Bits);
+    return _mm256_cvtepi32_ps(_mm256_srai_epi32(top, 32 - Bits));
   }
 
   static float hmax(F x) {

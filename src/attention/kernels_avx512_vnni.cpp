@@ -1,4 +1,4 @@
-// The fused kernels for AVX-512 with VNNI: int4 keys scored by 8-bit integer dot products (fused_kernel.hpp); the
+// The fused kernels for AVX-512 with VNNI: int8 and int4 keys scored by 8-bit integer dot products (fused_kernel.hpp); the
 // other phases as in kernels_avx512.cpp. This file alone is compiled with those flags.
 #include "attention/kernel_args.hpp"
 
@@ -33,7 +33,7 @@ struct Avx512Vnni : Avx512 {
 
 namespace avx512vnni {
 KernelFn fused_kernel(BlockFormat key, BlockFormat value) {
-  return key == BlockFormat::int4 ? fused_kernel_for<Avx512Vnni>(key, value) : nullptr;
+  return key == BlockFormat::int4 || key == BlockFormat::int8 ? fused_kernel_for<Avx512Vnni>(key, value) : nullptr;
 }
 }  // namespace avx512vnni
 }  // namespace kvq::detail

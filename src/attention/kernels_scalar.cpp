@@ -26,11 +26,11 @@ void read_token(const KernelArgs& a, const uint8_t* block, bool key, int t, floa
     }
   } else {
     const size_t G = static_cast<size_t>(key ? a.key_group : a.value_group);
-    const layout::IntGroup l{d, static_cast<size_t>(a.T), 4, G, key};
+    const layout::IntGroup l{d, static_cast<size_t>(a.T), F == BlockFormat::int8 ? 8u : 4u, G, key};
     for (size_t c = 0; c < d; ++c) {
       uint16_t h;
       std::memcpy(&h, block + l.scale_byte(ut, c / G), 2);
-      const int code = layout::IntGroup::int4_code(block[l.code_byte(ut, c)], l.code_shift(ut, c));
+      const int code = l.code(block[l.code_byte(ut, c)], l.code_shift(ut, c));
       x[c] = f16_to_f32(h) * static_cast<float>(code);
     }
   }
@@ -75,13 +75,22 @@ void attend(const KernelArgs& a) {
 
 }  // namespace
 
+// Every pair of f16, int8 and int4.
+template <BlockFormat K>
+KernelFn with_keys(BlockFormat value) {
+  using F = BlockFormat;
+  return value == F::f16    ? attend<K, F::f16>
+         : value == F::int8 ? attend<K, F::int8>
+         : value == F::int4 ? attend<K, F::int4>
+                            : nullptr;
+}
+
 KernelFn fused_kernel(BlockFormat key, BlockFormat value) {
   using F = BlockFormat;
-  if (key == F::f16 && value == F::f16) return attend<F::f16, F::f16>;
-  if (key == F::f16 && value == F::int4) return attend<F::f16, F::int4>;
-  if (key == F::int4 && value == F::f16) return attend<F::int4, F::f16>;
-  if (key == F::int4 && value == F::int4) return attend<F::int4, F::int4>;
-  return nullptr;
+  return key == F::f16    ? with_keys<F::f16>(value)
+         : key == F::int8 ? with_keys<F::int8>(value)
+         : key == F::int4 ? with_keys<F::int4>(value)
+                          : nullptr;
 }
 
 }  // namespace kvq::detail::scalar

@@ -15,10 +15,10 @@ struct Format {
 
 Format format_of(const Codec& codec, int T) {
   if (codec.spec().name == "f16") return {BlockFormat::f16};
-  if (const auto p = int_group_params(codec); p && p->bits == 4) {
-    const layout::IntGroup l{static_cast<size_t>(codec.dim()), static_cast<size_t>(T), 4,
+  if (const auto p = int_group_params(codec)) {
+    const layout::IntGroup l{static_cast<size_t>(codec.dim()), static_cast<size_t>(T), static_cast<size_t>(p->bits),
                              static_cast<size_t>(p->group), codec.role() == Role::key};
-    return {BlockFormat::int4, p->lambda, p->group, l.scales_offset()};
+    return {p->bits == 8 ? BlockFormat::int8 : BlockFormat::int4, p->lambda, p->group, l.scales_offset()};
   }
   return {};
 }

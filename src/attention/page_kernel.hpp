@@ -14,14 +14,14 @@ namespace kvq::detail {
 struct PageKernel {
   std::string name = "generic";  ///< "generic", or "fused_<key>_<value>_<isa>" such as "fused_int4_int4_avx512"
   KernelFn fn = nullptr;         ///< null: the generic loop
-  const float* key_lambda = nullptr;    ///< int4 keys: per-channel scale, folded into the queries
-  const float* value_lambda = nullptr;  ///< int4 values: per-channel scale, applied to the outputs after a run
+  const float* key_lambda = nullptr;    ///< int keys: per-channel scale, folded into the queries
+  const float* value_lambda = nullptr;  ///< int values: per-channel scale, applied to the outputs after a run
   int key_group = 0, value_group = 0;
   size_t key_scales_offset = 0, value_scales_offset = 0;
 };
 
-/// The kernel for blocks of T tokens of these codecs on `isa`: fused for f16 or int4 keys with f16 or int4 values
-/// (T a multiple of 16 up to kMaxTokens), from the widest instruction set up to `isa` that has one; else generic.
+/// The kernel for blocks of T tokens of these codecs on `isa`: fused for f16, int8 or int4 keys with f16, int8 or
+/// int4 values (T a multiple of 16 up to kMaxTokens), from the widest instruction set up to `isa` that has one; else generic.
 PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa isa);
 
 /// The queries a fused kernel takes: n_q x d rows (scaled already) mapped to the key codec's space and multiplied by

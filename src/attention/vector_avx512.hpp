@@ -42,11 +42,12 @@ struct Avx512 {
     odd = _mm512_castsi512_ps(_mm512_and_si512(_mm512_srai_epi32(x, 3), mask));
   }
 
-  // Shifts and the conversion run beside the FMAs (Zen 4: not on the FMA pipes; a ternary-logic op would be).
-  template <int J>
-  static F nibble(I x) {
-    const I top = J == 7 ? x : _mm512_slli_epi32(x, 28 - 4 * J);
-    return _mm512_cvtepi32_ps(_mm512_srai_epi32(top, 28));
+  // Element J of a lane (Bits wide, two's complement): shifted to the top, shifted back arithmetically, converted.
+  // These run beside the FMAs (Zen 4: not on the FMA pipes; a ternary-logic op would be).
+  template <int Bits, int J>
+  static F element(I x) {
+    const I top = (J + 1) * Bits == 32 ? x : _mm512_slli_epi32(x, 32 - (J + 1) * Bits);
+    return _mm512_cvtepi32_ps(_mm512_srai_epi32(top, 32 - Bits));
   }
 
   static float hmax(F x) { return _mm512_reduce_max_ps(x); }

@@ -1,8 +1,8 @@
 // int8, int4: the SRFT paper's scheme. x' = R x (the spec's `rot`, default default_rotation(d)), x''_c = x'_c /
 // lambda_c, then per token and group of G consecutive channels an absmax scale s (fp16) and symmetric codes
 // q = round(x'' / s) in [-qmax, qmax] (qmax 127 / 7). The codec space is the rotated space: y_c = lambda_c * s * q_c.
-// Layout: layout::IntGroup (int4 codes are two's-complement nibbles in 64-byte tiles, arranged differently for keys and
-// values so that the fused attention kernels load 16 tokens x 8 channels or 8 tokens x 16 channels at once).
+// Layout: layout::IntGroup (two's-complement codes in 64-byte tiles, arranged differently for keys and values so that
+// the fused attention kernels load 16 tokens x 32 / bits channels, or 32 / bits tokens x 16 channels, at once).
 //
 // The fp16 scale: s = max|x''| / qmax rounded to the nearest fp16, or up to the next one where the nearest would
 // leave |x'' / s| > qmax + 0.5 (only subnormal scales are that coarse). So rounding and the clamp to +-qmax never
@@ -70,12 +70,8 @@ class IntGroupCodec final : public Codec {
   /// The d codes of token t, as integers in [-qmax, qmax].
   void read_codes(const uint8_t* block, int t, int8_t* q) const {
     const size_t ut = static_cast<size_t>(t);
-    if (layout_.bits == 8) {
-      std::memcpy(q, block + layout_.code_byte(ut, 0), static_cast<size_t>(dim()));
-      return;
-    }
     for (size_t c = 0; c < layout_.d; ++c)
-      q[c] = static_cast<int8_t>(layout::IntGroup::int4_code(block[layout_.code_byte(ut, c)], layout_.code_shift(ut, c)));
+      q[c] = static_cast<int8_t>(layout_.code(block[layout_.code_byte(ut, c)], layout_.code_shift(ut, c)));
   }
   /// The d/G group scales of token t.
   void read_scales(const uint8_t* block, int t, float* s) const {
@@ -199,12 +195,10 @@ class IntGroupCodec final : public Codec {
   // Into a zeroed block.
   void write_codes(const int8_t* q, int t, uint8_t* block) const {
     const size_t ut = static_cast<size_t>(t);
-    if (layout_.bits == 8) {
-      std::memcpy(block + layout_.code_byte(ut, 0), q, static_cast<size_t>(dim()));
-      return;
-    }
+    const unsigned mask = (1u << layout_.bits) - 1;
     for (size_t c = 0; c < layout_.d; ++c)
-      block[layout_.code_byte(ut, c)] |= static_cast<uint8_t>((q[c] & 15) << layout_.code_shift(ut, c));
+      block[layout_.code_byte(ut, c)] |=
+          static_cast<uint8_t>((static_cast<unsigned>(q[c]) & mask) << layout_.code_shift(ut, c));
   }
 
   layout::IntGroup layout_{};
