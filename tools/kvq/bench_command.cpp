@@ -5,8 +5,11 @@
 // bandwidth. Every cache is built with key-like keys and Gaussian values appended in prefill chunks; unless --hot,
 // a cache smaller than 4x the last-level cache is built several times over and the calls rotate over the copies,
 // so that every call reads its pages from memory. The rows are timed alternately (one call of each per round) so
-// that drifting load from other processes hits them alike; each row reports the median call.
+// that drifting load from other processes hits them alike; each row reports the median call. Beside the wall time,
+// cpu_us_per_call is the process's CPU time per call divided by the threads: on a machine shared with other work,
+// the time the kernel itself took while its threads ran (their waits for memory included).
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,6 +46,12 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 std::string cpu_model() {
@@ -113,7 +122,8 @@ struct Row {
   std::unique_ptr<KVCache> cache;
   size_t copies = 1;
   double bytes_per_token = 0;
-  std::vector<double> times;  // seconds per call
+  std::vector<double> times;      // seconds per call
+  std::vector<double> cpu_times;  // process CPU seconds per call
 };
 
 CacheConfig config(const Row& row, const BenchOptions& o, size_t pages) {
@@ -193,8 +203,10 @@ std::vector<Row> measure(const BenchOptions& o, ThreadPool& pool, double& read_g
   for (int rep = 0; rep < o.reps; ++rep)
     for (Row& r : rows) {
       const auto start = Clock::now();
+      const double cpu_start = process_cpu_seconds();
       call(r, static_cast<size_t>(rep) % r.copies);
       r.times.push_back(seconds_since(start));
+      r.cpu_times.push_back(process_cpu_seconds() - cpu_start);
       bar.update(++step, steps);
     }
   return rows;
@@ -223,6 +235,7 @@ void run_bench(const BenchOptions& o) {
                       {"bw_fraction", gbps / read_gbps},
                       {"speedup_vs_f16", f16_us / us},
                       {"kernel", attention_kernel(*r.cache, 0)},
+                      {"cpu_us_per_call", median(r.cpu_times) * 1e6 / o.threads},
                       {"copies", r.copies}});
   }
   const nlohmann::ordered_json result = {{"read_gbps", read_gbps},
@@ -244,13 +257,13 @@ void run_bench(const BenchOptions& o) {
               o.threads, read_gbps);
   std::printf("ctx %zu, batch %zu, %d query heads on %d kv heads, d=%d, T=%d%s\n\n", o.ctx, o.batch, o.q_heads,
               o.kv_heads, o.dim, o.block, o.hot ? ", hot (one cache, reused)" : "");
-  std::printf("%-14s %-14s %10s %10s %8s %8s %8s  %s\n", "k", "v", "bytes/tok", "us/call", "GB/s", "of bw", "vs f16",
-              "kernel");
+  std::printf("%-14s %-14s %10s %10s %8s %8s %8s %10s  %s\n", "k", "v", "bytes/tok", "us/call", "GB/s", "of bw",
+              "vs f16", "cpu us", "kernel");
   for (const auto& r : j_rows)
-    std::printf("%-14s %-14s %10.1f %10.1f %8.2f %8.2f %7.2fx  %s\n", r["k"].get<std::string>().c_str(),
+    std::printf("%-14s %-14s %10.1f %10.1f %8.2f %8.2f %7.2fx %10.1f  %s\n", r["k"].get<std::string>().c_str(),
                 r["v"].get<std::string>().c_str(), r["bytes_per_token"].get<double>(), r["us_per_call"].get<double>(),
                 r["gbps"].get<double>(), r["bw_fraction"].get<double>(), r["speedup_vs_f16"].get<double>(),
-                r["kernel"].get<std::string>().c_str());
+                r["cpu_us_per_call"].get<double>(), r["kernel"].get<std::string>().c_str());
 }
 
 }  // namespace
