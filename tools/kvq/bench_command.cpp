@@ -64,13 +64,13 @@ std::string cpu_model() {
   return "unknown";
 }
 
+// The last-level cache this CPU's core sees: sysfs first (in a VM, sysconf may report the whole host's L3).
 size_t last_level_cache_bytes() {
-  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  if (l3 > 0) return static_cast<size_t>(l3);
   std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index3/size");
   size_t kib = 0;
   if (in >> kib) return kib * 1024;
-  return size_t{32} << 20;
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return l3 > 0 ? static_cast<size_t>(l3) : size_t{32} << 20;
 }
 
 /// GB/s of a streaming read of 1 GiB split over the threads, best of 5; in 2 MiB pages where granted, as the cache's
