@@ -90,8 +90,8 @@ inline void reference_row(Reference& ref, size_t row, const float* q, const Toke
 // allowance is sqrt(d) 2^-24 condition, the typical rounding error of an fp32 dot product: key-like keys give
 // scaled scores of +-40 whose fp32 error alone nears 1e-5 (measured: at most 0.3 of this allowance), while a wrong
 // mask or merge is off by 1e-3 or more. A row that sees no token must be exactly zero.
-inline double worst(const std::vector<float>& got, const std::vector<float>& want, const Reference& ref, size_t d, double tol,
-             bool score_rounding) {
+inline double worst(const std::vector<float>& got, const std::vector<float>& want, const Reference& ref, size_t d,
+                    double tol, bool score_rounding) {
   double ratio = 0;
   for (size_t r = 0; r < want.size() / d; ++r) {
     double err = 0;

@@ -1,6 +1,6 @@
 // The fused page loop over f16, int8 and int4 blocks, written once over an instruction set's vector traits V and
-// included only by the per-ISA translation units (kernels_avx512.cpp, kernels_avx2.cpp), which compile it with their
-// target flags. Everything here has internal linkage (kernel_args.hpp says why).
+// included only by the per-ISA translation units (kernels_avx2.cpp, kernels_avx512.cpp, kernels_avx512_vnni.cpp),
+// which compile it with their target flags. Everything here has internal linkage (kernel_args.hpp says why).
 //
 // Per page and pass of up to kMaxQ queries (the GQA group, or a slice of a prefill chunk's rows):
 //   1. scores of all the pass's queries in one sweep over the keys, every key element decoded once into a register
@@ -36,7 +36,8 @@ namespace {
 //   W lanes; float vector F, integer vector I; zero(), set1(x), load(p), store(p, x), fma(a, b, c) = a * b + c,
 //   fma1(a, const float* b, c) = a * broadcast(*b) + c, mul, sub, max;
 //   load_f16(p): W fp16 values; f16_split(p, even, odd): 2W fp16 values as two vectors (even and odd elements),
-//   each value times 2^-112; load_i(p): W 32-bit lanes; element<Bits, J>(x): element J (Bits wide) of each lane as a signed float;
+//   each value times 2^-112; load_i(p): W 32-bit lanes; element<Bits, J>(x): element J (Bits wide) of each lane
+//   as a signed float;
 //   hmax(x), hsum(x), first(x) (lane 0); exp(x) (0 below -87.3, for x <= 88); mask_tail(x, n): lanes >= n set to -inf;
 //   transpose_sum(v): lane t = the sum of the W lanes of v[t W .. t W + W - 1]; prefetch(p) into L2;
 //   kAccumulators: vectors a loop may keep accumulating in registers; kMaxQ: queries per pass (8 or 4);

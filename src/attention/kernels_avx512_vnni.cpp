@@ -1,5 +1,5 @@
-// The fused kernels for AVX-512 with VNNI: int8 and int4 keys scored by 8-bit integer dot products (fused_kernel.hpp); the
-// other phases as in kernels_avx512.cpp. This file alone is compiled with those flags.
+// The fused kernels for AVX-512 with VNNI: int8 and int4 keys scored by 8-bit integer dot products
+// (fused_kernel.hpp); the other phases as in kernels_avx512.cpp. This file alone is compiled with those flags.
 #include "attention/kernel_args.hpp"
 
 #if defined(__x86_64__)

@@ -21,7 +21,8 @@ struct PageKernel {
 };
 
 /// The kernel for blocks of T tokens of these codecs on `isa`: fused for f16, int8 or int4 keys with f16, int8 or
-/// int4 values (T a multiple of 16 up to kMaxTokens), from the widest instruction set up to `isa` that has one; else generic.
+/// int4 values (T a multiple of 16 up to kMaxTokens), from the widest instruction set up to `isa` that has one;
+/// else generic.
 PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa isa);
 
 /// The queries a fused kernel takes: n_q x d rows (scaled already) mapped to the key codec's space and multiplied by

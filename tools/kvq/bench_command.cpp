@@ -77,8 +77,8 @@ size_t last_level_cache_bytes() {
 /// pool is.
 double read_bandwidth(ThreadPool& pool) {
   constexpr size_t kBytes = size_t{1} << 30, kHuge = size_t{2} << 20;
-  const std::unique_ptr<uint64_t, decltype(&std::free)> buffer(static_cast<uint64_t*>(std::aligned_alloc(kHuge, kBytes)),
-                                                               &std::free);
+  const std::unique_ptr<uint64_t, decltype(&std::free)> buffer(
+      static_cast<uint64_t*>(std::aligned_alloc(kHuge, kBytes)), &std::free);
   KVQ_CHECK(buffer != nullptr, "read bandwidth: no memory for 1 GiB");
 #if defined(MADV_HUGEPAGE)
   madvise(buffer.get(), kBytes, MADV_HUGEPAGE);
