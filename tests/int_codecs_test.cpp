@@ -81,19 +81,24 @@ std::string error_of(const std::string& spec, int d, Role role = Role::key) {
 struct IntShape {
   int bits, G;
   long qmax() const { return bits == 8 ? 127 : 7; }
+  bool key;
   layout::IntGroup layout(int d) const {
-    return {static_cast<size_t>(d), kT, static_cast<size_t>(bits), static_cast<size_t>(G)};
+    return {static_cast<size_t>(d), kT, static_cast<size_t>(bits), static_cast<size_t>(G), key};
   }
 };
 
-IntShape int_shape(const Codec& codec) { return {codec.spec().name == "int8" ? 8 : 4, codec.spec().arg(0, 32)}; }
+IntShape int_shape(const Codec& codec) {
+  return {codec.spec().name == "int8" ? 8 : 4, codec.spec().arg(0, 32), codec.role() == Role::key};
+}
 
-// Code of token t, channel c, read as the layout documents: int8 a two's-complement byte, int4 an offset-by-8
-// nibble with element 2i in the low nibble of byte i.
+// Code of token t, channel c, read as the layout documents: a two's-complement byte or nibble in the lane of its key
+// or value tile.
 int stored_int_code(const std::vector<uint8_t>& block, const IntShape& shape, int d, int t, int c) {
-  if (shape.bits == 8) return static_cast<int8_t>(block[static_cast<size_t>(t) * d + c]);
-  const uint8_t byte = block[static_cast<size_t>(t) * d / 2 + c / 2];
-  return (c % 2 == 0 ? byte & 0x0f : byte >> 4) - 8;
+  const layout::IntGroup l = shape.layout(d);
+  const size_t ut = static_cast<size_t>(t), uc = static_cast<size_t>(c);
+  if (shape.bits == 8) return static_cast<int8_t>(block[l.code_byte(ut, uc)]);
+  const int nibble = (block[l.code_byte(ut, uc)] >> l.code_shift(ut, uc)) & 15;
+  return nibble < 8 ? nibble : nibble - 16;
 }
 
 // Checks an encoded block of n tokens against the reference: x'' = (R x)_c / lambda_c, scale s = the stored fp16
@@ -113,7 +118,7 @@ void check_int_block(const Codec& codec, const std::vector<float>& x, int n, con
       double amax = 0;
       for (int c = g * shape.G; c < (g + 1) * shape.G; ++c)
         amax = std::max(amax, std::fabs(xr[static_cast<size_t>(t) * d + c] / lambda[c]));
-      const double s = read_f16(block.data() + l.scales_offset() + 2 * (static_cast<size_t>(t) * (d / shape.G) + g));
+      const double s = read_f16(block.data() + l.scale_byte(static_cast<size_t>(t), static_cast<size_t>(g)));
       const double exact = amax / shape.qmax();
       // The codec forms x'' in fp32 (and its lambda is fp32): the reference may sit a few fp32 ulps off.
       ASSERT_LE(std::fabs(s - exact), f16_step(exact) + 1e-6 * exact) << "token " << t << " group " << g;
@@ -148,8 +153,9 @@ TEST(IntGroupCodec, CodesMatchReferenceAndStayWithinHalfAStep) {
   for (const char* spec : {"int4", "int4:16", "int4:64", "int8", "int8:16", "int8:64"})
     for (int d : {128, 64})
       for (bool outliers : {false, true}) {
-        SCOPED_TRACE(std::string(spec) + " d=" + std::to_string(d) + (outliers ? " key-like" : " gaussian"));
-        const auto codec = make_codec(spec, CodecParams{d, kT, seed, Role::key});
+        const Role role = outliers ? Role::key : Role::value;  // the two int4 layouts
+        SCOPED_TRACE(std::string(spec) + " d=" + std::to_string(d) + (outliers ? " key-like key" : " gaussian value"));
+        const auto codec = make_codec(spec, CodecParams{d, kT, seed, role});
         const auto x = outliers ? key_like(d, kT, seed) : gaussian_vectors(kT, d, seed);
         CodeTally tally;
         for (int n : {kT, 17, 1}) ASSERT_NO_FATAL_FAILURE(check_int_block(*codec, x, n, std::vector<double>(d, 1.0),

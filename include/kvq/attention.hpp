@@ -6,6 +6,9 @@
 // residual window directly; one value_codec.from_space per query at the end. Split-K cuts the pages of the call
 // into slices over the thread pool; the slices' partial AttnStates are merged.
 //
+// Kernels: the page loop runs either generic code through the codecs or a kernel fused for the (key codec, value
+// codec) pair, compiled for each instruction set and chosen at run time (attention_kernel below).
+//
 // Empty context: a query that sees no token (a sequence of length 0) gets a zero output row, the rule of an empty
 // AttnState (no error: a batch may hold a sequence that has not received its first token).
 #pragma once
@@ -13,6 +16,7 @@
 #include <cstddef>
 #include <limits>
 #include <span>
+#include <string>
 
 #include "kvq/cache.hpp"
 #include "kvq/thread_pool.hpp"
@@ -55,6 +59,15 @@ void decode_attention(const KVCache& cache, int layer, std::span<const SeqId> se
 void prefill_attention(const KVCache& cache, int layer, SeqId seq, size_t start, size_t n_queries,
                        std::span<const float> q, std::span<float> out, const AttentionOptions& options = {},
                        ThreadPool* pool = nullptr);
+
+/// The page-loop kernel decode_attention and prefill_attention run for `layer` on this CPU: "generic" (through the
+/// codecs' Scorer and accumulate) or a kernel fused for the layer's codec pair, named fused_<key>_<value>_<isa>
+/// (e.g. "fused_int4_int4_avx512vnni"). The environment variable KVQ_ISA=scalar|avx2|avx512|avx512vnni caps the
+/// instruction set; an unknown value, or one this CPU lacks, makes this and every attention call throw kvq::Error.
+std::string attention_kernel(const KVCache& cache, int layer);
+/// The instruction set the attention kernels use on this CPU under KVQ_ISA: "scalar", "avx2", "avx512" or
+/// "avx512vnni".
+std::string attention_isa();
 
 /// The oracle, one head, in double precision with plain loops. q: n_q x d; k, v: n_tokens x d; out: n_q x d.
 /// Query i sees the first min(first_visible + i, n_tokens) tokens: decode passes first_visible = n_tokens, a causal

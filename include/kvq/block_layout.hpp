@@ -25,20 +25,53 @@ static_assert(Float{128, 64, 2}.block_bytes() == 16384);
 // Rotated space x' = R x, per-channel scale lambda_c (codec state, default 1), x''_c = x'_c / lambda_c. Per token
 // and group of G consecutive channels: s = max|x''| / qmax in fp16 (nearest, up where needed), q = round(x'' / s)
 // clamped to [-qmax, qmax] (qmax 127 / 7). Reconstruction (rotated space): lambda_c * s * q.
-//   [codes: T tokens x d, token-major. int8: one two's-complement byte per element. int4: q + 8 (offset-by-8,
-//    1..15) in a nibble, element 2i of a token in the low nibble of its byte i (the bitpack.hpp convention)]
-//   [scales: T tokens x d/G groups, fp16, token-major]
-// Bits per element: bits + 16/G. d=128: int4 G=16/32/64 -> 5 / 4.5 / 4.25, int8 G=16/32/64 -> 9 / 8.5 / 8.25.
+//   [codes: q in two's complement (a byte, or a nibble q & 15), arranged for the attention kernels in 64-byte tiles
+//    of 16 little-endian 32-bit lanes of E = 32 / bits elements each (element j at bits j bits .. (j + 1) bits - 1;
+//    a shift left then an arithmetic shift right of the lane gives it back):
+//     keys, "tokens in lanes": tile (a, k) holds tokens 16a..16a+15 x channels Ek..Ek+E-1, lane l = token 16a + l,
+//       element j = channel Ek + j; tile (a, k) at byte 64 (a d/E + k). One 64-byte load: 16 tokens x E channels.
+//     values, "channels in lanes": tile (a, k) holds tokens Ea..Ea+E-1 x channels 16k..16k+15, lane l = channel
+//       16k + l, element j = token Ea + j; tile (a, k) at byte 64 (a d/16 + k). One load: E tokens x 16 channels.
+//     The tiles cover T rounded up to 16 (keys) or E (values) tokens; the padding tokens are zero bytes.]
+//   [scales: fp16, in tiles of 16 tokens: [T/16 rounded up][d/G groups][16 tokens] (scores and weights of 16
+//    tokens of one group are one vector); padding tokens 0]
+// Bits per element (T a multiple of 16): bits + 16/G. d=128: int4 G=16/32/64 -> 5 / 4.5 / 4.25, int8 G=16/32/64 ->
+// 9 / 8.5 / 8.25.
 struct IntGroup {
   size_t d, T, bits, G;  // bits: 4 or 8; G divides d
-  constexpr size_t token_code_bytes() const { return d * bits / 8; }
+  bool key;              // keys and values are tiled differently
   constexpr size_t groups() const { return d / G; }  // per token
-  constexpr size_t scales_offset() const { return align16(T * token_code_bytes()); }
-  constexpr size_t block_bytes() const { return scales_offset() + 2 * T * groups(); }
+  constexpr size_t lane_elements() const { return 32 / bits; }  // E
+  constexpr size_t scale_tokens() const { return (T + 15) / 16 * 16; }
+  constexpr size_t code_tokens() const {
+    return key ? scale_tokens() : (T + lane_elements() - 1) / lane_elements() * lane_elements();
+  }
+  constexpr size_t scales_offset() const { return align16(code_tokens() * d * bits / 8); }
+  constexpr size_t block_bytes() const { return scales_offset() + 2 * scale_tokens() * groups(); }
+  /// The byte holding the code of token t, channel c (int4: the nibble at bit code_shift(t, c)).
+  constexpr size_t code_byte(size_t t, size_t c) const {
+    const size_t E = lane_elements();
+    if (key) return 64 * (t / 16 * (d / E) + c / E) + 4 * (t % 16) + c % E * bits / 8;
+    return 64 * (t / E * (d / 16) + c / 16) + 4 * (c % 16) + t % E * bits / 8;
+  }
+  constexpr unsigned code_shift(size_t t, size_t c) const {
+    return static_cast<unsigned>((key ? c : t) % lane_elements() * bits % 8);
+  }
+  /// The code stored at bit `shift` of `byte`: -8..7 (int4) or -128..127 (int8); the codec writes +-qmax.
+  constexpr int code(unsigned byte, unsigned shift) const {
+    const unsigned mask = (1u << bits) - 1, sign = 1u << (bits - 1);
+    return static_cast<int>(((byte >> shift) & mask) ^ sign) - static_cast<int>(sign);
+  }
+  /// The byte offset of the fp16 scale of token t, group g.
+  constexpr size_t scale_byte(size_t t, size_t g) const {
+    return scales_offset() + 2 * ((t / 16 * groups() + g) * 16 + t % 16);
+  }
 };
-static_assert(IntGroup{128, 64, 4, 32}.block_bytes() == 4608);  // 4.5 bits per element
-static_assert(IntGroup{128, 64, 4, 16}.block_bytes() == 5120);  // 5
-static_assert(IntGroup{128, 64, 8, 32}.block_bytes() == 8704);  // 8.5
+static_assert(IntGroup{128, 64, 4, 32, true}.block_bytes() == 4608);   // 4.5 bits per element
+static_assert(IntGroup{128, 64, 4, 32, false}.block_bytes() == 4608);  // 4.5
+static_assert(IntGroup{128, 64, 4, 16, true}.block_bytes() == 5120);   // 5
+static_assert(IntGroup{128, 64, 8, 32, true}.block_bytes() == 8704);   // 8.5
+static_assert(IntGroup{128, 64, 8, 32, false}.block_bytes() == 8704);  // 8.5
 
 
 // ---- kivi ------------------------------------------------------------------------------------------------------

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "attention/attention_engine.hpp"
+#include "attention/isa.hpp"
+#include "attention/page_kernel.hpp"
 #include "kvq/error.hpp"
 
 namespace kvq {
@@ -68,5 +70,13 @@ void prefill_attention(const KVCache& cache, int layer, SeqId seq, size_t start,
     detail::run_attention(cache, layer, groups, G, options, pool);
   }
 }
+
+std::string attention_kernel(const KVCache& cache, int layer) {
+  return detail::select_page_kernel(cache.key_codec(layer), cache.value_codec(layer), cache.config().block_tokens,
+                                    detail::active_isa())
+      .name;
+}
+
+std::string attention_isa() { return detail::isa_name(detail::active_isa()); }
 
 }  // namespace kvq

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <memory>
 #include <vector>
 
+#include "attention/isa.hpp"
 #include "attention/online_softmax.hpp"
+#include "attention/page_kernel.hpp"
 #include "attention/page_loop.hpp"
 #include "kvq/error.hpp"
 
@@ -31,6 +34,8 @@ struct Piece {
 struct Workspace {
   std::vector<float> scores;      // max n_q x max(T, window) scores
   std::vector<float> out;         // max n_q x d: states mapped back to the original space
+  std::vector<float> q;           // max n_q x d: queries prepared for a fused kernel
+  std::vector<uint8_t> kernel;    // a fused kernel's scratch, kernel_scratch_bytes(max n_q, d) + 64 for alignment
   std::vector<AttnState> states;  // views of `out`
 };
 
@@ -91,6 +96,7 @@ void run_attention(const KVCache& cache, int layer, std::span<const QueryGroup> 
             " (need a finite value >= 0; 0 means 1/sqrt(d))");
   KVQ_CHECK(options.splits >= 0, "attention: splits = ", options.splits, " (need >= 0)");
   const float scale = options.scale > 0 ? options.scale : 1.f / std::sqrt(static_cast<float>(d));
+  const PageKernel kernel = select_page_kernel(kc, vc, cfg.block_tokens, active_isa());
 
   // Plan: gather the queries (scaled) and their causal limits, count the pages each group sees.
   std::vector<GroupPlan> plan(groups.size());
@@ -161,32 +167,44 @@ void run_attention(const KVCache& cache, int layer, std::span<const QueryGroup> 
   for (auto& w : ws) {
     w.scores.resize(static_cast<size_t>(max_q) * score_stride);
     w.out.resize(static_cast<size_t>(max_q) * ud);
+    if (kernel.fn) {
+      w.q.resize(static_cast<size_t>(max_q) * ud);
+      w.kernel.resize(kernel_scratch_bytes(max_q, d) + 64);
+    }
     w.states.resize(static_cast<size_t>(max_q));
     for (int i = 0; i < max_q; ++i) w.states[i].o = std::span<float>(w.out.data() + i * ud, ud);
   }
 
-  // Run 1: the page loops, one scorer per (slice, group).
+  // Run 1: the page loops, the queries prepared once per (slice, group): a scorer, or the fused kernel's queries.
   for_each_task(pool, n_slices, [&](size_t s, int worker) {
+    Workspace& w = ws[static_cast<size_t>(worker)];
     std::unique_ptr<Scorer> scorer;
-    size_t scorer_group = groups.size();
+    size_t prepared_group = groups.size();
     for (size_t p = slice_start[s]; p < slice_start[s + 1]; ++p) {
       const Piece& piece = pieces[p];
       const GroupPlan& gp = plan[piece.group];
-      if (piece.group != scorer_group) {
-        scorer = kc.prepare(queries.data() + gp.row * ud, gp.n_q);
-        scorer_group = piece.group;
+      if (piece.group != prepared_group) {
+        if (kernel.fn) {
+          prepare_kernel_queries(kernel, kc, queries.data() + gp.row * ud, gp.n_q, w.q.data());
+        } else {
+          scorer = kc.prepare(queries.data() + gp.row * ud, gp.n_q);
+        }
+        prepared_group = piece.group;
       }
       PageRun run;
       run.cache = &cache;
       run.key_codec = &kc;
       run.value_codec = &vc;
+      run.kernel = &kernel;
       run.scorer = scorer.get();
+      run.q = w.q.data();
+      run.kernel_scratch = w.kernel.data() + (64 - reinterpret_cast<uintptr_t>(w.kernel.data()) % 64) % 64;
       run.pages = gp.view.pages.subspan(piece.begin, piece.end - piece.begin);
       run.first_token = piece.begin * T;
       run.kv_head = groups[piece.group].kv_head;
       run.n_q = gp.n_q;
       run.visible = visible.data() + gp.row;
-      run.scores = ws[static_cast<size_t>(worker)].scores.data();
+      run.scores = w.scores.data();
       run.states = piece_states.data() + piece.state_row;
       attend_pages(run);
     }

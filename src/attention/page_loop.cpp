@@ -4,10 +4,12 @@
 #include <limits>
 
 #include "attention/online_softmax.hpp"
+#include "kvq/error.hpp"
 
 namespace kvq::detail {
+namespace {
 
-void attend_pages(const PageRun& run) {
+void attend_generic(const PageRun& run) {
   const int T = run.key_codec->block_tokens();
   const size_t stride = static_cast<size_t>(T);
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
@@ -23,6 +25,61 @@ void attend_pages(const PageRun& run) {
     online_softmax_block(run.scores, stride, run.n_q, T, run.states);
     run.value_codec->accumulate(run.scores, run.n_q, run.cache->value_block(page, run.kv_head), T,
                                 run.states[0].o.data());
+  }
+}
+
+void attend_fused(const PageRun& run) {
+  const PageKernel& k = *run.kernel;
+  const KVCache& cache = *run.cache;
+  const size_t n_q = static_cast<size_t>(run.n_q);
+  // Pages are consecutive in one pool (cache.hpp): page id starts page_bytes * id after page 0.
+  const uint8_t* pool = cache.page(0);
+  KVQ_CHECK(cache.page(run.pages.back()) == pool + cache.page_bytes() * run.pages.back(),
+            "attention: the cache's pages are not laid out as one pool");
+  KernelArgs a;
+  a.pool = pool;
+  a.page_bytes = cache.page_bytes();
+  a.key_offset = cache.key_block_offset(run.kv_head);
+  a.value_offset = cache.value_block_offset(run.kv_head);
+  a.pages = run.pages.data();
+  a.n_pages = run.pages.size();
+  a.first_token = run.first_token;
+  a.d = cache.config().head_dim;
+  a.T = cache.config().block_tokens;
+  a.n_q = run.n_q;
+  a.key_group = k.key_group;
+  a.value_group = k.value_group;
+  a.key_scales_offset = k.key_scales_offset;
+  a.value_scales_offset = k.value_scales_offset;
+  a.q = run.q;
+  a.visible = run.visible;
+  a.m = run.scores;  // n_q x T floats of scratch hold the n_q maxima and sums
+  a.l = run.scores + n_q;
+  a.o = run.states[0].o.data();
+  a.scratch = run.kernel_scratch;
+  for (size_t i = 0; i < n_q; ++i) {
+    KVQ_CHECK(run.states[i].empty(), "attention: a fused page run starts from empty states");
+    a.m[i] = run.states[i].m;
+    a.l[i] = run.states[i].l;
+  }
+  k.fn(a);
+  const size_t d = static_cast<size_t>(a.d);
+  for (size_t i = 0; i < n_q; ++i) {
+    run.states[i].m = a.m[i];
+    run.states[i].l = a.l[i];
+    if (k.value_lambda)
+      for (size_t c = 0; c < d; ++c) a.o[i * d + c] *= k.value_lambda[c];
+  }
+}
+
+}  // namespace
+
+void attend_pages(const PageRun& run) {
+  if (run.pages.empty()) return;
+  if (run.kernel && run.kernel->fn) {
+    attend_fused(run);
+  } else {
+    attend_generic(run);
   }
 }
 

@@ -1,7 +1,12 @@
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <new>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "kvq/cache.hpp"
 #include "kvq/error.hpp"
@@ -13,6 +18,20 @@ namespace {
 constexpr size_t kPageAlign = 64;
 
 size_t align64(size_t n) { return (n + kPageAlign - 1) & ~(kPageAlign - 1); }
+
+// Asks for 2 MiB pages under the pool where the system grants them on request (Linux transparent huge pages in
+// "madvise" mode): attention streams the pool, and with 4 KiB pages it read about 20% slower (TLB misses, and the
+// hardware prefetchers stop at every page boundary). Advice only: a refusal changes nothing.
+void advise_huge_pages(uint8_t* p, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p), end = (start + bytes) & ~(kHuge - 1);
+  const uintptr_t first = (start + kHuge - 1) & ~(kHuge - 1);
+  if (end > first) madvise(reinterpret_cast<void*>(first), end - first, MADV_HUGEPAGE);
+#else
+  (void)p, (void)bytes;
+#endif
+}
 
 void validate(const CacheConfig& c) {
   KVQ_CHECK(c.n_layers >= 1 && c.n_layers <= 4096, "KVCache: n_layers = ", c.n_layers, " (need 1..4096)");
@@ -49,6 +68,7 @@ KVCache::KVCache(const CacheConfig& config) : config_(config) {
   if (config_.capacity_pages > 0) {
     const size_t bytes = config_.capacity_pages * page_bytes_;
     pool_.reset(static_cast<uint8_t*>(::operator new[](bytes, std::align_val_t{kPageAlign})));
+    advise_huge_pages(pool_.get(), bytes);
   }
   free_.reserve(config_.capacity_pages);  // remove_sequence never reallocates
   for (size_t p = config_.capacity_pages; p-- > 0;) free_.push_back(static_cast<PageId>(p));

@@ -1,5 +1,6 @@
 #include "kvq/codec.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -206,7 +207,9 @@ void Codec::accumulate(const float* w, int n_q, const uint8_t* block, int n, flo
 
 void Codec::accumulate_block(const float* w, int n_q, const uint8_t* block, int n, float* acc) const {
   const int m = space_dim(), T = block_tokens();
-  std::vector<float> y(static_cast<size_t>(n) * m);
+  // Decoded tokens in per-thread scratch: attention calls this once per page, which must not allocate.
+  thread_local std::vector<float> y;
+  y.resize(std::max(y.size(), static_cast<size_t>(n) * m));
   decode_block_space(block, n, y.data());
   for (int i = 0; i < n_q; ++i)
     for (int t = 0; t < n; ++t) {

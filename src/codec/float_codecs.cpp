@@ -1,5 +1,6 @@
 // f32, f16, bf16: the uncompressed baselines. Layout: T tokens x d values, token-major, little-endian;
-// bits per element 32 / 16 / 16. No rotation: the codec space is the original space.
+// bits per element 32 / 16 / 16. No rotation: the codec space is the original space. A value that would round to
+// Inf in f16 (|x| >= 65520) or bf16 is rejected like a non-finite one: blocks hold finite values only.
 #include <cstring>
 
 #include "codec/codec_factories.hpp"
@@ -31,6 +32,10 @@ class FloatCodec final : public Codec {
     }
     for (size_t i = 0; i < count; ++i) {
       const uint16_t h = format_ == FloatFormat::f16 ? f32_to_f16(x[i]) : f32_to_bf16(x[i]);
+      // A finite input beyond the format's range would be stored as Inf and poison every later attention call.
+      KVQ_CHECK((h & 0x7fffu) != (format_ == FloatFormat::f16 ? 0x7c00u : 0x7f80u), spec().str(), ": token ",
+                i / static_cast<size_t>(dim()), " channel ", i % static_cast<size_t>(dim()), " is ", x[i],
+                ", beyond the format's range");
       std::memcpy(block + 2 * i, &h, 2);  // blocks carry no alignment promise
     }
   }

@@ -1,7 +1,8 @@
 // int8, int4: the SRFT paper's scheme. x' = R x (the spec's `rot`, default default_rotation(d)), x''_c = x'_c /
 // lambda_c, then per token and group of G consecutive channels an absmax scale s (fp16) and symmetric codes
 // q = round(x'' / s) in [-qmax, qmax] (qmax 127 / 7). The codec space is the rotated space: y_c = lambda_c * s * q_c.
-// Layout: layout::IntGroup (int4 codes are offset-by-8 nibbles, element 2i in the low nibble).
+// Layout: layout::IntGroup (two's-complement codes in 64-byte tiles, arranged differently for keys and values so that
+// the fused attention kernels load 16 tokens x 32 / bits channels, or 32 / bits tokens x 16 channels, at once).
 //
 // The fp16 scale: s = max|x''| / qmax rounded to the nearest fp16, or up to the next one where the nearest would
 // leave |x'' / s| > qmax + 0.5 (only subnormal scales are that coarse). So rounding and the clamp to +-qmax never
@@ -18,6 +19,8 @@
 #include <cmath>
 #include <cstring>
 #include <vector>
+
+#include "codec/int_group.hpp"
 
 #include "codec/codec_factories.hpp"
 #include "codec/fp16_bounds.hpp"
@@ -54,33 +57,27 @@ class IntGroupCodec final : public Codec {
     KVQ_CHECK(params.dim % group == 0, spec.str(), ": group size ", group, " does not divide head dimension ",
               params.dim);
     layout_ = layout::IntGroup{static_cast<size_t>(params.dim), static_cast<size_t>(params.block_tokens),
-                               static_cast<size_t>(bits), static_cast<size_t>(group)};
+                               static_cast<size_t>(bits), static_cast<size_t>(group), params.role == Role::key};
     rotation_ = rotation_from_spec(spec, params);
     set_layout(layout_.block_bytes(), params.dim);
   }
 
+  int bits() const { return static_cast<int>(layout_.bits); }
   int group() const { return static_cast<int>(layout_.G); }
   int groups() const { return static_cast<int>(layout_.groups()); }
   const std::vector<float>& lambda() const { return lambda_; }
 
   /// The d codes of token t, as integers in [-qmax, qmax].
   void read_codes(const uint8_t* block, int t, int8_t* q) const {
-    const uint8_t* src = block + static_cast<size_t>(t) * layout_.token_code_bytes();
-    if (layout_.bits == 8) {
-      std::memcpy(q, src, static_cast<size_t>(dim()));
-      return;
-    }
-    for (int i = 0; i < dim() / 2; ++i) {
-      q[2 * i] = static_cast<int8_t>((src[i] & 0x0f) - 8);
-      q[2 * i + 1] = static_cast<int8_t>((src[i] >> 4) - 8);
-    }
+    const size_t ut = static_cast<size_t>(t);
+    for (size_t c = 0; c < layout_.d; ++c)
+      q[c] = static_cast<int8_t>(layout_.code(block[layout_.code_byte(ut, c)], layout_.code_shift(ut, c)));
   }
   /// The d/G group scales of token t.
   void read_scales(const uint8_t* block, int t, float* s) const {
-    const uint8_t* src = block + layout_.scales_offset() + 2 * static_cast<size_t>(t) * layout_.groups();
     for (int g = 0; g < groups(); ++g) {
       uint16_t h;
-      std::memcpy(&h, src + 2 * g, 2);
+      std::memcpy(&h, block + layout_.scale_byte(static_cast<size_t>(t), static_cast<size_t>(g)), 2);
       s[g] = f16_to_f32(h);
     }
   }
@@ -106,7 +103,7 @@ class IntGroupCodec final : public Codec {
         const float lim = static_cast<float>(qmax_);  // |v / s| <= qmax + 0.5: clamping costs at most half a step
         for (int i = 0; i < G; ++i)
           q[g * G + i] = s > 0 ? static_cast<int8_t>(std::clamp(std::nearbyint(v[i] / s), -lim, lim)) : int8_t{0};
-        std::memcpy(block + layout_.scales_offset() + 2 * (static_cast<size_t>(t) * groups() + g), &h, 2);
+        std::memcpy(block + layout_.scale_byte(static_cast<size_t>(t), static_cast<size_t>(g)), &h, 2);
       }
       write_codes(q.data(), t, block);
     }
@@ -129,8 +126,12 @@ class IntGroupCodec final : public Codec {
   // acc_c += lambda_c * sum_t w_t s_t,g(c) q_t,c: the tokens are summed in code units, lambda applied once.
   void accumulate_block(const float* w, int n_q, const uint8_t* block, int n, float* acc) const override {
     const int d = dim(), G = group(), T = block_tokens();
-    std::vector<float> sum(static_cast<size_t>(n_q) * d, 0.0f), s(groups());
-    std::vector<int8_t> q(d);
+    // Per-thread scratch: attention calls this once per page, which must not allocate.
+    thread_local std::vector<float> sum, s;
+    thread_local std::vector<int8_t> q;
+    sum.assign(static_cast<size_t>(n_q) * d, 0.0f);
+    s.resize(static_cast<size_t>(groups()));
+    q.resize(static_cast<size_t>(d));
     for (int t = 0; t < n; ++t) {
       read_codes(block, t, q.data());
       read_scales(block, t, s.data());
@@ -143,7 +144,7 @@ class IntGroupCodec final : public Codec {
         }
       }
     }
-    for (size_t j = 0; j < sum.size(); ++j) acc[j] += lambda_[j % d] * sum[j];
+    for (size_t j = 0; j < static_cast<size_t>(n_q) * d; ++j) acc[j] += lambda_[j % d] * sum[j];
   }
 
   // The state is lambda as d little-endian fp32 values, or nothing while lambda is all 1.
@@ -191,14 +192,13 @@ class IntGroupCodec final : public Codec {
   }
 
  private:
+  // Into a zeroed block.
   void write_codes(const int8_t* q, int t, uint8_t* block) const {
-    uint8_t* dst = block + static_cast<size_t>(t) * layout_.token_code_bytes();
-    if (layout_.bits == 8) {
-      std::memcpy(dst, q, static_cast<size_t>(dim()));
-      return;
-    }
-    for (int i = 0; i < dim() / 2; ++i)
-      dst[i] = static_cast<uint8_t>((q[2 * i] + 8) | ((q[2 * i + 1] + 8) << 4));
+    const size_t ut = static_cast<size_t>(t);
+    const unsigned mask = (1u << layout_.bits) - 1;
+    for (size_t c = 0; c < layout_.d; ++c)
+      block[layout_.code_byte(ut, c)] |=
+          static_cast<uint8_t>((static_cast<unsigned>(q[c]) & mask) << layout_.code_shift(ut, c));
   }
 
   layout::IntGroup layout_{};
@@ -250,6 +250,12 @@ std::unique_ptr<Scorer> IntGroupCodec::make_scorer(const float* q, int n_q) cons
 }
 
 }  // namespace
+
+std::optional<IntGroupParams> int_group_params(const Codec& codec) {
+  const auto* c = dynamic_cast<const IntGroupCodec*>(&codec);
+  if (!c) return std::nullopt;
+  return IntGroupParams{c->bits(), c->group(), c->lambda().data()};
+}
 
 std::unique_ptr<Codec> make_int_group_codec(const CodecSpec& spec, const CodecParams& params) {
   check_spec_shape(spec, 1, "rot");

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   kvq::cli::add_distortion_command(app);
   kvq::cli::add_generate_command(app);
   kvq::cli::add_ppl_command(app);
+  kvq::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

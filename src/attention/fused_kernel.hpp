@@ -1,0 +1,554 @@
+// The fused page loop over f16, int8 and int4 blocks, written once over an instruction set's vector traits V and
+// included only by the per-ISA translation units (kernels_avx2.cpp, kernels_avx512.cpp, kernels_avx512_vnni.cpp),
+// which compile it with their target flags. Everything here has internal linkage (kernel_args.hpp says why).
+//
+// Per page and pass of up to kMaxQ queries (the GQA group, or a slice of a prefill chunk's rows):
+//   1. scores of all the pass's queries in one sweep over the keys, every key element decoded once into a register
+//      and multiplied into each query's accumulator;
+//   2. the causal mask and the online softmax on whole vectors (a polynomial exp);
+//   3. the values summed for all queries in one sweep, every value element decoded once.
+// While page j is read, page j + 1's blocks are prefetched into L2 at the same pace (T1 hint), one page ahead.
+//
+// The formats (kvq/block_layout.hpp):
+//   f16 keys: token-major rows; each query's products with one token fill one vector, and W tokens' vectors are
+//     summed across lanes at once (transpose_sum).
+//   int keys: 64-byte tiles of 16 tokens x E = 32 / bits channels, one 32-bit lane per token: a lane-wise extract gives
+//     one channel of W tokens, scored against a broadcast query element; per channel group the dot products are
+//     multiplied by the W tokens' scales (one vector) and added to the scores.
+//   f16 values: token-major rows, W channels a vector, the weight broadcast.
+//   int values: tiles of E tokens x 16 channels, one lane per channel; the weight of token t for channel group g is
+//     p_t * s_t,g, formed once per page and group.
+// f16 elements become floats without vcvtph2ps where the head dimension allows (f16_split below).
+// An int code becomes a float in three operations: shift it to the top of its lane, shift it back arithmetically
+// (sign extension), convert.
+#pragma once
+
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "attention/kernel_args.hpp"
+
+namespace kvq::detail {
+namespace {
+
+// V, the vector traits, provides:
+//   W lanes; float vector F, integer vector I; zero(), set1(x), load(p), store(p, x), fma(a, b, c) = a * b + c,
+//   fma1(a, const float* b, c) = a * broadcast(*b) + c, mul, sub, max;
+//   load_f16(p): W fp16 values; f16_split(p, even, odd): 2W fp16 values as two vectors (even and odd elements),
+//   each value times 2^-112; load_i(p): W 32-bit lanes; element<Bits, J>(x): element J (Bits wide) of each lane
+//   as a signed float;
+//   hmax(x), hsum(x), first(x) (lane 0); exp(x) (0 below -87.3, for x <= 88); mask_tail(x, n): lanes >= n set to -inf;
+//   transpose_sum(v): lane t = the sum of the W lanes of v[t W .. t W + W - 1]; prefetch(p) into L2;
+//   kAccumulators: vectors a loop may keep accumulating in registers; kMaxQ: queries per pass (8 or 4);
+//   kVnni: int keys by integer dot products, with dpbusd(acc, u8 lanes, 4 s8 broadcast from memory), xor_i, and_i,
+//   srl4 and sll8 (32-bit lanes shifted), add_i, sub_i (an int32 broadcast from memory) and cvt (int32 -> fp32).
+
+constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
+
+// Calls f(std::integral_constant<int, J>) for J = 0..E-1: the element index must be a compile-time shift.
+template <int E, class Fn>
+inline void for_elements(Fn&& f) {
+  [&]<int... J>(std::integer_sequence<int, J...>) { (f(std::integral_constant<int, J>{}), ...); }
+  (std::make_integer_sequence<int, E>{});
+}
+
+constexpr int bits_of(BlockFormat f) { return f == BlockFormat::int8 ? 8 : 4; }
+
+// Prefetches the next page's block at the pace the current one is read: step(u, n) after unit u of n.
+template <class V>
+struct Prefetch {
+  const uint8_t* next = nullptr;  // null: nothing to prefetch
+  size_t bytes = 0, done = 0;
+
+  void step(size_t unit, size_t units) {
+    if (!next) return;
+    for (const size_t target = bytes * (unit + 1) / units; done < target; done += 64) V::prefetch(next + done);
+  }
+};
+
+size_t key_block_bytes(const KernelArgs& a, BlockFormat f) {
+  const size_t d = static_cast<size_t>(a.d), T = static_cast<size_t>(a.T);
+  return f == BlockFormat::f16 ? 2 * T * d : a.key_scales_offset + 2 * T * (d / static_cast<size_t>(a.key_group));
+}
+
+size_t value_block_bytes(const KernelArgs& a, BlockFormat f) {
+  const size_t d = static_cast<size_t>(a.d), T = static_cast<size_t>(a.T);
+  return f == BlockFormat::f16 ? 2 * T * d : a.value_scales_offset + 2 * T * (d / static_cast<size_t>(a.value_group));
+}
+
+// ---- keys: s[i * T + t] = <q_i, k_t> for the pass's NQ queries (q: NQ x d) -------------------------------------
+
+template <class V, int NQ>
+void key_scores_f16(const KernelArgs& a, const float* q, const uint8_t* block, Prefetch<V>& pf, float* s) {
+  constexpr int W = V::W, TT = NQ <= 4 ? 2 : 1;  // tokens at a time: 2 NQ independent accumulators
+  const int d = a.d, T = a.T, nv = d / W;
+  alignas(64) float part[NQ][W * W];  // per query, W tokens' unreduced products
+  for (int t0 = 0; t0 < T; t0 += W) {
+    for (int tt = 0; tt < W; tt += TT) {
+      typename V::F acc[TT][NQ];
+      for (int u = 0; u < TT; ++u)
+        for (int i = 0; i < NQ; ++i) acc[u][i] = V::zero();
+      for (int c = 0; c < nv; ++c)
+        for (int u = 0; u < TT; ++u) {
+          const auto k = V::load_f16(block + 2 * (static_cast<size_t>(t0 + tt + u) * d + c * W));
+          for (int i = 0; i < NQ; ++i) acc[u][i] = V::fma(k, V::load(q + i * d + c * W), acc[u][i]);
+        }
+      for (int u = 0; u < TT; ++u)
+        for (int i = 0; i < NQ; ++i) V::store(part[i] + (tt + u) * W, acc[u][i]);
+      pf.step(static_cast<size_t>(t0 + tt), static_cast<size_t>(T));
+    }
+    for (int i = 0; i < NQ; ++i) V::store(s + i * T + t0, V::transpose_sum(part[i]));
+  }
+}
+
+// f16 by integer operations: on Zen 4 vcvtph2ps takes a slot of the FMA pipes, which the FMAs need. A 64-bit lane
+// pair of halves becomes two floats by moving each half's sign, exponent and mantissa to their fp32 places (two
+// shifts and a mask): the value times 2^-112, exactly, zero and subnormal halves included (the f16 codec stores no
+// Inf or NaN). The 2^112 is folded into the queries (keys; they must stay below 2^14 in magnitude) or the weights
+// (values), and the even and odd elements of each block of 2W land in separate vectors: the queries, and the value
+// accumulators, are kept in that permuted order (permute_blocks).
+constexpr float kTwo112 = 5.192296858534828e33f;  // 2^112
+constexpr float kSplitQueryMax = 16384.0f;          // 2^14: |q| 2^112 stays finite
+
+// rows x d floats in place: within each block of 2W, natural order <-> even elements then odd elements.
+template <int W>
+void permute_blocks(float* x, int rows, int d, bool to_split) {
+  float tmp[2 * W];
+  for (int r = 0; r < rows; ++r)
+    for (int b = 0; b < d; b += 2 * W) {
+      float* blk = x + static_cast<size_t>(r) * d + b;
+      for (int l = 0; l < W; ++l) {
+        if (to_split) {
+          tmp[l] = blk[2 * l], tmp[W + l] = blk[2 * l + 1];
+        } else {
+          tmp[2 * l] = blk[l], tmp[2 * l + 1] = blk[W + l];
+        }
+      }
+      std::memcpy(blk, tmp, sizeof(tmp));
+    }
+}
+
+// qs: the queries permuted and times 2^112.
+template <class V, int NQ>
+void key_scores_f16_split(const KernelArgs& a, const float* qs, const uint8_t* block, Prefetch<V>& pf, float* s) {
+  constexpr int W = V::W, TT = NQ <= 4 ? 2 : 1;
+  const int d = a.d, T = a.T;
+  alignas(64) float part[NQ][W * W];
+  for (int t0 = 0; t0 < T; t0 += W) {
+    for (int tt = 0; tt < W; tt += TT) {
+      typename V::F acc[TT][NQ];
+      for (int u = 0; u < TT; ++u)
+        for (int i = 0; i < NQ; ++i) acc[u][i] = V::zero();
+      for (int c = 0; c < d; c += 2 * W)
+        for (int u = 0; u < TT; ++u) {
+          typename V::F even, odd;
+          V::f16_split(block + 2 * (static_cast<size_t>(t0 + tt + u) * d + c), even, odd);
+          for (int i = 0; i < NQ; ++i)
+            acc[u][i] = V::fma(odd, V::load(qs + i * d + c + W), V::fma(even, V::load(qs + i * d + c), acc[u][i]));
+        }
+      for (int u = 0; u < TT; ++u)
+        for (int i = 0; i < NQ; ++i) V::store(part[i] + (tt + u) * W, acc[u][i]);
+      pf.step(static_cast<size_t>(t0 + tt), static_cast<size_t>(T));
+    }
+    for (int i = 0; i < NQ; ++i) V::store(s + i * T + t0, V::transpose_sum(part[i]));
+  }
+}
+
+// One token vector (W tokens) at a time; even and odd channels accumulate apart (2 NQ independent chains), so that
+// every query element is used once and its broadcast rides in the FMA's memory operand.
+template <class V, int NQ, int Bits>
+void key_scores_int(const KernelArgs& a, const float* q, const uint8_t* block, Prefetch<V>& pf, float* s) {
+  constexpr int W = V::W, E = 32 / Bits;
+  const int d = a.d, T = a.T, G = a.key_group, groups = d / G, tiles = d / E, n_vec = T / W;
+  const uint8_t* scales = block + a.key_scales_offset;
+  for (int vec = 0; vec < n_vec; ++vec) {
+    const int tok = vec * W;
+    const uint8_t* lanes = block + static_cast<size_t>(tok / 16) * tiles * 64 + 4 * (tok % 16);
+    for (int g = 0; g < groups; ++g) {
+      typename V::F dot[2][NQ];
+      for (int h = 0; h < 2; ++h)
+        for (int i = 0; i < NQ; ++i) dot[h][i] = V::zero();
+      for (int k = g * G / E; k < (g + 1) * G / E; ++k) {
+        const auto x = V::load_i(lanes + 64 * k);
+        for_elements<E>([&](auto j) {
+          const auto f = V::template element<Bits, j>(x);
+          for (int i = 0; i < NQ; ++i) dot[j % 2][i] = V::fma1(f, q + i * d + E * k + j, dot[j % 2][i]);
+        });
+      }
+      const auto scale = V::load_f16(scales + 2 * ((static_cast<size_t>(tok / 16) * groups + g) * 16 + tok % 16));
+      for (int i = 0; i < NQ; ++i) {
+        float* si = s + i * T + tok;
+        const auto dg = V::add(dot[0][i], dot[1][i]);
+        V::store(si, g == 0 ? V::mul(scale, dg) : V::fma(scale, dg, V::load(si)));
+      }
+    }
+    pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
+  }
+}
+
+// ---- int keys by integer dot products (V::kVnni) ----------------------------------------------------------------
+// Each query in 24-bit fixed point, q_c ~ S (D0 2^16 + D1 2^8 + D2) with signed 8-bit digits: three dot products of
+// 64 u8 x s8 products each take the place of four fp32 FMAs of 16. The codes enter as code + offset (offset 8 for
+// int4, 128 for int8: unsigned bytes; an int4 lane splits into even and odd channels). Per group, the digit sums P0,
+// P1, P2 are joined in int32: 256 P0 + P1 (|P| <= 255 * 128 * 64), less the offset's share offset (256 sum D0 +
+// sum D1); then in fp32, 256 x that + P2 - offset sum D2, one rounding each. The rounding of q to 24 bits (2^-24 of
+// its largest element) is that of an fp32 dot product.
+//
+// Prepared queries in the kernel's scratch: digits [d/E chunks of E channels][n_q][3 digits][E channels] int8 (int4:
+// the 8 channels as the 4 even, then the 4 odd; a pass's digits for one chunk sit at fixed offsets from one
+// pointer); then the offset corrections [n_q][groups][2] int32; then the scales S [n_q] float.
+constexpr int32_t kDigitsMax = (1 << 23) - (1 << 16);  // |q / S| <= this keeps the top digit in [-127, 127]
+
+struct VnniQueries {
+  const int8_t* digits;
+  const int32_t* corrections;
+  const float* scales;
+};
+
+template <int Bits>
+VnniQueries prepare_vnni_queries(const KernelArgs& a) {
+  constexpr int E = 32 / Bits, offset = 1 << (Bits - 1);
+  const int d = a.d, G = a.key_group, groups = d / G, n_q = a.n_q;
+  auto* digits = reinterpret_cast<int8_t*>(a.scratch);
+  auto* corrections = reinterpret_cast<int32_t*>(a.scratch + static_cast<size_t>(n_q) * 3 * d);
+  auto* scales = reinterpret_cast<float*>(corrections + static_cast<size_t>(n_q) * groups * 2);
+  for (int i = 0; i < n_q; ++i) {
+    const float* q = a.q + static_cast<size_t>(i) * d;
+    float amax = 0;
+    for (int c = 0; c < d; ++c) amax = amax > q[c] ? (amax > -q[c] ? amax : -q[c]) : q[c];
+    const float scale = amax > 0 ? amax / kDigitsMax : 1.0f;
+    scales[i] = scale;
+    int32_t* corr = corrections + static_cast<size_t>(i) * groups * 2;
+    for (int k = 0; k < groups * 2; ++k) corr[k] = 0;
+    for (int c = 0; c < d; ++c) {
+      const float x = q[c] / scale;  // |x| <= kDigitsMax
+      const int32_t fixed = static_cast<int32_t>(x < 0 ? x - 0.5f : x + 0.5f);
+      const int32_t d2 = ((fixed + 128) & 255) - 128, rest = (fixed - d2) / 256;
+      const int32_t d1 = ((rest + 128) & 255) - 128, d0 = (rest - d1) / 256;
+      const int32_t digit[3] = {d0, d1, d2};
+      const int slot = Bits == 4 ? (c % 2) * 4 + (c % 8) / 2 : c % 4;  // int4: even channels, then odd
+      for (int k = 0; k < 3; ++k)
+        digits[(static_cast<size_t>(c / E) * n_q + i) * 3 * E + k * E + slot] = static_cast<int8_t>(digit[k]);
+      corr[(c / G) * 2] += offset * (256 * d0 + d1);
+      corr[(c / G) * 2 + 1] += offset * d2;
+    }
+  }
+  return {digits, corrections, scales};
+}
+
+template <class V, int NQ, int Bits>
+void key_scores_int_vnni(const KernelArgs& a, const VnniQueries& vq, int i0, const uint8_t* block, Prefetch<V>& pf,
+                         float* s) {
+  constexpr int W = V::W, E = 32 / Bits;
+  const int d = a.d, T = a.T, G = a.key_group, groups = d / G, tiles = d / E, n_vec = T / W;
+  const uint8_t* scales = block + a.key_scales_offset;
+  const int8_t* digits = vq.digits + static_cast<size_t>(i0) * 3 * E;
+  const size_t chunk_stride = static_cast<size_t>(a.n_q) * 3 * E;
+  const int32_t* corrections = vq.corrections + static_cast<size_t>(i0) * groups * 2;
+  for (int vec = 0; vec < n_vec; ++vec) {
+    const int tok = vec * W;
+    const uint8_t* lanes = block + static_cast<size_t>(tok / 16) * tiles * 64 + 4 * (tok % 16);
+    typename V::F sc[NQ];
+    for (int i = 0; i < NQ; ++i) sc[i] = V::zero();
+    for (int g = 0; g < groups; ++g) {
+      typename V::I acc[NQ][3];
+      for (int i = 0; i < NQ; ++i)
+        for (int k = 0; k < 3; ++k) acc[i][k] = V::zero_i();
+      for (int chunk = g * G / E; chunk < (g + 1) * G / E; ++chunk) {
+        const int8_t* qd = digits + chunk * chunk_stride;
+        if constexpr (Bits == 4) {
+          const auto u = V::xor_i(V::load_i(lanes + 64 * chunk), 0x88888888u);  // two's complement -> code + 8
+          const auto even = V::and_i(u, 0x0F0F0F0Fu), odd = V::and_i(V::srl4(u), 0x0F0F0F0Fu);
+          for (int i = 0; i < NQ; ++i)
+            for (int k = 0; k < 3; ++k) {
+              const int8_t* dk = qd + i * 24 + k * 8;
+              acc[i][k] = V::dpbusd(V::dpbusd(acc[i][k], even, dk), odd, dk + 4);
+            }
+        } else {
+          const auto u = V::xor_i(V::load_i(lanes + 64 * chunk), 0x80808080u);  // two's complement -> code + 128
+          for (int i = 0; i < NQ; ++i)
+            for (int k = 0; k < 3; ++k) acc[i][k] = V::dpbusd(acc[i][k], u, qd + i * 12 + k * 4);
+        }
+      }
+      const auto scale = V::load_f16(scales + 2 * ((static_cast<size_t>(tok / 16) * groups + g) * 16 + tok % 16));
+      for (int i = 0; i < NQ; ++i) {
+        const int32_t* corr = corrections + (static_cast<size_t>(i) * groups + g) * 2;
+        const auto p01 = V::sub_i(V::add_i(V::sll8(acc[i][0]), acc[i][1]), corr);
+        const auto dot = V::fma(V::cvt(p01), V::set1(256.0f), V::cvt(V::sub_i(acc[i][2], corr + 1)));
+        sc[i] = V::fma(scale, dot, sc[i]);
+      }
+    }
+    for (int i = 0; i < NQ; ++i) V::store(s + i * T + tok, V::mul(sc[i], V::set1(vq.scales[i0 + i])));
+    pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
+  }
+}
+
+// ---- values: o_i += sum_t p[i * T + t] v_t (o: NQ x d) ---------------------------------------------------------
+
+// Vectors of W channels summed in registers at a time, for NQ queries.
+template <class V, int NQ>
+constexpr int value_vectors() {
+  return V::kAccumulators / NQ > 0 ? V::kAccumulators / NQ : 1;
+}
+
+template <class V, int NQ, int VS>
+void values_f16_sweep(const KernelArgs& a, const float* p, const uint8_t* block, int vec0, float* o) {
+  constexpr int W = V::W;
+  const int d = a.d, T = a.T;
+  typename V::F acc[VS][NQ];
+  for (int u = 0; u < VS; ++u)
+    for (int i = 0; i < NQ; ++i) acc[u][i] = V::load(o + i * d + (vec0 + u) * W);
+  for (int t = 0; t < T; ++t)
+    for (int u = 0; u < VS; ++u) {
+      const auto v = V::load_f16(block + 2 * (static_cast<size_t>(t) * d + (vec0 + u) * W));
+      for (int i = 0; i < NQ; ++i) acc[u][i] = V::fma1(v, p + i * T + t, acc[u][i]);
+    }
+  for (int u = 0; u < VS; ++u)
+    for (int i = 0; i < NQ; ++i) V::store(o + i * d + (vec0 + u) * W, acc[u][i]);
+}
+
+template <class V, int NQ>
+void values_f16(const KernelArgs& a, const float* p, const uint8_t* block, Prefetch<V>& pf, float* o) {
+  constexpr int VS = value_vectors<V, NQ>();
+  const int nv = a.d / V::W;
+  int vec = 0;
+  for (; vec + VS <= nv; vec += VS) {
+    values_f16_sweep<V, NQ, VS>(a, p, block, vec, o);
+    pf.step(static_cast<size_t>(vec), static_cast<size_t>(nv));
+  }
+  for (; vec < nv; ++vec) values_f16_sweep<V, NQ, 1>(a, p, block, vec, o);
+  pf.step(static_cast<size_t>(nv - 1), static_cast<size_t>(nv));
+}
+
+// pp: the weights times 2^112; o in permuted order; VS even.
+template <class V, int NQ, int VS>
+void values_f16_split_sweep(const KernelArgs& a, const float* pp, const uint8_t* block, int ch0, float* o) {
+  constexpr int W = V::W;
+  const int d = a.d, T = a.T;
+  typename V::F acc[VS][NQ];
+  for (int u = 0; u < VS; ++u)
+    for (int i = 0; i < NQ; ++i) acc[u][i] = V::load(o + i * d + ch0 + u * W);
+  for (int t = 0; t < T; ++t)
+    for (int b = 0; b < VS / 2; ++b) {
+      typename V::F even, odd;
+      V::f16_split(block + 2 * (static_cast<size_t>(t) * d + ch0 + 2 * W * b), even, odd);
+      for (int i = 0; i < NQ; ++i) {
+        acc[2 * b][i] = V::fma1(even, pp + i * T + t, acc[2 * b][i]);
+        acc[2 * b + 1][i] = V::fma1(odd, pp + i * T + t, acc[2 * b + 1][i]);
+      }
+    }
+  for (int u = 0; u < VS; ++u)
+    for (int i = 0; i < NQ; ++i) V::store(o + i * d + ch0 + u * W, acc[u][i]);
+}
+
+template <class V, int NQ>
+void values_f16_split(const KernelArgs& a, const float* p, const uint8_t* block, Prefetch<V>& pf, float* o) {
+  constexpr int W = V::W, VS = value_vectors<V, NQ>() < 2 ? 2 : value_vectors<V, NQ>();
+  const int d = a.d, T = a.T;
+  alignas(64) float pp[NQ * kMaxTokens];
+  for (int i = 0; i < NQ; ++i)
+    for (int t = 0; t < T; t += W) V::store(pp + i * T + t, V::mul(V::load(p + i * T + t), V::set1(kTwo112)));
+  int ch = 0;
+  for (; ch + VS * W <= d; ch += VS * W) {
+    values_f16_split_sweep<V, NQ, VS>(a, pp, block, ch, o);
+    pf.step(static_cast<size_t>(ch), static_cast<size_t>(d));
+  }
+  for (; ch < d; ch += 2 * W) values_f16_split_sweep<V, NQ, 2>(a, pp, block, ch, o);
+  pf.step(static_cast<size_t>(d - 1), static_cast<size_t>(d));
+}
+
+// One vector of W channels over the page's tokens; even and odd tokens accumulate apart (2 NQ chains), every
+// weight used once.
+template <class V, int NQ, int Bits>
+void values_int_vector(const KernelArgs& a, const float* ws, const uint8_t* block, int vec, float* o) {
+  constexpr int W = V::W, E = 32 / Bits;
+  const int d = a.d, T = a.T, tiles = d / 16, ch = vec * W;
+  const uint8_t* lanes = block + 64 * (ch / 16) + 4 * (ch % 16);
+  typename V::F acc[2][NQ];
+  for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * d + ch), acc[1][i] = V::zero();
+  for (int tile = 0; tile < T / E; ++tile) {
+    const auto x = V::load_i(lanes + static_cast<size_t>(tile) * tiles * 64);
+    for_elements<E>([&](auto j) {
+      const auto f = V::template element<Bits, j>(x);
+      for (int i = 0; i < NQ; ++i) acc[j % 2][i] = V::fma1(f, ws + i * kMaxTokens + E * tile + j, acc[j % 2][i]);
+    });
+  }
+  for (int i = 0; i < NQ; ++i) V::store(o + i * d + ch, V::add(acc[0][i], acc[1][i]));
+}
+
+template <class V, int NQ, int Bits>
+void values_int(const KernelArgs& a, const float* p, const uint8_t* block, Prefetch<V>& pf, float* o) {
+  constexpr int W = V::W;
+  const int d = a.d, T = a.T, G = a.value_group, groups = d / G;
+  const uint8_t* scales = block + a.value_scales_offset;
+  alignas(64) float ws[NQ][kMaxTokens];  // p_t s_t,g of the current group
+  for (int g = 0; g < groups; ++g) {
+    for (int tok = 0; tok < T; tok += W) {
+      const auto scale = V::load_f16(scales + 2 * ((static_cast<size_t>(tok / 16) * groups + g) * 16 + tok % 16));
+      for (int i = 0; i < NQ; ++i) V::store(ws[i] + tok, V::mul(scale, V::load(p + i * T + tok)));
+    }
+    for (int vec = g * G / W; vec < (g + 1) * G / W; ++vec) values_int_vector<V, NQ, Bits>(a, ws[0], block, vec, o);
+    pf.step(static_cast<size_t>(g), static_cast<size_t>(groups));
+  }
+}
+
+// ---- the page loop ---------------------------------------------------------------------------------------------
+
+// The online softmax of one query over a page's scores s (T floats, overwritten with the weights exp(s - m)).
+// seen: tokens the query sees (none: the weights are zero and the state stays as it was).
+template <class V>
+void softmax_row(const KernelArgs& a, int seen, float* s, float& m, float& l, float* o) {
+  constexpr int W = V::W;
+  const int T = a.T;
+  auto block_max = V::set1(kMinusInf);
+  for (int t = 0; t < T; t += W) {
+    auto x = V::load(s + t);
+    if (seen < t + W) {
+      x = V::mask_tail(x, seen - t);
+      V::store(s + t, x);
+    }
+    block_max = V::max(block_max, x);
+  }
+  const float bm = V::hmax(block_max);
+  if (bm == kMinusInf) {
+    for (int t = 0; t < T; t += W) V::store(s + t, V::zero());
+    return;
+  }
+  const float mx = m > bm ? m : bm;
+  if (mx > m && m != kMinusInf) {
+    const auto alpha = V::exp(V::set1(m - mx));
+    for (int c = 0; c < a.d; c += W) V::store(o + c, V::mul(alpha, V::load(o + c)));
+    l *= V::first(alpha);
+  }
+  m = mx;
+  auto sum = V::zero();
+  const auto vmx = V::set1(mx);
+  for (int t = 0; t < T; t += W) {
+    const auto e = V::exp(V::sub(V::load(s + t), vmx));
+    V::store(s + t, e);
+    sum = V::add(sum, e);
+  }
+  l += V::hsum(sum);
+}
+
+// What a run prepares once: VNNI query digits (int keys), or the split f16 path's queries (f16 keys) and whether
+// the value accumulators are in split order (f16 values).
+struct RunPrep {
+  VnniQueries vq{};
+  const float* split_queries = nullptr;
+  bool split_values = false;
+};
+
+template <class V, BlockFormat K, BlockFormat VF, int NQ>
+void page_pass(const KernelArgs& a, const RunPrep& prep, int i0, size_t base, const uint8_t* page,
+               const uint8_t* next_page) {
+  const int d = a.d, T = a.T;
+  int seen[NQ];
+  bool any = false;
+  for (int i = 0; i < NQ; ++i) {
+    const size_t vis = a.visible[i0 + i];
+    seen[i] = vis > base ? static_cast<int>(vis - base < static_cast<size_t>(T) ? vis - base : T) : 0;
+    any = any || seen[i] > 0;
+  }
+  if (!any) return;
+  alignas(64) float s[NQ * kMaxTokens];
+  const float* q = a.q + static_cast<size_t>(i0) * d;
+  float* o = a.o + static_cast<size_t>(i0) * d;
+
+  Prefetch<V> pf{next_page ? next_page + a.key_offset : nullptr, key_block_bytes(a, K)};
+  if constexpr (K == BlockFormat::f16) {
+    if (prep.split_queries) {
+      key_scores_f16_split<V, NQ>(a, prep.split_queries + static_cast<size_t>(i0) * d, page + a.key_offset, pf, s);
+    } else {
+      key_scores_f16<V, NQ>(a, q, page + a.key_offset, pf, s);
+    }
+  } else if constexpr (V::kVnni) {
+    key_scores_int_vnni<V, NQ, bits_of(K)>(a, prep.vq, i0, page + a.key_offset, pf, s);
+  } else {
+    key_scores_int<V, NQ, bits_of(K)>(a, q, page + a.key_offset, pf, s);
+  }
+  for (int i = 0; i < NQ; ++i) softmax_row<V>(a, seen[i], s + i * T, a.m[i0 + i], a.l[i0 + i], o + i * d);
+  pf = {next_page ? next_page + a.value_offset : nullptr, value_block_bytes(a, VF)};
+  if constexpr (VF == BlockFormat::f16) {
+    if (prep.split_values) {
+      values_f16_split<V, NQ>(a, s, page + a.value_offset, pf, o);
+    } else {
+      values_f16<V, NQ>(a, s, page + a.value_offset, pf, o);
+    }
+  } else {
+    values_int<V, NQ, bits_of(VF)>(a, s, page + a.value_offset, pf, o);
+  }
+}
+
+template <class V, BlockFormat K, BlockFormat VF>
+void attend(const KernelArgs& a) {
+  const size_t T = static_cast<size_t>(a.T);
+  const bool splits = a.d % (2 * V::W) == 0;
+  RunPrep prep;
+  if constexpr (V::kVnni && K != BlockFormat::f16) prep.vq = prepare_vnni_queries<bits_of(K)>(a);
+  if constexpr (K == BlockFormat::f16) {
+    const size_t n = static_cast<size_t>(a.n_q) * a.d;
+    float qmax = 0;
+    for (size_t c = 0; c < n; ++c) qmax = a.q[c] > qmax ? a.q[c] : -a.q[c] > qmax ? -a.q[c] : qmax;
+    if (splits && qmax < kSplitQueryMax) {
+      auto* qs = reinterpret_cast<float*>(a.scratch);
+      for (size_t c = 0; c < n; ++c) qs[c] = a.q[c] * kTwo112;
+      permute_blocks<V::W>(qs, a.n_q, a.d, true);
+      prep.split_queries = qs;
+    }
+  }
+  if constexpr (VF == BlockFormat::f16) {
+    prep.split_values = splits;
+    if (splits) permute_blocks<V::W>(a.o, a.n_q, a.d, true);
+  }
+  for (size_t j = 0; j < a.n_pages; ++j) {
+    const uint8_t* page = a.pool + a.page_bytes * a.pages[j];
+    const uint8_t* next = j + 1 < a.n_pages ? a.pool + a.page_bytes * a.pages[j + 1] : nullptr;
+    const size_t base = a.first_token + j * T;
+    // Passes of kMaxQ, 4, 2, 1 queries; the first prefetches the next page, the others find this one cached.
+    int i0 = 0;
+    for (; i0 + V::kMaxQ <= a.n_q; i0 += V::kMaxQ, next = nullptr)
+      page_pass<V, K, VF, V::kMaxQ>(a, prep, i0, base, page, next);
+    if (V::kMaxQ > 4 && i0 + 4 <= a.n_q) page_pass<V, K, VF, 4>(a, prep, i0, base, page, next), i0 += 4, next = nullptr;
+    if (i0 + 2 <= a.n_q) page_pass<V, K, VF, 2>(a, prep, i0, base, page, next), i0 += 2, next = nullptr;
+    if (i0 < a.n_q) page_pass<V, K, VF, 1>(a, prep, i0, base, page, next);
+  }
+  if (prep.split_values) permute_blocks<V::W>(a.o, a.n_q, a.d, false);
+}
+
+template <class V, BlockFormat K>
+KernelFn fused_kernel_with_keys(BlockFormat value) {
+  using F = BlockFormat;
+  switch (value) {
+    case F::f16:
+      return attend<V, K, F::f16>;
+    case F::int8:
+      return attend<V, K, F::int8>;
+    case F::int4:
+      return attend<V, K, F::int4>;
+    case F::other:
+      break;
+  }
+  return nullptr;
+}
+
+// The kernel for every pair of f16, int8 and int4 blocks.
+template <class V>
+KernelFn fused_kernel_for(BlockFormat key, BlockFormat value) {
+  using F = BlockFormat;
+  switch (key) {
+    case F::f16:
+      return fused_kernel_with_keys<V, F::f16>(value);
+    case F::int8:
+      return fused_kernel_with_keys<V, F::int8>(value);
+    case F::int4:
+      return fused_kernel_with_keys<V, F::int4>(value);
+    case F::other:
+      break;
+  }
+  return nullptr;
+}
+
+}  // namespace
+}  // namespace kvq::detail

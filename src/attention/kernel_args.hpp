@@ -1,0 +1,62 @@
+// The arguments of a fused page-loop kernel, as plain data. The per-ISA translation units see only this header and
+// intrinsics: a class with inline member functions included there would be compiled with wider instructions, and
+// the linker may keep that copy for every caller, also on CPUs without those instructions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvq::detail {
+
+/// Block formats a fused kernel reads.
+enum class BlockFormat { f16, int8, int4, other };
+
+/// One run of pages of one (sequence, kv head) for n_q queries. The kernel folds the run into the n_q partial
+/// states (m, l, o), which may already hold tokens (the online softmax rescales them).
+struct KernelArgs {
+  // Page pages[j]'s key block starts at pool + pages[j] * page_bytes + key_offset, its value block at
+  // ... + value_offset; it holds tokens first_token + j T .. first_token + (j + 1) T - 1.
+  const uint8_t* pool = nullptr;
+  size_t page_bytes = 0, key_offset = 0, value_offset = 0;
+  const uint32_t* pages = nullptr;
+  size_t n_pages = 0;
+  size_t first_token = 0;
+  int d = 0;            ///< head dimension, a multiple of 16 (= the space dimension of both codecs)
+  int T = 0;            ///< tokens per page, a multiple of 16, at most kMaxTokens
+  int n_q = 0;          ///< queries
+  int key_group = 0;    ///< int keys: channels per fp16 scale (a multiple of 8)
+  int value_group = 0;  ///< int values: channels per fp16 scale (a multiple of 16)
+  size_t key_scales_offset = 0, value_scales_offset = 0;  ///< int: layout::IntGroup::scales_offset() of the block
+  const float* q = nullptr;         ///< n_q x d queries in the key codec's space, softmax scale and key lambda folded
+  const size_t* visible = nullptr;  ///< n_q causal limits: query i sees tokens t < visible[i]
+  float* m = nullptr;               ///< n_q running maxima (-inf: no token yet)
+  float* l = nullptr;               ///< n_q running sums of exp(s - m)
+  float* o = nullptr;               ///< n_q x d unnormalized outputs in the value codec's space, value lambda left out
+  uint8_t* scratch = nullptr;       ///< kernel_scratch_bytes(n_q, d) bytes, 64-byte aligned, for the kernel's own use
+};
+
+/// Scratch a kernel may use per run (queries prepared in its own format).
+constexpr size_t kernel_scratch_bytes(int n_q, int d) {
+  return static_cast<size_t>(n_q) * (4 * static_cast<size_t>(d) + 256);
+}
+
+/// The largest page a fused kernel takes (its scratch lives on the stack).
+constexpr int kMaxTokens = 128;
+
+using KernelFn = void (*)(const KernelArgs&);
+
+// What each instruction set's translation unit offers: the fused kernel for a pair of formats, or null.
+namespace scalar {
+KernelFn fused_kernel(BlockFormat key, BlockFormat value);
+}
+namespace avx2 {
+KernelFn fused_kernel(BlockFormat key, BlockFormat value);
+}
+namespace avx512 {
+KernelFn fused_kernel(BlockFormat key, BlockFormat value);
+}
+namespace avx512vnni {
+KernelFn fused_kernel(BlockFormat key, BlockFormat value);
+}
+
+}  // namespace kvq::detail

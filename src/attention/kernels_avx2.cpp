@@ -1,0 +1,109 @@
+// The fused kernels for AVX2 + FMA + F16C: 8 fp32 lanes, 16 registers. This file alone is compiled with those flags.
+#include "attention/kernel_args.hpp"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include "attention/fused_kernel.hpp"
+
+namespace kvq::detail {
+namespace {
+
+struct Avx2 {
+  static constexpr int W = 8, kAccumulators = 8, kMaxQ = 4;
+  static constexpr bool kVnni = false;
+  using F = __m256;
+  using I = __m256i;
+
+  static F zero() { return _mm256_setzero_ps(); }
+  static F set1(float x) { return _mm256_set1_ps(x); }
+  static F load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, F x) { _mm256_storeu_ps(p, x); }
+  static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static F fma1(F a, const float* b, F c) { return _mm256_fmadd_ps(a, _mm256_broadcast_ss(b), c); }
+  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F add(F a, F b) { return _mm256_add_ps(a, b); }
+  static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
+  static F max(F a, F b) { return _mm256_max_ps(a, b); }
+  static F load_f16(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static I load_i(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  // Sign to bit 31, exponent and mantissa to bits 27..13 (bits 30..28 and 12..0 cleared): the fp32 bits of h 2^-112.
+  static void f16_split(const uint8_t* p, F& even, F& odd) {
+    const I x = load_i(p), mask = _mm256_set1_epi32(static_cast<int>(0x8FFFE000u));
+    even = _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(_mm256_slli_epi32(x, 16), 3), mask));
+    odd = _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(x, 3), mask));
+  }
+
+  // Element J of a lane (Bits wide, two's complement): shifted to the top, shifted back arithmetically, converted.
+  template <int Bits, int J>
+  static F element(I x) {
+    const I top = (J + 1) * Bits == 32 ? x : _mm256_slli_epi32(x, 32 - (J + 1) * Bits);
+    return _mm256_cvtepi32_ps(_mm256_srai_epi32(top, 32 - Bits));
+  }
+
+  static float hmax(F x) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+  }
+  static float hsum(F x) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+  }
+  static float first(F x) { return _mm256_cvtss_f32(x); }
+
+  // Cephes' expf, as in the AVX-512 traits; 2^n built in the exponent field (n >= -126 after the clamp).
+  static F exp(F x) {
+    const F tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3365f), _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3365f)), _mm256_set1_ps(88.0f));
+    const F n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    F r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    F p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    const I e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+  }
+
+  static F mask_tail(F x, int n) {
+    const F keep = _mm256_cmp_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_ps(static_cast<float>(n)),
+                                 _CMP_LT_OQ);
+    return _mm256_blendv_ps(_mm256_set1_ps(-std::numeric_limits<float>::infinity()), x, keep);
+  }
+
+  // 8 vectors v[t] -> lane t = sum of v[t]: 128-bit halves paired, then two horizontal adds.
+  static F transpose_sum(const float* v) {
+    F w[4];
+    for (int k = 0; k < 4; ++k) {  // [P(2k) 4 lanes | P(2k+1) 4 lanes]
+      const F a = load(v + 16 * k), b = load(v + 16 * k + 8);
+      w[k] = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+    }
+    // hadd within 128-bit halves: half 0 holds tokens 0, 2, 4, 6; half 1 tokens 1, 3, 5, 7
+    const F z = _mm256_hadd_ps(_mm256_hadd_ps(w[0], w[1]), _mm256_hadd_ps(w[2], w[3]));
+    return _mm256_permutevar8x32_ps(z, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  }
+
+  static void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1); }
+};
+
+}  // namespace
+
+namespace avx2 {
+KernelFn fused_kernel(BlockFormat key, BlockFormat value) { return fused_kernel_for<Avx2>(key, value); }
+}  // namespace avx2
+}  // namespace kvq::detail
+
+#else
+
+namespace kvq::detail::avx2 {
+KernelFn fused_kernel(BlockFormat, BlockFormat) { return nullptr; }
+}  // namespace kvq::detail::avx2
+
+#endif

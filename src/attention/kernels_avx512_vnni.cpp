@@ -1,0 +1,47 @@
+// The fused kernels for AVX-512 with VNNI: int8 and int4 keys scored by 8-bit integer dot products
+// (fused_kernel.hpp); the other phases as in kernels_avx512.cpp. This file alone is compiled with those flags.
+#include "attention/kernel_args.hpp"
+
+#if defined(__x86_64__)
+#include "attention/fused_kernel.hpp"
+#include "attention/vector_avx512.hpp"
+
+namespace kvq::detail {
+namespace {
+
+struct Avx512Vnni : Avx512 {
+  static constexpr bool kVnni = true;
+
+  static I zero_i() { return _mm512_setzero_si512(); }
+  static I xor_i(I x, uint32_t k) { return _mm512_xor_si512(x, _mm512_set1_epi32(static_cast<int>(k))); }
+  static I and_i(I x, uint32_t k) { return _mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(k))); }
+  static I srl4(I x) { return _mm512_srli_epi32(x, 4); }
+  static I sll8(I x) { return _mm512_slli_epi32(x, 8); }
+  static I add_i(I x, I y) { return _mm512_add_epi32(x, y); }
+  static I sub_i(I x, const int32_t* k) { return _mm512_sub_epi32(x, _mm512_set1_epi32(*k)); }
+  static F cvt(I x) { return _mm512_cvtepi32_ps(x); }
+  // acc += per 32-bit lane, the 4 products of its u8 bytes with the 4 s8 at s8x4. In assembly so that the broadcast
+  // stays in the instruction's memory operand: GCC 12 hoists it into a register, which costs an ALU operation.
+  static I dpbusd(I acc, I u8, const int8_t* s8x4) {
+    int32_t b;
+    __builtin_memcpy(&b, s8x4, 4);
+    return _mm512_dpbusd_epi32(acc, u8, _mm512_set1_epi32(b));
+  }
+};
+
+}  // namespace
+
+namespace avx512vnni {
+KernelFn fused_kernel(BlockFormat key, BlockFormat value) {
+  return key == BlockFormat::int4 || key == BlockFormat::int8 ? fused_kernel_for<Avx512Vnni>(key, value) : nullptr;
+}
+}  // namespace avx512vnni
+}  // namespace kvq::detail
+
+#else
+
+namespace kvq::detail::avx512vnni {
+KernelFn fused_kernel(BlockFormat, BlockFormat) { return nullptr; }
+}  // namespace kvq::detail::avx512vnni
+
+#endif

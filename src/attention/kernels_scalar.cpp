@@ -1,0 +1,96 @@
+// The fused kernels in plain C++: the reference the SIMD kernels are tested against, and what runs under
+// KVQ_ISA=scalar. One query at a time, each token decoded from the layout (kvq/block_layout.hpp) per query.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "attention/kernel_args.hpp"
+#include "kvq/block_layout.hpp"
+#include "kvq/half.hpp"
+
+namespace kvq::detail::scalar {
+namespace {
+
+constexpr int kMaxDim = 512;  // the largest head dimension a codec takes
+
+// Token t of a block as floats: the codec's space, an int4 codec's lambda left out.
+template <BlockFormat F>
+void read_token(const KernelArgs& a, const uint8_t* block, bool key, int t, float* x) {
+  const size_t d = static_cast<size_t>(a.d), ut = static_cast<size_t>(t);
+  if constexpr (F == BlockFormat::f16) {
+    for (size_t c = 0; c < d; ++c) {
+      uint16_t h;
+      std::memcpy(&h, block + 2 * (ut * d + c), 2);
+      x[c] = f16_to_f32(h);
+    }
+  } else {
+    const size_t G = static_cast<size_t>(key ? a.key_group : a.value_group);
+    const layout::IntGroup l{d, static_cast<size_t>(a.T), F == BlockFormat::int8 ? 8u : 4u, G, key};
+    for (size_t c = 0; c < d; ++c) {
+      uint16_t h;
+      std::memcpy(&h, block + l.scale_byte(ut, c / G), 2);
+      const int code = l.code(block[l.code_byte(ut, c)], l.code_shift(ut, c));
+      x[c] = f16_to_f32(h) * static_cast<float>(code);
+    }
+  }
+}
+
+template <BlockFormat K, BlockFormat V>
+void attend(const KernelArgs& a) {
+  const size_t d = static_cast<size_t>(a.d), T = static_cast<size_t>(a.T);
+  float x[kMaxDim], s[kMaxTokens];
+  for (size_t j = 0; j < a.n_pages; ++j) {
+    const uint8_t* page = a.pool + a.page_bytes * a.pages[j];
+    const size_t base = a.first_token + j * T;
+    for (size_t i = 0; i < static_cast<size_t>(a.n_q); ++i) {
+      const size_t seen = a.visible[i] > base ? std::min(a.visible[i] - base, T) : 0;
+      if (seen == 0) continue;
+      const float* q = a.q + i * d;
+      float* o = a.o + i * d;
+      float block_max = -std::numeric_limits<float>::infinity();
+      for (size_t t = 0; t < seen; ++t) {
+        read_token<K>(a, page + a.key_offset, true, static_cast<int>(t), x);
+        float dot = 0;
+        for (size_t c = 0; c < d; ++c) dot += q[c] * x[c];
+        s[t] = dot;
+        block_max = std::max(block_max, dot);
+      }
+      const float mx = std::max(a.m[i], block_max);
+      if (mx > a.m[i] && a.m[i] != -std::numeric_limits<float>::infinity()) {
+        const float alpha = std::exp(a.m[i] - mx);
+        for (size_t c = 0; c < d; ++c) o[c] *= alpha;
+        a.l[i] *= alpha;
+      }
+      a.m[i] = mx;
+      for (size_t t = 0; t < seen; ++t) {
+        const float p = std::exp(s[t] - mx);
+        a.l[i] += p;
+        read_token<V>(a, page + a.value_offset, false, static_cast<int>(t), x);
+        for (size_t c = 0; c < d; ++c) o[c] += p * x[c];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// Every pair of f16, int8 and int4.
+template <BlockFormat K>
+KernelFn with_keys(BlockFormat value) {
+  using F = BlockFormat;
+  return value == F::f16    ? attend<K, F::f16>
+         : value == F::int8 ? attend<K, F::int8>
+         : value == F::int4 ? attend<K, F::int4>
+                            : nullptr;
+}
+
+KernelFn fused_kernel(BlockFormat key, BlockFormat value) {
+  using F = BlockFormat;
+  return key == F::f16    ? with_keys<F::f16>(value)
+         : key == F::int8 ? with_keys<F::int8>(value)
+         : key == F::int4 ? with_keys<F::int4>(value)
+                          : nullptr;
+}
+
+}  // namespace kvq::detail::scalar

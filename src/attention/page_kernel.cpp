@@ -1,0 +1,70 @@
+#include "attention/page_kernel.hpp"
+
+#include "codec/int_group.hpp"
+#include "kvq/block_layout.hpp"
+
+namespace kvq::detail {
+namespace {
+
+struct Format {
+  BlockFormat format = BlockFormat::other;
+  const float* lambda = nullptr;
+  int group = 0;
+  size_t scales_offset = 0;
+};
+
+Format format_of(const Codec& codec, int T) {
+  if (codec.spec().name == "f16") return {BlockFormat::f16};
+  if (const auto p = int_group_params(codec)) {
+    const layout::IntGroup l{static_cast<size_t>(codec.dim()), static_cast<size_t>(T), static_cast<size_t>(p->bits),
+                             static_cast<size_t>(p->group), codec.role() == Role::key};
+    return {p->bits == 8 ? BlockFormat::int8 : BlockFormat::int4, p->lambda, p->group, l.scales_offset()};
+  }
+  return {};
+}
+
+KernelFn fused_kernel(Isa isa, BlockFormat key, BlockFormat value) {
+  switch (isa) {
+    case Isa::scalar:
+      return scalar::fused_kernel(key, value);
+    case Isa::avx2:
+      return avx2::fused_kernel(key, value);
+    case Isa::avx512:
+      return avx512::fused_kernel(key, value);
+    case Isa::avx512vnni:
+      return avx512vnni::fused_kernel(key, value);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa isa) {
+  PageKernel kernel;
+  const Format k = format_of(key, T), v = format_of(value, T);
+  if (k.format == BlockFormat::other || v.format == BlockFormat::other || T % 16 != 0 || T > kMaxTokens ||
+      key.role() != Role::key || value.role() != Role::value || key.dim() != value.dim())
+    return kernel;
+  // The widest instruction set up to `isa` that has a kernel for the pair.
+  Isa used = isa;
+  while (!(kernel.fn = fused_kernel(used, k.format, v.format)) && used != Isa::scalar)
+    used = static_cast<Isa>(static_cast<int>(used) - 1);
+  if (!kernel.fn) return kernel;
+  kernel.name = "fused_" + key.spec().name + "_" + value.spec().name + "_" + isa_name(used);
+  kernel.key_lambda = k.lambda;
+  kernel.value_lambda = v.lambda;
+  kernel.key_group = k.group;
+  kernel.value_group = v.group;
+  kernel.key_scales_offset = k.scales_offset;
+  kernel.value_scales_offset = v.scales_offset;
+  return kernel;
+}
+
+void prepare_kernel_queries(const PageKernel& kernel, const Codec& key, const float* q, int n_q, float* out) {
+  key.to_space(q, n_q, out);
+  if (!kernel.key_lambda) return;
+  const size_t d = static_cast<size_t>(key.dim());
+  for (size_t i = 0; i < static_cast<size_t>(n_q) * d; ++i) out[i] *= kernel.key_lambda[i % d];
+}
+
+}  // namespace kvq::detail

@@ -1,0 +1,32 @@
+// The one place where the page loop's kernel is chosen for a layer's (key codec, value codec) pair and an
+// instruction set: a fused kernel that reads the packed blocks directly, or the generic loop through the codecs'
+// Scorer and accumulate.
+#pragma once
+
+#include <string>
+
+#include "attention/isa.hpp"
+#include "attention/kernel_args.hpp"
+#include "kvq/codec.hpp"
+
+namespace kvq::detail {
+
+struct PageKernel {
+  std::string name = "generic";  ///< "generic", or "fused_<key>_<value>_<isa>" such as "fused_int4_int4_avx512"
+  KernelFn fn = nullptr;         ///< null: the generic loop
+  const float* key_lambda = nullptr;    ///< int keys: per-channel scale, folded into the queries
+  const float* value_lambda = nullptr;  ///< int values: per-channel scale, applied to the outputs after a run
+  int key_group = 0, value_group = 0;
+  size_t key_scales_offset = 0, value_scales_offset = 0;
+};
+
+/// The kernel for blocks of T tokens of these codecs on `isa`: fused for f16, int8 or int4 keys with f16, int8 or
+/// int4 values (T a multiple of 16 up to kMaxTokens), from the widest instruction set up to `isa` that has one;
+/// else generic.
+PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa isa);
+
+/// The queries a fused kernel takes: n_q x d rows (scaled already) mapped to the key codec's space and multiplied by
+/// key_lambda.
+void prepare_kernel_queries(const PageKernel& kernel, const Codec& key, const float* q, int n_q, float* out);
+
+}  // namespace kvq::detail
