@@ -152,6 +152,29 @@ TEST(ModelCache, BytesAndCodecsOfTheCache) {
   EXPECT_EQ(runner.cache()->memory().pages_in_use, 0u);
 }
 
+// KvCacheSpec::layers: the listed layers use the codecs, the others f16.
+TEST(ModelCache, CodecsOnSomeLayers) {
+  KVQ_FRESH_SEED();
+  const SyntheticLlama m(seed);
+  Rng rng(seed + 1);
+  const std::vector<int> ids = test::random_tokens(rng, 130);
+  const auto logits = [&](const KvCacheSpec& spec) {
+    LlamaRunner runner(m.model(), 130, 2, spec);
+    return run(runner, ids, 64);
+  };
+  KvCacheSpec all{"kivi:2", "kivi:2"}, both = all, first = all, none{"f16", "f16"};
+  both.layers = {0, 1};
+  first.layers = {0};
+  EXPECT_EQ(logits(both), logits(all));
+  const std::vector<float> mixed = logits(first);
+  EXPECT_NE(mixed, logits(all));
+  EXPECT_NE(mixed, logits(none));
+  EXPECT_EQ(first.label(), "kivi:2/kivi:2@layers 0");
+  KvCacheSpec outside = all;
+  outside.layers = {2};
+  EXPECT_THROW(LlamaRunner(m.model(), 16, 1, outside), Error);
+}
+
 TEST(ModelCache, BadSpecsAreNamed) {
   const SyntheticLlama m(1);
   const auto message = [&](const KvCacheSpec& spec) {

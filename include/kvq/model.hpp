@@ -104,9 +104,12 @@ struct KvCacheSpec {
   int block_tokens = 64;    ///< T
   int residual_tokens = 0;  ///< R, a multiple of T
   uint64_t seed = 0;        ///< seeds the codecs' rotations and sketches
+  /// Layers whose keys and values use these codecs, the others f16 (a diagnostic: which layers a codec hurts);
+  /// empty: every layer.
+  std::vector<int> layers;
 
   bool compressed() const { return !key_codec.empty() || !value_codec.empty(); }
-  /// "k/v" (e.g. "int4/int4"), or "fp32 (no cache)".
+  /// "k/v" (e.g. "int4/int4", "int4/f16@layers 0,3"), or "fp32 (no cache)".
   std::string label() const;
 };
 

@@ -51,7 +51,10 @@ std::unique_ptr<KvStore> make_kv_store(const LlamaConfig& c, int context, const 
 }  // namespace
 
 std::string KvCacheSpec::label() const {
-  return compressed() ? key_codec + "/" + value_codec : std::string("fp32 (no cache)");
+  if (!compressed()) return "fp32 (no cache)";
+  std::string s = key_codec + "/" + value_codec;
+  for (size_t i = 0; i < layers.size(); ++i) s += (i == 0 ? "@layers " : ",") + std::to_string(layers[i]);
+  return s;
 }
 
 LlamaRunner::LlamaRunner(const LlamaModel& model, int context, int threads, const KvCacheSpec& cache)

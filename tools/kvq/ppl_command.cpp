@@ -24,6 +24,7 @@ struct PplOptions {
   size_t calib_tokens = 0;
   int threads = 0;
   CacheListOptions caches;
+  bool sweep_layers = false;
   bool json = false;
 };
 
@@ -53,6 +54,7 @@ void print(const PplOptions& o, const PerplexityResult& r, const CacheQuality& q
     j["bits_per_element_v"] = q.bits_per_element_v;
     j["cache_bytes"] = q.cache_bytes;
     if (compressed) j["cache_bytes_f16"] = f16.cache_bytes;
+    if (!q.cache.layers.empty()) j["layers"] = q.cache.layers;
     j["tokens_per_second"] = static_cast<double>(r.tokens) / q.seconds;
     j["seconds"] = seconds;
     std::printf("%s\n", j.dump().c_str());
@@ -80,6 +82,15 @@ void run_ppl(const PplOptions& o) {
   options.chunk = o.chunk;
   options.threads = o.threads;
   options.caches = o.caches.specs();
+  if (o.sweep_layers) {  // each cache once per layer, compressing that layer only
+    std::vector<KvCacheSpec> per_layer;
+    for (const KvCacheSpec& spec : options.caches)
+      for (int l = 0; l < model.config().n_layers; ++l) {
+        per_layer.push_back(spec);
+        per_layer.back().layers = {l};
+      }
+    options.caches = per_layer;
+  }
   for (const KvCacheSpec& spec : options.caches)
     if (spec.compressed() && !is_f16_cache(spec)) options.reference = f16_cache_like(o.caches.common);
   // Calibration comes from the text's tail, after every evaluated token.
@@ -109,6 +120,8 @@ void add_ppl_command(CLI::App& app) {
                   "last N tokens of the text, never among the scored ones")
       ->capture_default_str();
   add_cache_list_options(*cmd, o->caches);
+  cmd->add_flag("--sweep-layers", o->sweep_layers,
+                "measure every cache once per layer, with only that layer compressed (the others f16)");
   cmd->add_option("--threads", o->threads, "threads (0 = all cores)")->capture_default_str();
   cmd->add_flag("--json", o->json, "print one JSON object per cache (one line each)");
   cmd->callback([o] { run_ppl(*o); });
