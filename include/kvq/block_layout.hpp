@@ -115,6 +115,24 @@ static_assert(TurboRvq{128, 64, 2}.block_bytes() == 2 * 64 * 32 + 64 * 2);  // 4
 
 
 // ---- vecinfer --------------------------------------------------------------------------------------------------
-
+//   [codes: T rows of row_bytes(); row t holds token t's d/s codeword indices, c bits each, LSB-first
+//    (bitpack.hpp), index j coding channels [j*s, (j+1)*s) of the smoothed, rotated vector; zero bits pad a row
+//    to whole bytes]
+//   [norm=1 only, at norms_offset(): T fp16 factors gamma_t = |x_t|^2 / <x_t, x^_t> (0 if <x_t, x^_t> <= 0)]
+// The codebook (2^c x s floats) and the smoothing factors lambda (d floats) are trained state of the codec, shared
+// by every block, and are not stored in blocks. Reconstruction:
+//   x = gamma_t * lambda ⊙ R^T [cb[idx_0], ..., cb[idx_{d/s-1}]]      (gamma_t = 1 without norm=1).
+// Bits per element c/s when (d/s)*c is a multiple of 8 (any power-of-two d): vecinfer:8/4 -> 2.0,
+// vecinfer:10/4 -> 2.5, vecinfer:12/8 -> 1.5, vecinfer:8/8 -> 1.0; norm=1 adds 16/d (0.125 at d = 128).
+struct VecInfer {
+  size_t d, T, s, c;  // s: sub-vector length (4 or 8), c: bits per codeword (8..12)
+  bool norm = false;  // per-token inner-product correction stored
+  constexpr size_t row_bytes() const { return (d / s * c + 7) / 8; }
+  constexpr size_t norms_offset() const { return align16(T * row_bytes()); }
+  constexpr size_t block_bytes() const { return norm ? norms_offset() + 2 * T : T * row_bytes(); }
+};
+static_assert(VecInfer{128, 64, 4, 8}.block_bytes() == 2048);         // 2 bits per element
+static_assert(VecInfer{128, 64, 8, 12}.block_bytes() == 1536);        // 1.5
+static_assert(VecInfer{128, 64, 4, 8, true}.block_bytes() == 2176);   // 2.125
 
 }  // namespace kvq::layout

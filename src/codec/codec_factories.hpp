@@ -16,6 +16,7 @@ std::unique_ptr<Codec> make_turbo_mse_codec(const CodecSpec& spec, const CodecPa
 std::unique_ptr<Codec> make_turbo_prod_codec(const CodecSpec& spec, const CodecParams& params);  // turbo_prod:b
 std::unique_ptr<Codec> make_qjl_codec(const CodecSpec& spec, const CodecParams& params);         // qjl[:m]
 std::unique_ptr<Codec> make_turbo_rvq_codec(const CodecSpec& spec, const CodecParams& params);   // turbo_rvq:b
+std::unique_ptr<Codec> make_vecinfer_codec(const CodecSpec& spec, const CodecParams& params);    // vecinfer:c/s
 
 /// Throws unless the spec has at most `max_args` arguments and only the options listed in `allowed`
 /// (a comma-separated list, e.g. "rot,g").

@@ -28,6 +28,7 @@ constexpr std::array kRegistry{
     // turbo_codecs_test covers m = d.
     Entry{"qjl", make_qjl_codec, "qjl:256"},
     Entry{"turbo_rvq", make_turbo_rvq_codec, "turbo_rvq:1 turbo_rvq:2"},
+    Entry{"vecinfer", make_vecinfer_codec, "vecinfer:8/4 vecinfer:10/8 vecinfer:8/4,norm=1"},
 };
 
 }  // namespace
