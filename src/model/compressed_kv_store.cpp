@@ -82,6 +82,23 @@ class CompressedKvStore final : public KvStore {
     }
   }
 
+  // A KVCache encodes its oldest T window tokens when an append brings the window to R + T. Positions before
+  // such an event attend before it happens, the position that triggers it after, as in decoding.
+  void append_attend(int layer, const float* k, const float* v, const float* q, int n, float* out) override {
+    const CacheSequence& c = at(layer);
+    const CacheConfig& config = c.cache.config();
+    const size_t kv_row = static_cast<size_t>(shape_.n_kv_heads) * shape_.head_dim;
+    const size_t q_row = static_cast<size_t>(shape_.n_heads) * shape_.head_dim;
+    for (int done = 0; done < n;) {
+      const int window = c.cache.view(c.seq, layer).residual_count;
+      const int before_encoding = config.residual_tokens + config.block_tokens - 1 - window;
+      const int m = before_encoding > 0 ? std::min(n - done, before_encoding) : 1;
+      append(layer, k + done * kv_row, v + done * kv_row, m);
+      attend(layer, q + done * q_row, m, out + done * q_row);
+      done += m;
+    }
+  }
+
   int length(int layer) const override {
     const CacheSequence& c = at(layer);
     return static_cast<int>(c.cache.length(c.seq, layer));

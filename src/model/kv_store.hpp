@@ -27,6 +27,13 @@ class KvStore {
   /// length - n + i, sees every stored position up to its own. q: [n][n_heads][head_dim] -> out: the same shape.
   /// Query head h reads key/value head h / (n_heads / n_kv_heads); scores are scaled by 1/sqrt(head_dim).
   virtual void attend(int layer, const float* q, int n, float* out) = 0;
+  /// Appends n positions and computes their attention as token-by-token decoding would: position i sees the
+  /// store as it is right after position i is appended (for a KVCache, blocks completed by later positions of the
+  /// chunk are still in the fp32 window). The default appends all n, then attends.
+  virtual void append_attend(int layer, const float* k, const float* v, const float* q, int n, float* out) {
+    append(layer, k, v, n);
+    attend(layer, q, n, out);
+  }
   /// Positions stored for `layer`.
   virtual int length(int layer) const = 0;
   /// Forgets every position (trained codec state is kept).

@@ -165,8 +165,7 @@ void LlamaRunner::attention_block(const LlamaLayerWeights& w, int layer, int pos
     capture_->keys[layer].insert(capture_->keys[layer].end(), k_.begin(), k_.begin() + floats);
     capture_->values[layer].insert(capture_->values[layer].end(), v_.begin(), v_.begin() + floats);
   }
-  kv_->append(layer, k_.data(), v_.data(), n);
-  kv_->attend(layer, q_.data(), n, att_.data());
+  kv_->append_attend(layer, k_.data(), v_.data(), q_.data(), n, att_.data());
   project({{&w.wo, proj_.data()}}, att_.data(), n);
   for (size_t i = 0; i < static_cast<size_t>(n) * c.dim; ++i) x_[i] += proj_[i];
 }
