@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <memory>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -94,15 +95,40 @@ class LlamaModel {
 /// in the model's GGUF metadata (kvq::Error for a llama2.c checkpoint without a tokenizer file).
 std::unique_ptr<Tokenizer> load_tokenizer(const LlamaModel& model, const std::filesystem::path& tokenizer_file);
 
+/// The key/value cache of a runner. Both codec specs empty: the fp32 store with exact attention (no KVCache, the
+/// reference); otherwise a kvq::KVCache holding one sequence, with these codecs (codec.hpp specs, e.g. "int4",
+/// "turbo_prod:3") for keys and values, T tokens per page and R newest tokens in fp32.
+struct KvCacheSpec {
+  std::string key_codec;
+  std::string value_codec;
+  int block_tokens = 64;    ///< T
+  int residual_tokens = 0;  ///< R, a multiple of T
+  uint64_t seed = 0;        ///< seeds the codecs' rotations and sketches
+  /// Layers whose keys and values use these codecs, the others f16 (a diagnostic: which layers a codec hurts);
+  /// empty: every layer.
+  std::vector<int> layers;
+
+  bool compressed() const { return !key_codec.empty() || !value_codec.empty(); }
+  /// "k/v" (e.g. "int4/int4", "int4/f16@layers 0,3"), or "fp32 (no cache)".
+  std::string label() const;
+};
+
+/// Keys and values captured from a model: [layer][token][kv head][head_dim] per layer.
+struct KvSample {
+  std::vector<std::vector<float>> keys, values;
+  size_t tokens = 0;
+};
+
 class KvStore;
+class KVCache;
 class ThreadPool;
 
-/// The run state of one sequence: activations, the key/value store, the logits. One runner per sequence; the
+/// The run state of one sequence: activations, the key/value cache, the logits. One runner per sequence; the
 /// model must outlive it.
 class LlamaRunner {
  public:
   /// context: positions this runner can hold (<= the model's max_seq_len); threads: 0 = all hardware threads.
-  LlamaRunner(const LlamaModel& model, int context, int threads = 0);
+  LlamaRunner(const LlamaModel& model, int context, int threads = 0, const KvCacheSpec& cache = {});
   ~LlamaRunner();
   LlamaRunner(const LlamaRunner&) = delete;
   LlamaRunner& operator=(const LlamaRunner&) = delete;
@@ -110,6 +136,11 @@ class LlamaRunner {
   /// Runs `token` at position `pos` (pos = the number of tokens run since construction or reset) and returns the
   /// logits of the next token: [vocab_size], valid until the next call.
   std::span<const float> forward(int token, int pos);
+  /// Runs tokens at positions pos .. pos + n - 1 as one chunk: matrix-matrix products over the weights, the
+  /// chunk's keys and values appended to the cache, then causal attention over the cache. Returns the logits of
+  /// every position, [n][vocab_size], or with all_logits = false those of the last one only, [vocab_size]; valid
+  /// until the next call. A chunk of one token is forward(token, pos).
+  std::span<const float> forward_chunk(std::span<const int> tokens, int pos, bool all_logits = true);
   /// Forgets the context: the next forward is at position 0.
   void reset();
   /// Positions run so far.
@@ -117,28 +148,53 @@ class LlamaRunner {
   int context() const { return context_; }
   int threads() const;
 
+  /// The cache's configuration.
+  const KvCacheSpec& cache_spec() const { return cache_spec_; }
+  /// The compressed cache, or nullptr for the fp32 store.
+  const KVCache* cache() const;
+  /// Bytes the key/value cache holds now.
+  size_t cache_bytes() const;
+  /// Whether the cache's codecs must be trained (calibrate) before the first forward.
+  bool needs_calibration() const;
+  /// The model's own keys and values (after RoPE) for `tokens`, run through an f16 cache in windows of context()
+  /// positions (each from position 0) and chunks of `chunk`: [layer][token][kv head][head_dim]. Only at position
+  /// 0; the runner stays there.
+  KvSample capture_kv(std::span<const int> tokens, int chunk = 64);
+  /// Trains every layer's key and value codecs on the sample's vectors (every token and kv head of the layer).
+  /// Codecs that need training (vecinfer) must get this before the first forward; others may use it (int8/int4
+  /// set per-channel scales) or ignore it. Only at position 0.
+  void train_cache(const KvSample& sample);
+  /// train_cache(capture_kv(tokens, chunk)).
+  void calibrate(std::span<const int> tokens, int chunk = 64);
+
  private:
-  void matvec(std::initializer_list<std::pair<const WeightMatrix*, float*>> products, const float* x);
-  void attention_block(const LlamaLayerWeights& w, int layer);
-  void ffn_block(const LlamaLayerWeights& w);
+  using Product = std::pair<const WeightMatrix*, float*>;
+  /// out_k[i] = W_k x[i] for the n rows of x (out_k: [n][W_k.rows]); all products share x and their column count.
+  void project(std::initializer_list<Product> products, const float* x, int n);
+  void attention_block(const LlamaLayerWeights& w, int layer, int pos, int n);
+  void ffn_block(const LlamaLayerWeights& w, int n);
+  void reserve_chunk(int n);
 
   const LlamaModel& model_;
   int context_;
+  KvCacheSpec cache_spec_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<KvStore> kv_;
-  std::vector<float> rope_freq_;     // [rope_dim / 2]: theta^(-2i / rope_dim)
-  std::vector<float> rope_cos_sin_;  // [rope_dim / 2][2]: cos, sin of pos * rope_freq_[i] at the current position
-  // Activations of the current position.
-  std::vector<float> x_;       // [dim] residual stream
-  std::vector<float> xb_;      // [dim] normalized input of a block
-  std::vector<float> q_;       // [q_dim]
-  std::vector<float> k_;       // [kv_dim]
-  std::vector<float> v_;       // [kv_dim]
-  std::vector<float> att_;     // [q_dim] attention output before wo
-  std::vector<float> proj_;    // [dim] output of wo or w_down
-  std::vector<float> gate_;    // [hidden_dim]
-  std::vector<float> up_;      // [hidden_dim]
-  std::vector<float> logits_;  // [vocab_size]
+  std::vector<std::vector<float>> scratch_;  // [worker] dequantized weight tiles
+  std::vector<float> rope_cos_sin_;          // [context][rope_dim / 2][2]: cos, sin of pos * theta^(-2i / rope_dim)
+  KvSample* capture_ = nullptr;  // where attention blocks copy their keys and values during capture_kv
+  // Activations of the current chunk, one row per position, sized for chunk_capacity_ positions.
+  int chunk_capacity_ = 0;
+  std::vector<float> x_;       // [n][dim] residual stream
+  std::vector<float> xb_;      // [n][dim] normalized input of a block
+  std::vector<float> q_;       // [n][q_dim]
+  std::vector<float> k_;       // [n][kv_dim]
+  std::vector<float> v_;       // [n][kv_dim]
+  std::vector<float> att_;     // [n][q_dim] attention output before wo
+  std::vector<float> proj_;    // [n][dim] output of wo or w_down
+  std::vector<float> gate_;    // [n][hidden_dim]
+  std::vector<float> up_;      // [n][hidden_dim]
+  std::vector<float> logits_;  // [n][vocab_size]
 };
 
 }  // namespace kvq

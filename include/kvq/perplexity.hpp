@@ -1,9 +1,13 @@
-// Perplexity of a model over a token sequence, in consecutive windows that are each evaluated from scratch.
+// Perplexity of a model over a token sequence, in consecutive windows that are each evaluated from scratch, and
+// the quality of compressed key/value caches against a reference cache on the same windows.
 #pragma once
 
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <span>
+#include <string_view>
+#include <vector>
 
 #include "kvq/model.hpp"
 
@@ -11,15 +15,39 @@ namespace kvq {
 
 struct PerplexityOptions {
   int window = 256;  ///< text tokens per window
+  int chunk = 64;    ///< positions per forward call (1: token by token)
   int threads = 0;   ///< 0 = all cores
+  /// Caches measured in lockstep: one runner each, the same windows and chunks. Default: the fp32 store.
+  std::vector<KvCacheSpec> caches{KvCacheSpec{}};
+  /// When set, a runner with this cache runs alongside, and every cache's KL divergence and top-1 agreement are
+  /// measured against its next-token distributions.
+  std::optional<KvCacheSpec> reference;
+  /// Tokens (not among the scored ones) whose keys and values, captured once through an f16 cache, train every
+  /// compressed cache's codecs (LlamaRunner::train_cache). Required when a cache needs training (vecinfer);
+  /// int8/int4 use it for their per-channel scales; empty: no training.
+  std::vector<int> calibration;
   /// Called after each window with (windows done, windows in all).
   std::function<void(size_t, size_t)> progress;
 };
 
+/// One cache's figures over all windows.
+struct CacheQuality {
+  KvCacheSpec cache;
+  double mean_nll = 0;    ///< mean negative log-likelihood (nats)
+  double ppl = 0;         ///< exp(mean_nll)
+  double kld = 0;         ///< mean over scored positions of KL(p_reference || p_cache), nats; 0 without reference
+  double top1_agree = 1;  ///< share of scored positions whose most likely next token equals the reference's
+  size_t cache_bytes = 0; ///< bytes the cache holds at the end of the first window (the largest)
+  double bits_per_element_k = 32, bits_per_element_v = 32;  ///< codec storage, padding excluded (fp32 store: 32)
+  double seconds = 0;     ///< time in this cache's forward passes
+};
+
 struct PerplexityResult {
   size_t tokens = 0;     ///< tokens scored
-  double mean_nll = 0;   ///< mean negative log-likelihood (nats)
-  double ppl = 0;        ///< exp(mean_nll)
+  double mean_nll = 0;   ///< of caches[0]
+  double ppl = 0;        ///< of caches[0]
+  std::vector<CacheQuality> caches;      ///< one per PerplexityOptions::caches
+  std::optional<CacheQuality> reference; ///< when PerplexityOptions::reference is set
 };
 
 /// Splits `tokens` (text tokens, no BOS) into windows of options.window tokens (the last may be shorter). Where
@@ -29,6 +57,12 @@ PerplexityResult measure_perplexity(const LlamaModel& model, const Tokenizer& to
                                     const PerplexityOptions& options);
 
 /// The first `max_tokens` tokens of `text` (or all of them), tokenizing only as much of the text as needed.
-std::vector<int> tokenize_prefix(const Tokenizer& tokenizer, std::string_view text, size_t max_tokens);
+/// bytes_used (optional): how many leading bytes of `text` those tokens came from, at most.
+std::vector<int> tokenize_prefix(const Tokenizer& tokenizer, std::string_view text, size_t max_tokens,
+                                 size_t* bytes_used = nullptr);
+
+/// The last `n_tokens` tokens of the text's tail that starts at a line start at or after byte `not_before`
+/// (tokenized from there); kvq::Error when that tail holds fewer tokens.
+std::vector<int> tokenize_tail(const Tokenizer& tokenizer, std::string_view text, size_t n_tokens, size_t not_before);
 
 }  // namespace kvq

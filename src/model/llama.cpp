@@ -1,14 +1,17 @@
-// The Llama forward pass for one token: RMSNorm, attention with RoPE (adjacent pairs) and grouped-query heads,
-// a SwiGLU feed-forward network, residual connections, a final RMSNorm and the classifier. Matrix-vector products
-// read the quantized weights in place, split over threads by output rows.
+// The Llama forward pass for a chunk of positions: RMSNorm, attention with RoPE (adjacent pairs) and grouped-query
+// heads, a SwiGLU feed-forward network, residual connections, a final RMSNorm and the classifier. One position
+// uses matrix-vector products that read the quantized weights in place (split over threads by output rows); a
+// chunk uses matrix-matrix products on dequantized weight tiles (chunk_matmul.hpp), split by tiles.
 #include <algorithm>
 #include <cmath>
 #include <thread>
 
+#include "kvq/cache.hpp"
 #include "kvq/error.hpp"
 #include "kvq/model.hpp"
-#include "model/kv_store.hpp"
 #include "kvq/thread_pool.hpp"
+#include "model/chunk_matmul.hpp"
+#include "model/kv_store.hpp"
 
 namespace kvq {
 namespace {
@@ -21,12 +24,12 @@ void rmsnorm(float* out, const float* x, const float* weight, int n, float eps) 
   for (int i = 0; i < n; ++i) out[i] = x[i] * inv * weight[i];
 }
 
-// Rotates the pairs (2i, 2i+1), i < rope_dim / 2, of every head of x [n_heads][head_dim] by the angle whose
-// cosine and sine are cos_sin[2i], cos_sin[2i+1].
-void rope(float* x, int n_heads, int head_dim, const std::vector<float>& cos_sin) {
+// Rotates the pairs (2i, 2i+1), i < pairs, of every head of x [n_heads][head_dim] by the angle whose cosine and
+// sine are cos_sin[2i], cos_sin[2i+1].
+void rope(float* x, int n_heads, int head_dim, const float* cos_sin, int pairs) {
   for (int h = 0; h < n_heads; ++h) {
     float* v = x + static_cast<size_t>(h) * head_dim;
-    for (size_t i = 0; i < cos_sin.size() / 2; ++i) {
+    for (int i = 0; i < pairs; ++i) {
       const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
       const float a = v[2 * i], b = v[2 * i + 1];
       v[2 * i] = a * c - b * s;
@@ -37,29 +40,45 @@ void rope(float* x, int n_heads, int head_dim, const std::vector<float>& cos_sin
 
 int default_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
+KvShape kv_shape(const LlamaConfig& c) { return {c.n_layers, c.n_kv_heads, c.n_heads, c.head_dim()}; }
+
+std::unique_ptr<KvStore> make_kv_store(const LlamaConfig& c, int context, const KvCacheSpec& spec,
+                                       ThreadPool* pool) {
+  if (!spec.compressed()) return make_float_kv_store(kv_shape(c), context);
+  return make_compressed_kv_store(kv_shape(c), context, spec, pool);
+}
+
 }  // namespace
 
-LlamaRunner::LlamaRunner(const LlamaModel& model, int context, int threads)
+std::string KvCacheSpec::label() const {
+  if (!compressed()) return "fp32 (no cache)";
+  std::string s = key_codec + "/" + value_codec;
+  for (size_t i = 0; i < layers.size(); ++i) s += (i == 0 ? "@layers " : ",") + std::to_string(layers[i]);
+  return s;
+}
+
+LlamaRunner::LlamaRunner(const LlamaModel& model, int context, int threads, const KvCacheSpec& cache)
     : model_(model),
       context_(context),
+      cache_spec_(cache),
       pool_(std::make_unique<ThreadPool>(threads > 0 ? threads : default_threads())) {
   const LlamaConfig& c = model.config();
   KVQ_CHECK(context > 0 && context <= c.max_seq_len, "context ", context, " must be in [1, ", c.max_seq_len,
             "] (the model's max_seq_len)");
-  kv_ = make_float_kv_store({c.n_layers, c.n_kv_heads, c.n_heads, c.head_dim()}, context);
-  for (int i = 0; i < c.rope_dim / 2; ++i)
-    rope_freq_.push_back(static_cast<float>(std::pow(static_cast<double>(c.rope_theta), -2.0 * i / c.rope_dim)));
-  rope_cos_sin_.resize(rope_freq_.size() * 2);
-  x_.resize(c.dim);
-  xb_.resize(c.dim);
-  q_.resize(c.q_dim());
-  k_.resize(c.kv_dim());
-  v_.resize(c.kv_dim());
-  att_.resize(c.q_dim());
-  proj_.resize(c.dim);
-  gate_.resize(c.hidden_dim);
-  up_.resize(c.hidden_dim);
-  logits_.resize(c.vocab_size);
+  kv_ = make_kv_store(c, context, cache, pool_.get());
+  scratch_.resize(static_cast<size_t>(pool_->size()));
+  const int pairs = c.rope_dim / 2;
+  rope_cos_sin_.resize(static_cast<size_t>(context) * pairs * 2);
+  for (int i = 0; i < pairs; ++i) {
+    const float freq = static_cast<float>(std::pow(static_cast<double>(c.rope_theta), -2.0 * i / c.rope_dim));
+    for (int pos = 0; pos < context; ++pos) {
+      const double angle = static_cast<double>(pos) * freq;
+      float* cs = rope_cos_sin_.data() + (static_cast<size_t>(pos) * pairs + i) * 2;
+      cs[0] = static_cast<float>(std::cos(angle));
+      cs[1] = static_cast<float>(std::sin(angle));
+    }
+  }
+  reserve_chunk(1);
 }
 
 LlamaRunner::~LlamaRunner() = default;
@@ -70,64 +89,172 @@ int LlamaRunner::position() const { return kv_->length(0); }
 
 void LlamaRunner::reset() { kv_->clear(); }
 
-// out_k = W_k x for each (W_k, out_k): one parallel pass over the rows of all the products together, one
-// contiguous range of rows per worker.
-void LlamaRunner::matvec(std::initializer_list<std::pair<const WeightMatrix*, float*>> products, const float* x) {
+const KVCache* LlamaRunner::cache() const { return kv_->cache(); }
+
+size_t LlamaRunner::cache_bytes() const { return kv_->bytes(); }
+
+bool LlamaRunner::needs_calibration() const { return kv_->needs_calibration(); }
+
+void LlamaRunner::reserve_chunk(int n) {
+  if (n <= chunk_capacity_) return;
+  const LlamaConfig& c = model_.config();
+  const auto rows = [n](int width) { return static_cast<size_t>(n) * width; };
+  x_.resize(rows(c.dim));
+  xb_.resize(rows(c.dim));
+  q_.resize(rows(c.q_dim()));
+  k_.resize(rows(c.kv_dim()));
+  v_.resize(rows(c.kv_dim()));
+  att_.resize(rows(c.q_dim()));
+  proj_.resize(rows(c.dim));
+  gate_.resize(rows(c.hidden_dim));
+  up_.resize(rows(c.hidden_dim));
+  logits_.resize(rows(c.vocab_size));
+  chunk_capacity_ = n;
+}
+
+void LlamaRunner::project(std::initializer_list<Product> products, const float* x, int n) {
+  if (n == 1) {  // one contiguous range of rows of all the products together per worker
+    int64_t total = 0;
+    for (const auto& [w, out] : products) total += w->rows;
+    const int64_t parts = pool_->size();
+    pool_->parallel_for(static_cast<size_t>(parts), [&](size_t part) {
+      const int64_t begin = total * static_cast<int64_t>(part) / parts;
+      const int64_t end = total * static_cast<int64_t>(part + 1) / parts;
+      int64_t first = 0;  // global index of the current product's row 0
+      for (const auto& [w, out] : products) {
+        const int64_t lo = std::max(begin, first) - first, hi = std::min(end, first + w->rows) - first;
+        for (int64_t r = lo; r < hi; ++r) out[r] = dot_row(w->type, w->row(r), x, w->cols);
+        first += w->rows;
+      }
+    });
+    return;
+  }
+  // Chunks: tasks of a few weight tiles, handed to whichever worker is free.
+  constexpr int64_t kTilesPerTask = 4;
   int64_t total = 0;
-  for (const auto& [w, out] : products) total += w->rows;
-  const int64_t parts = pool_->size();
-  pool_->parallel_for(static_cast<size_t>(parts), [&](size_t part) {
-    const int64_t begin = total * static_cast<int64_t>(part) / parts;
-    const int64_t end = total * static_cast<int64_t>(part + 1) / parts;
-    int64_t first = 0;  // global index of the current product's row 0
+  for (const auto& [w, out] : products) total += (detail::tile_count(*w) + kTilesPerTask - 1) / kTilesPerTask;
+  pool_->parallel_for(static_cast<size_t>(total), [&](size_t task, int worker) {
+    int64_t first = 0;  // global index of the current product's first task
     for (const auto& [w, out] : products) {
-      const int64_t lo = std::max(begin, first) - first, hi = std::min(end, first + w->rows) - first;
-      for (int64_t r = lo; r < hi; ++r) out[r] = dot_row(w->type, w->row(r), x, w->cols);
-      first += w->rows;
+      const int64_t tiles = detail::tile_count(*w), tasks = (tiles + kTilesPerTask - 1) / kTilesPerTask;
+      const int64_t t = static_cast<int64_t>(task) - first;
+      if (t >= 0 && t < tasks) {
+        detail::multiply_tiles(*w, t * kTilesPerTask, std::min(tiles, (t + 1) * kTilesPerTask), x, n, out,
+                               static_cast<size_t>(w->rows), scratch_[static_cast<size_t>(worker)]);
+        return;
+      }
+      first += tasks;
     }
   });
 }
 
-void LlamaRunner::attention_block(const LlamaLayerWeights& w, int layer) {
+void LlamaRunner::attention_block(const LlamaLayerWeights& w, int layer, int pos, int n) {
   const LlamaConfig& c = model_.config();
-  rmsnorm(xb_.data(), x_.data(), w.attn_norm, c.dim, c.norm_eps);
-  matvec({{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}}, xb_.data());
-  rope(q_.data(), c.n_heads, c.head_dim(), rope_cos_sin_);
-  rope(k_.data(), c.n_kv_heads, c.head_dim(), rope_cos_sin_);
-  kv_->append(layer, k_.data(), v_.data());
-  kv_->attend(layer, q_.data(), att_.data());
-  matvec({{&w.wo, proj_.data()}}, att_.data());
-  for (int i = 0; i < c.dim; ++i) x_[i] += proj_[i];
+  for (int i = 0; i < n; ++i)
+    rmsnorm(&xb_[static_cast<size_t>(i) * c.dim], &x_[static_cast<size_t>(i) * c.dim], w.attn_norm, c.dim,
+            c.norm_eps);
+  project({{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}}, xb_.data(), n);
+  const int pairs = c.rope_dim / 2;
+  for (int i = 0; i < n; ++i) {
+    const float* cs = rope_cos_sin_.data() + static_cast<size_t>(pos + i) * pairs * 2;
+    rope(&q_[static_cast<size_t>(i) * c.q_dim()], c.n_heads, c.head_dim(), cs, pairs);
+    rope(&k_[static_cast<size_t>(i) * c.kv_dim()], c.n_kv_heads, c.head_dim(), cs, pairs);
+  }
+  if (capture_) {
+    const auto floats = static_cast<std::ptrdiff_t>(n) * c.kv_dim();
+    capture_->keys[layer].insert(capture_->keys[layer].end(), k_.begin(), k_.begin() + floats);
+    capture_->values[layer].insert(capture_->values[layer].end(), v_.begin(), v_.begin() + floats);
+  }
+  kv_->append_attend(layer, k_.data(), v_.data(), q_.data(), n, att_.data());
+  project({{&w.wo, proj_.data()}}, att_.data(), n);
+  for (size_t i = 0; i < static_cast<size_t>(n) * c.dim; ++i) x_[i] += proj_[i];
 }
 
-void LlamaRunner::ffn_block(const LlamaLayerWeights& w) {
+void LlamaRunner::ffn_block(const LlamaLayerWeights& w, int n) {
   const LlamaConfig& c = model_.config();
-  rmsnorm(xb_.data(), x_.data(), w.ffn_norm, c.dim, c.norm_eps);
-  matvec({{&w.w_gate, gate_.data()}, {&w.w_up, up_.data()}}, xb_.data());
-  for (int i = 0; i < c.hidden_dim; ++i) gate_[i] = gate_[i] / (1.0f + std::exp(-gate_[i])) * up_[i];  // SiLU(g) u
-  matvec({{&w.w_down, proj_.data()}}, gate_.data());
-  for (int i = 0; i < c.dim; ++i) x_[i] += proj_[i];
+  for (int i = 0; i < n; ++i)
+    rmsnorm(&xb_[static_cast<size_t>(i) * c.dim], &x_[static_cast<size_t>(i) * c.dim], w.ffn_norm, c.dim,
+            c.norm_eps);
+  project({{&w.w_gate, gate_.data()}, {&w.w_up, up_.data()}}, xb_.data(), n);
+  for (size_t i = 0; i < static_cast<size_t>(n) * c.hidden_dim; ++i)
+    gate_[i] = gate_[i] / (1.0f + std::exp(-gate_[i])) * up_[i];  // SiLU(g) u
+  project({{&w.w_down, proj_.data()}}, gate_.data(), n);
+  for (size_t i = 0; i < static_cast<size_t>(n) * c.dim; ++i) x_[i] += proj_[i];
 }
 
-std::span<const float> LlamaRunner::forward(int token, int pos) {
+std::span<const float> LlamaRunner::forward(int token, int pos) { return forward_chunk({&token, 1}, pos); }
+
+std::span<const float> LlamaRunner::forward_chunk(std::span<const int> tokens, int pos, bool all_logits) {
   const LlamaConfig& c = model_.config();
   const LlamaWeights& w = model_.weights();
-  KVQ_CHECK(token >= 0 && token < c.vocab_size, "token ", token, " is outside the vocabulary of ", c.vocab_size);
+  const int n = static_cast<int>(tokens.size());
+  KVQ_CHECK(n > 0, "forward of an empty chunk");
+  for (int token : tokens)
+    KVQ_CHECK(token >= 0 && token < c.vocab_size, "token ", token, " is outside the vocabulary of ", c.vocab_size);
   KVQ_CHECK(pos == position(), "forward at position ", pos, " but ", position(), " positions have been run");
-  KVQ_CHECK(pos < context_, "position ", pos, " is beyond the runner's context of ", context_);
-  for (size_t i = 0; i < rope_freq_.size(); ++i) {
-    const double angle = static_cast<double>(pos) * rope_freq_[i];
-    rope_cos_sin_[2 * i] = static_cast<float>(std::cos(angle));
-    rope_cos_sin_[2 * i + 1] = static_cast<float>(std::sin(angle));
-  }
-  dequantize_row(w.token_embedding.type, w.token_embedding.row(token), x_.data(), c.dim);
+  KVQ_CHECK(n <= context_ - pos, "positions ", pos, "..", pos + n - 1, " go beyond the runner's context of ",
+            context_);
+  reserve_chunk(n);
+  for (int i = 0; i < n; ++i)
+    dequantize_row(w.token_embedding.type, w.token_embedding.row(tokens[i]), &x_[static_cast<size_t>(i) * c.dim],
+                   c.dim);
   for (int l = 0; l < c.n_layers; ++l) {
-    attention_block(w.layers[l], l);
-    ffn_block(w.layers[l]);
+    attention_block(w.layers[l], l, pos, n);
+    ffn_block(w.layers[l], n);
   }
-  rmsnorm(x_.data(), x_.data(), w.final_norm, c.dim, c.norm_eps);
-  matvec({{&w.classifier, logits_.data()}}, x_.data());
-  return logits_;
+  const int first = all_logits ? 0 : n - 1, rows = n - first;
+  float* x = &x_[static_cast<size_t>(first) * c.dim];
+  for (int i = 0; i < rows; ++i)
+    rmsnorm(x + static_cast<size_t>(i) * c.dim, x + static_cast<size_t>(i) * c.dim, w.final_norm, c.dim, c.norm_eps);
+  project({{&w.classifier, logits_.data()}}, x, rows);
+  return {logits_.data(), static_cast<size_t>(rows) * c.vocab_size};
 }
+
+KvSample LlamaRunner::capture_kv(std::span<const int> tokens, int chunk) {
+  const LlamaConfig& c = model_.config();
+  KVQ_CHECK(position() == 0, "capture keys and values before running any position (", position(), " run)");
+  KVQ_CHECK(!tokens.empty(), "calibration needs at least one token");
+  KVQ_CHECK(chunk > 0, "calibration chunk ", chunk);
+  KvSample sample;
+  sample.keys.resize(static_cast<size_t>(c.n_layers));
+  sample.values.resize(static_cast<size_t>(c.n_layers));
+  sample.tokens = tokens.size();
+  // The runner's own cache waits aside while an f16 cache runs the tokens.
+  std::unique_ptr<KvStore> own = std::move(kv_);
+  kv_ = make_compressed_kv_store(kv_shape(c), context_, {"f16", "f16"}, pool_.get());
+  capture_ = &sample;
+  try {
+    for (size_t w = 0; w < tokens.size(); w += static_cast<size_t>(context_)) {
+      kv_->clear();
+      const size_t end = std::min(tokens.size(), w + static_cast<size_t>(context_));
+      for (size_t i = w; i < end; i += static_cast<size_t>(chunk)) {
+        const size_t n = std::min(end - i, static_cast<size_t>(chunk));
+        forward_chunk(tokens.subspan(i, n), static_cast<int>(i - w), false);
+      }
+    }
+  } catch (...) {
+    capture_ = nullptr;
+    kv_ = std::move(own);
+    throw;
+  }
+  capture_ = nullptr;
+  kv_ = std::move(own);
+  return sample;
+}
+
+void LlamaRunner::train_cache(const KvSample& sample) {
+  const LlamaConfig& c = model_.config();
+  KVQ_CHECK(position() == 0, "train the key/value cache before running any position (", position(), " run)");
+  KVQ_CHECK(sample.keys.size() == static_cast<size_t>(c.n_layers) && sample.values.size() == sample.keys.size(),
+            "a key/value sample of ", sample.keys.size(), " layers for a model of ", c.n_layers);
+  const size_t vectors = sample.tokens * static_cast<size_t>(c.n_kv_heads);
+  for (int l = 0; l < c.n_layers; ++l) {
+    KVQ_CHECK(sample.keys[l].size() == vectors * c.head_dim() && sample.values[l].size() == vectors * c.head_dim(),
+              "the key/value sample of layer ", l, " does not hold ", sample.tokens, " tokens");
+    kv_->calibrate(l, sample.keys[l].data(), sample.values[l].data(), vectors);
+  }
+}
+
+void LlamaRunner::calibrate(std::span<const int> tokens, int chunk) { train_cache(capture_kv(tokens, chunk)); }
 
 }  // namespace kvq

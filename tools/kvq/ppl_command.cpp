@@ -1,11 +1,14 @@
-// kvq ppl --model M [--tokenizer F] --text FILE --ctx N --max-tokens N [--threads K] [--json]
+// kvq ppl --model M [--tokenizer F] --text FILE --ctx N --max-tokens N [--k SPEC --v SPEC ...] [--residual R]
+//         [--chunk N] [--calib-tokens N] [--threads K] [--json]
+// A compressed cache runs in lockstep with the f16/f16 cache on the same windows and chunks, which gives the
+// perplexity change, the KL divergence and the top-1 agreement of the codecs. Several --k/--v pairs run together
+// against one f16 pass (one line or JSON object each).
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "cache_options.hpp"
 #include "commands.hpp"
 #include "kvq/error.hpp"
 #include "kvq/perplexity.hpp"
@@ -17,53 +20,110 @@ struct PplOptions {
   std::string model, tokenizer, text;
   int ctx = 256;
   size_t max_tokens = 1000;
+  int chunk = 64;
+  size_t calib_tokens = 0;
   int threads = 0;
+  CacheListOptions caches;
+  bool sweep_layers = false;
   bool json = false;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  KVQ_CHECK(f.good(), "cannot open ", path);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
+void print(const PplOptions& o, const PerplexityResult& r, const CacheQuality& q, size_t calib_tokens,
+           double seconds) {
+  const bool compressed = q.cache.compressed();
+  const CacheQuality& f16 = r.reference ? *r.reference : q;  // f16/f16 is its own reference
+  const double delta_pct = 100.0 * (q.ppl - f16.ppl) / f16.ppl;
+  if (o.json) {
+    nlohmann::ordered_json j = {{"model", o.model},
+                                {"k", q.cache.key_codec},
+                                {"v", q.cache.value_codec},
+                                {"residual", q.cache.residual_tokens},
+                                {"ctx", o.ctx},
+                                {"chunk", o.chunk},
+                                {"calib_tokens", calib_tokens},
+                                {"tokens", r.tokens},
+                                {"mean_nll", q.mean_nll},
+                                {"ppl", q.ppl}};
+    if (compressed) {
+      j["ppl_f16"] = f16.ppl;
+      j["delta_ppl_pct"] = delta_pct;
+      j["kld"] = q.kld;
+      j["top1_agree"] = q.top1_agree;
+    }
+    j["bits_per_element_k"] = q.bits_per_element_k;
+    j["bits_per_element_v"] = q.bits_per_element_v;
+    j["cache_bytes"] = q.cache_bytes;
+    if (compressed) j["cache_bytes_f16"] = f16.cache_bytes;
+    if (!q.cache.layers.empty()) j["layers"] = q.cache.layers;
+    j["tokens_per_second"] = static_cast<double>(r.tokens) / q.seconds;
+    j["seconds"] = seconds;
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf("model %s  ctx %d  cache %s (bits/element k %.3f, v %.3f)\n", o.model.c_str(), o.ctx,
+              q.cache.label().c_str(), q.bits_per_element_k, q.bits_per_element_v);
+  std::printf("  tokens       %zu\n  ppl          %.4f\n", r.tokens, q.ppl);
+  if (r.reference)
+    std::printf("  ppl f16      %.4f  (%+.3f%%)\n  KLD          %.6f\n  top-1 agree  %.4f\n", f16.ppl, delta_pct, q.kld,
+                q.top1_agree);
+  std::printf("  cache bytes  %zu", q.cache_bytes);
+  if (r.reference) std::printf(" (f16: %zu)", f16.cache_bytes);
+  std::printf("\n  %.1f tokens/s, %.1f s\n", static_cast<double>(r.tokens) / q.seconds, seconds);
 }
 
 void run_ppl(const PplOptions& o) {
   const LlamaModel model = LlamaModel::load(o.model);
   const auto tokenizer = load_tokenizer(model, o.tokenizer);
-  const std::string text = read_file(o.text);
-  const std::vector<int> tokens = tokenize_prefix(*tokenizer, text, o.max_tokens);
+  const std::string text = read_text_file(o.text);
+  size_t evaluated_bytes = 0;
+  const std::vector<int> tokens = tokenize_prefix(*tokenizer, text, o.max_tokens, &evaluated_bytes);
   PerplexityOptions options;
   options.window = o.ctx;
+  options.chunk = o.chunk;
   options.threads = o.threads;
+  options.caches = o.caches.specs();
+  if (o.sweep_layers) {  // each cache once per layer, compressing that layer only
+    std::vector<KvCacheSpec> per_layer;
+    for (const KvCacheSpec& spec : options.caches)
+      for (int l = 0; l < model.config().n_layers; ++l) {
+        per_layer.push_back(spec);
+        per_layer.back().layers = {l};
+      }
+    options.caches = per_layer;
+  }
+  for (const KvCacheSpec& spec : options.caches)
+    if (spec.compressed() && !is_f16_cache(spec)) options.reference = f16_cache_like(o.caches.common);
+  // Calibration comes from the text's tail, after every evaluated token.
+  if (o.calib_tokens > 0) options.calibration = tokenize_tail(*tokenizer, text, o.calib_tokens, evaluated_bytes);
   Progress bar("ppl");
   options.progress = [&bar](size_t done, size_t total) { bar.update(done, total); };
   const auto start = std::chrono::steady_clock::now();
   const PerplexityResult r = measure_perplexity(model, *tokenizer, tokens, options);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (o.json) {
-    const nlohmann::ordered_json j = {{"model", o.model}, {"ctx", o.ctx},           {"tokens", r.tokens},
-                                      {"mean_nll", r.mean_nll}, {"ppl", r.ppl}, {"seconds", seconds}};
-    std::printf("%s\n", j.dump().c_str());
-  } else {
-    std::printf("model %s  ctx %d\n  tokens    %zu\n  mean_nll  %.6f\n  ppl       %.4f\n  %.1f tokens/s\n",
-                o.model.c_str(), o.ctx, r.tokens, r.mean_nll, r.ppl, static_cast<double>(r.tokens) / seconds);
-  }
+  for (const CacheQuality& q : r.caches) print(o, r, q, options.calibration.size(), seconds);
 }
 
 }  // namespace
 
 void add_ppl_command(CLI::App& app) {
   auto o = std::make_shared<PplOptions>();
-  CLI::App* cmd = app.add_subcommand("ppl", "perplexity of a model on a text, in windows evaluated from scratch");
+  CLI::App* cmd = app.add_subcommand("ppl", "perplexity of a model on a text, in windows evaluated from scratch; "
+                                            "with a compressed cache also KL divergence and top-1 agreement vs f16");
   cmd->add_option("--model", o->model, "checkpoint: .gguf or llama2.c .bin")->required();
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file (llama2.c tokenizer.bin); default: the GGUF's own");
   cmd->add_option("--text", o->text, "UTF-8 text file")->required();
   cmd->add_option("--ctx", o->ctx, "tokens per window")->capture_default_str();
   cmd->add_option("--max-tokens", o->max_tokens, "score the first N tokens of the text")->capture_default_str();
+  cmd->add_option("--chunk", o->chunk, "positions per forward pass (1 = token by token)")->capture_default_str();
+  cmd->add_option("--calib-tokens", o->calib_tokens,
+                  "train the codecs (vecinfer needs it; int8/int4 set channel scales) on the keys and values of the "
+                  "last N tokens of the text, never among the scored ones")
+      ->capture_default_str();
+  add_cache_list_options(*cmd, o->caches);
+  cmd->add_flag("--sweep-layers", o->sweep_layers,
+                "measure every cache once per layer, with only that layer compressed (the others f16)");
   cmd->add_option("--threads", o->threads, "threads (0 = all cores)")->capture_default_str();
-  cmd->add_flag("--json", o->json, "print one JSON object");
+  cmd->add_flag("--json", o->json, "print one JSON object per cache (one line each)");
   cmd->callback([o] { run_ppl(*o); });
 }
 

@@ -1,0 +1,152 @@
+// The runner's key/value cache as one sequence of a kvq::KVCache: appends go to the cache's pages and fp32 window,
+// attention reads exactly what a serving system would (encoded pages through the codecs' scorers, then the window).
+// With KvCacheSpec::layers, the other layers go to a second, f16 KVCache.
+#include <algorithm>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kvq/attention.hpp"
+#include "kvq/cache.hpp"
+#include "kvq/error.hpp"
+#include "model/kv_store.hpp"
+
+namespace kvq {
+namespace {
+
+CacheConfig cache_config(const KvShape& shape, int capacity, const KvCacheSpec& spec) {
+  KVQ_CHECK(!spec.key_codec.empty() && !spec.value_codec.empty(), "a compressed key/value cache needs both a key "
+            "and a value codec spec (got '", spec.key_codec, "' and '", spec.value_codec, "')");
+  CacheConfig c;
+  c.n_layers = shape.n_layers;
+  c.n_kv_heads = shape.n_kv_heads;
+  c.head_dim = shape.head_dim;
+  c.block_tokens = spec.block_tokens;
+  c.key_codec = spec.key_codec;
+  c.value_codec = spec.value_codec;
+  c.residual_tokens = spec.residual_tokens;
+  // Pages are always full, so ceil(capacity / T) per layer is enough for any window size R.
+  c.capacity_pages = static_cast<size_t>(shape.n_layers) *
+                     ((static_cast<size_t>(capacity) + spec.block_tokens - 1) / std::max(spec.block_tokens, 1));
+  c.seed = spec.seed;
+  return c;
+}
+
+// One sequence of one KVCache.
+struct CacheSequence {
+  explicit CacheSequence(const CacheConfig& config) : cache(config), seq(cache.add_sequence()) {}
+  KVCache cache;
+  SeqId seq;
+};
+
+class CompressedKvStore final : public KvStore {
+ public:
+  CompressedKvStore(const KvShape& shape, int capacity, const KvCacheSpec& spec, ThreadPool* pool)
+      : shape_(shape), capacity_(capacity), pool_(pool) {
+    const CacheConfig config = cache_config(shape, capacity, spec);
+    caches_.push_back(std::make_unique<CacheSequence>(config));
+    route_.assign(static_cast<size_t>(shape.n_layers), 0);
+    if (!spec.layers.empty()) {
+      CacheConfig f16 = config;
+      f16.key_codec = f16.value_codec = "f16";
+      caches_.push_back(std::make_unique<CacheSequence>(f16));
+      route_.assign(static_cast<size_t>(shape.n_layers), 1);
+      for (int l : spec.layers) {
+        KVQ_CHECK(l >= 0 && l < shape.n_layers, "cache layer ", l, " is outside the model's ", shape.n_layers,
+                  " layers");
+        route_[static_cast<size_t>(l)] = 0;
+      }
+    }
+  }
+
+  void append(int layer, const float* k, const float* v, int n) override {
+    CacheSequence& c = at(layer);
+    KVQ_CHECK(c.cache.ready(layer), "the key/value cache codecs '", c.cache.config().key_codec, "' / '",
+              c.cache.config().value_codec, "' need training: calibrate them on the model's own keys and values "
+              "first (kvq ppl / generate --calib-tokens N)");
+    KVQ_CHECK(n >= 0 && static_cast<size_t>(n) <= capacity_ - c.cache.length(c.seq, layer),
+              "the key/value cache is full (", capacity_, " positions)");
+    c.cache.append(c.seq, layer, k, v, static_cast<size_t>(n));
+  }
+
+  void attend(int layer, const float* q, int n, float* out) override {
+    const CacheSequence& c = at(layer);
+    const size_t floats = static_cast<size_t>(n) * shape_.n_heads * shape_.head_dim;
+    const std::span<const float> qs(q, floats);
+    const std::span<float> outs(out, floats);
+    if (n == 1) {
+      decode_attention(c.cache, layer, std::span<const SeqId>(&c.seq, 1), qs, outs, {}, pool_);
+    } else {
+      const size_t start = c.cache.length(c.seq, layer) - static_cast<size_t>(n);
+      prefill_attention(c.cache, layer, c.seq, start, static_cast<size_t>(n), qs, outs, {}, pool_);
+    }
+  }
+
+  // A KVCache encodes its oldest T window tokens when an append brings the window to R + T. Positions before
+  // such an event attend before it happens, the position that triggers it after, as in decoding.
+  void append_attend(int layer, const float* k, const float* v, const float* q, int n, float* out) override {
+    const CacheSequence& c = at(layer);
+    const CacheConfig& config = c.cache.config();
+    const size_t kv_row = static_cast<size_t>(shape_.n_kv_heads) * shape_.head_dim;
+    const size_t q_row = static_cast<size_t>(shape_.n_heads) * shape_.head_dim;
+    for (int done = 0; done < n;) {
+      const int window = c.cache.view(c.seq, layer).residual_count;
+      const int before_encoding = config.residual_tokens + config.block_tokens - 1 - window;
+      const int m = before_encoding > 0 ? std::min(n - done, before_encoding) : 1;
+      append(layer, k + done * kv_row, v + done * kv_row, m);
+      attend(layer, q + done * q_row, m, out + done * q_row);
+      done += m;
+    }
+  }
+
+  int length(int layer) const override {
+    const CacheSequence& c = at(layer);
+    return static_cast<int>(c.cache.length(c.seq, layer));
+  }
+
+  void clear() override {
+    for (auto& c : caches_) {
+      c->cache.remove_sequence(c->seq);
+      c->seq = c->cache.add_sequence();
+    }
+  }
+
+  size_t bytes() const override {
+    size_t total = 0;
+    for (const auto& c : caches_) total += c->cache.memory().used_bytes;
+    return total;
+  }
+  const KVCache* cache() const override { return &caches_.front()->cache; }
+
+  bool needs_calibration() const override {
+    for (int l = 0; l < shape_.n_layers; ++l)
+      if (!at(l).cache.ready(l)) return true;
+    return false;
+  }
+
+  void calibrate(int layer, const float* keys, const float* values, size_t n) override {
+    CacheSequence& c = at(layer);
+    KVQ_CHECK(c.cache.length(c.seq, layer) == 0, "calibrate the key/value cache before it holds positions");
+    c.cache.train_layer(layer, keys, values, n);
+  }
+
+ private:
+  CacheSequence& at(int layer) { return *caches_[route_[static_cast<size_t>(layer)]]; }
+  const CacheSequence& at(int layer) const { return *caches_[route_[static_cast<size_t>(layer)]]; }
+
+  KvShape shape_;
+  size_t capacity_;
+  ThreadPool* pool_;
+  std::vector<std::unique_ptr<CacheSequence>> caches_;  // the spec's codecs; with spec.layers also an f16 cache
+  std::vector<size_t> route_;                           // [layer]: index into caches_
+};
+
+}  // namespace
+
+std::unique_ptr<KvStore> make_compressed_kv_store(const KvShape& shape, int capacity, const KvCacheSpec& spec,
+                                                  ThreadPool* pool) {
+  KVQ_CHECK(capacity > 0, "key/value cache capacity ", capacity);
+  return std::make_unique<CompressedKvStore>(shape, capacity, spec, pool);
+}
+
+}  // namespace kvq

@@ -1,0 +1,70 @@
+#include "cache_options.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include "kvq/error.hpp"
+
+namespace kvq::cli {
+
+namespace {
+
+const char* const kKeyHelp =
+    "key codec spec, e.g. f16, int8, int4:16, turbo_prod:3 (default, with --v: no KVCache, fp32 keys and values "
+    "with exact attention)";
+const char* const kValueHelp = "value codec spec, e.g. f16, int4, kivi:2, turbo_mse:3";
+
+void add_layout_options(CLI::App& cmd, KvCacheSpec& spec) {
+  cmd.add_option("--residual", spec.residual_tokens, "newest tokens kept in fp32 (a multiple of the block size)")
+      ->capture_default_str();
+  cmd.add_option("--block-tokens", spec.block_tokens, "tokens per cache page: 64 or 128")->capture_default_str();
+  cmd.add_option("--cache-seed", spec.seed, "seed of the codecs' rotations and sketches")->capture_default_str();
+  cmd.add_option("--layers", spec.layers,
+                 "compress only these layers (e.g. --layers 0 5), the others f16: which layers a codec hurts");
+}
+
+}  // namespace
+
+void add_cache_options(CLI::App& cmd, KvCacheSpec& spec) {
+  cmd.add_option("--k", spec.key_codec, kKeyHelp);
+  cmd.add_option("--v", spec.value_codec, kValueHelp);
+  add_layout_options(cmd, spec);
+}
+
+void add_cache_list_options(CLI::App& cmd, CacheListOptions& o) {
+  cmd.add_option("--k", o.keys, std::string(kKeyHelp) + "; repeat --k and --v to measure several caches at once");
+  cmd.add_option("--v", o.values, kValueHelp);
+  add_layout_options(cmd, o.common);
+}
+
+std::vector<KvCacheSpec> CacheListOptions::specs() const {
+  KVQ_CHECK(keys.size() == values.size(), "give as many --v as --k (", keys.size(), " --k, ", values.size(),
+            " --v): the i-th key codec goes with the i-th value codec");
+  if (keys.empty()) return {KvCacheSpec{}};
+  std::vector<KvCacheSpec> out;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    KvCacheSpec spec = common;
+    spec.key_codec = keys[i];
+    spec.value_codec = values[i];
+    out.push_back(spec);
+  }
+  return out;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  KVQ_CHECK(f.good(), "cannot open ", path);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+KvCacheSpec f16_cache_like(const KvCacheSpec& like) {
+  KvCacheSpec f16 = like;
+  f16.key_codec = f16.value_codec = "f16";
+  return f16;
+}
+
+bool is_f16_cache(const KvCacheSpec& spec) { return spec.key_codec == "f16" && spec.value_codec == "f16"; }
+
+}  // namespace kvq::cli
