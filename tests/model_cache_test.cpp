@@ -24,7 +24,8 @@ using test::SyntheticLlama;
 double relative_error(const std::vector<float>& a, const std::vector<float>& b, int vocab) {
   double worst = 0;
   for (size_t p = 0; p < b.size(); p += static_cast<size_t>(vocab)) {
-    const auto [lo, hi] = std::minmax_element(b.begin() + static_cast<long>(p), b.begin() + static_cast<long>(p) + vocab);
+    const auto first = b.begin() + static_cast<long>(p);
+    const auto [lo, hi] = std::minmax_element(first, first + vocab);
     double err = 0;
     for (int i = 0; i < vocab; ++i) err = std::max(err, static_cast<double>(std::abs(a[p + i] - b[p + i])));
     worst = std::max(worst, err / (*hi - *lo));

@@ -64,8 +64,8 @@ class SyntheticLlama {
   const LlamaModel& model() const { return *model_; }
 
  private:
-  // Random rows of `type` (F32: norm weights about 1; F16, Q8_0 or Q4_1: entries of about `scale`); outlier_keys: rows 5 and 40 of
-  // every 64 eight times larger.
+  // Random rows of `type` (F32: norm weights about 1; F16, Q8_0 or Q4_1: entries of about `scale`);
+  // outlier_keys: rows 5 and 40 of every 64 eight times larger.
   static std::vector<uint8_t> tensor(Rng& rng, GgmlType type, int rows, int cols, double scale, bool outlier_keys) {
     const size_t row_bytes = ggml_row_bytes(type, cols);
     std::vector<uint8_t> data(row_bytes * static_cast<size_t>(rows));
@@ -90,7 +90,8 @@ class SyntheticLlama {
         const uint16_t d = f32_to_f16(static_cast<float>(type == GgmlType::Q8_0 ? sr / 64 : sr / 4));
         std::memcpy(block, &d, 2);
         if (type == GgmlType::Q8_0) {
-          for (int j = 0; j < 32; ++j) block[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(rng.normal() * 64 / 1.5));
+          for (int j = 0; j < 32; ++j)
+            block[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(rng.normal() * 64 / 1.5));
         } else {  // Q4_1: d, m = -8 d, 4-bit codes around 8
           const uint16_t m = f32_to_f16(static_cast<float>(-8 * sr / 4));
           std::memcpy(block + 2, &m, 2);

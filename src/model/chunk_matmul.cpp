@@ -94,8 +94,10 @@ void multiply_tiles(const WeightMatrix& w, int64_t tile_begin, int64_t tile_end,
     const int m = static_cast<int>(std::min<int64_t>(kTileRows, w.rows - r0));
     for (int r = 0; r < m; ++r) dequantize_row(w.type, w.row(r0 + r), rows + static_cast<size_t>(r) * cols, cols);
     std::fill(rows + static_cast<size_t>(m) * cols, rows + tile_floats, 0.0f);
-    for (int r = 0; r < kTileRows; ++r)
-      for (int c = 0; c < cols; ++c) wt[static_cast<size_t>(c) * kTileRows + r] = rows[static_cast<size_t>(r) * cols + c];
+    for (int r = 0; r < kTileRows; ++r) {
+      const float* row = rows + static_cast<size_t>(r) * cols;
+      for (int c = 0; c < cols; ++c) wt[static_cast<size_t>(c) * kTileRows + r] = row[c];
+    }
     for (int i = 0; i < n; i += kChunkRows)
       block(wt, cols, x + static_cast<size_t>(i) * cols, std::min(kChunkRows, n - i), m, y + i * ldy + r0, ldy);
   }
