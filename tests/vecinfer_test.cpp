@@ -388,7 +388,7 @@ TEST(VecInfer, TrainingIsDeterministicGivenTheSeed) {
   EXPECT_EQ(a->smoothing(), b->smoothing());
 }
 
-// norm=1 stores gamma_t = |x_t|^2 / <x_t, x^_t>, so <x_t, decode(x_t)> = |x_t|^2 up to the fp16 rounding of gamma;
+// norm=1 stores gamma_t = |x_t|^2 / <x_t, x^_t> (capped at 2, never reached here), so <x_t, decode(x_t)> = |x_t|^2 up to the fp16 rounding of gamma;
 // the plain codec's decode shrinks (<x, x^> ~ (1 - D) |x|^2, D ~ 0.01-0.03 on this data).
 TEST(VecInfer, NormOptionMakesTheSelfInnerProductExact) {
   KVQ_FRESH_SEED();

@@ -151,7 +151,7 @@ static_assert(TurboRvq{128, 64, 2}.block_bytes() == 2 * 64 * 32 + 64 * 2);  // 4
 //   [codes: T rows of row_bytes(); row t holds token t's d/s codeword indices, c bits each, LSB-first
 //    (bitpack.hpp), index j coding channels [j*s, (j+1)*s) of the smoothed, rotated vector; zero bits pad a row
 //    to whole bytes]
-//   [norm=1 only, at norms_offset(): T fp16 factors gamma_t = |x_t|^2 / <x_t, x^_t> (0 if <x_t, x^_t> <= 0)]
+//   [norm=1 only, at norms_offset(): T fp16 factors gamma_t = |x_t|^2 / <x_t, x^_t> (capped at 2; 0 if <x_t, x^_t> <= 0)]
 // The codebook (2^c x s floats) and the smoothing factors lambda (d floats) are trained state of the codec, shared
 // by every block, and are not stored in blocks. Reconstruction:
 //   x = gamma_t * lambda ⊙ R^T [cb[idx_0], ..., cb[idx_{d/s-1}]]      (gamma_t = 1 without norm=1).

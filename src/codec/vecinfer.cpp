@@ -15,6 +15,9 @@
 namespace kvq {
 namespace {
 
+// The largest norm=1 factor stored.
+constexpr double kMaxGamma = 2.0;
+
 // k-means sees at most 256 sub-vectors per centroid (a uniform subsample, faiss's default cap) and runs at most 6
 // Lloyd updates. Measured on held-out key-like vectors (d = 128, 4096 training vectors): 256 points per centroid
 // and 6 updates quantize as well as 64 points and 25 updates (vecinfer:8/4: 0.909 vs 0.912 mean squared error in
@@ -188,7 +191,8 @@ void VecInferCodec::encode_block(const float* x, int n, uint8_t* block) const {
       norm2 += v * v;
       dot += v * xhat[static_cast<size_t>(t) * d + c];
     }
-    const uint16_t gamma = f32_to_f16(dot > 0 ? static_cast<float>(norm2 / dot) : 0.0f);
+    // Capped at kMaxGamma: a reconstruction that far from x (<x, x^> < |x|^2 / 2) is not worth amplifying.
+    const uint16_t gamma = f32_to_f16(dot > 0 ? static_cast<float>(std::min(norm2 / dot, kMaxGamma)) : 0.0f);
     std::memcpy(block + norms_offset_ + 2 * static_cast<size_t>(t), &gamma, 2);
   }
 }

@@ -24,7 +24,7 @@
 // padded to whole bytes otherwise. By default nothing else is stored, as in VecInfer. A nearest-centroid decode
 // x^ shrinks: <x, x^> ~ |x^|^2 ~ (1 - D)|x|^2 at relative error D, so <q, x^> underestimates <q, x> by the
 // factor 1 - D (a softmax temperature of 1 / (1 - D) on every score). The option norm=1 stores per token the fp16
-// factor gamma = |x|^2 / <x, x^> and decodes gamma x^, which makes the inner product with x itself exact and
+// factor gamma = |x|^2 / <x, x^> (capped at 2) and decodes gamma x^, which makes the inner product with x itself exact and
 // removes that bias. kvq distortion at d = 128 (unit vectors): vecinfer:8/4 ip_bias -0.048 -> 0.000, ip_mse_d
 // 0.395 -> 0.085; vecinfer:8/8 ip_bias -0.160 -> 0.001, ip_mse_d 3.47 -> 0.37. It costs 16/d bits per element and
 // raises the reconstruction error (mse 0.099 -> 0.110, 0.326 -> 0.484), so it suits keys, not values.
