@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+# The CUDA backend is compiled (not run) wherever the toolkit is installed.
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH="$PATH:/usr/local/cuda/bin"; fi
 scripts/fetch-models.sh
 start=$(date +%s)
 cmake --preset release >/dev/null
