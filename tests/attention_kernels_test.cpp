@@ -63,14 +63,20 @@ const std::vector<Pair>& fused_pairs() {
                                        {"int4:16", "f16", "fused_int4_f16"},
                                        {"f16", "int4:64", "fused_f16_int4"},
                                        {"int8:64", "int4:16", "fused_int8_int4"},
-                                       {"int4:64,rot=identity", "int8:16", "fused_int4_int8"}};
+                                       {"int4:64,rot=identity", "int8:16", "fused_int4_int8"},
+                                       {"kivi:2", "kivi:2", "fused_kivi_kivi"},
+                                       {"kivi:4", "kivi:4,g=16", "fused_kivi_kivi"},
+                                       {"kivi:2", "f16", "fused_kivi_f16"},
+                                       {"int4", "kivi:2,g=64", "fused_int4_kivi"},
+                                       {"f16", "kivi:4", "fused_f16_kivi"}};
   return pairs;
 }
 
-// The kernel that runs for the pair under KVQ_ISA = isa: avx512vnni has int keys only, f16 keys fall back to avx512.
+// The kernel that runs for the pair under KVQ_ISA = isa: avx512vnni has int keys only, f16 and kivi keys fall back
+// to avx512.
 std::string kernel_name(const Pair& pair, Isa isa) {
-  const bool f16_keys = pair.kernel.rfind("fused_f16", 0) == 0;
-  return pair.kernel + "_" + detail::isa_name(isa == Isa::avx512vnni && f16_keys ? Isa::avx512 : isa);
+  const bool int_keys = pair.kernel.rfind("fused_int", 0) == 0;
+  return pair.kernel + "_" + detail::isa_name(isa == Isa::avx512vnni && !int_keys ? Isa::avx512 : isa);
 }
 
 // Decode under KVQ_ISA = isa; checks that the pair's fused kernel of that ISA runs.
@@ -229,7 +235,7 @@ TEST(AttentionKernelsDispatch, UnknownIsaIsAnError) {
 
 TEST(AttentionKernelsDispatch, PairsWithoutAFusedKernelRunTheGenericLoop) {
   for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
-           {"f32", "f16"}, {"f16", "bf16"}, {"int8", "f32"}, {"kivi:2", "int4"}, {"int4", "kivi:4"}}) {
+           {"f32", "f16"}, {"f16", "bf16"}, {"int8", "f32"}, {"kivi:2", "turbo_mse:3"}, {"qjl", "kivi:4"}}) {
     CacheConfig cfg;
     cfg.key_codec = k;
     cfg.value_codec = v;

@@ -77,18 +77,38 @@ static_assert(IntGroup{128, 64, 8, 32, false}.block_bytes() == 8704);  // 8.5
 // ---- kivi ------------------------------------------------------------------------------------------------------
 // Asymmetric b-bit codes (b = 2 or 4) with an fp16 minimum m and scale s: x ~ m + s * q, q in [0, 2^b - 1].
 // Keys: one (m, s) per channel over the tokens of the block. Values: one (m, s) per token and group of G channels.
-//   [codes: T tokens x d, token-major, b-bit indices packed LSB-first (bitpack.hpp: element 4i+j of a token at
-//    bits 2j..2j+1 of its byte i for b = 2, element 2i in the low nibble for b = 4)]
-//   [mins: P fp16]  [scales: P fp16]   with P = d (keys, channel order) or T x d/G (values, token-major)
-// Bits per element: keys b + 32/T (d=128, T=64: kivi:2 2.5, kivi:4 4.5); values b + 32/G (G=32: 3 and 5).
+//   [codes: unsigned b-bit q in the 64-byte tiles of IntGroup, E = 32 / b codes a 32-bit lane (element j at bits
+//    j b .. (j + 1) b - 1; a shift left then a logical shift right gives it back): keys "tokens in lanes" (16
+//    tokens x E channels a tile), values "channels in lanes" (E tokens x 16 channels a tile); the tiles cover T
+//    rounded up to 16 (keys) or E (values) tokens, the padding codes zero]
+//   [mins: P fp16]  [scales: P fp16]   keys: P = d, in channel order; values: P = d/G x T rounded up to 16, in tiles
+//    of 16 tokens like IntGroup's scales ([T/16][d/G groups][16 tokens]: the minima or scales of 16 tokens of one
+//    group are one vector), the padding zero.
+// Bits per element (T a multiple of 16): keys b + 32/T (d=128, T=64: kivi:2 2.5, kivi:4 4.5); values b + 32/G
+// (G=32: 3 and 5).
 struct Kivi {
   size_t d, T, bits, G;  // G: the value group size (keys ignore it)
   bool key;
-  constexpr size_t token_code_bytes() const { return d * bits / 8; }
-  constexpr size_t param_count() const { return key ? d : T * (d / G); }
-  constexpr size_t mins_offset() const { return align16(T * token_code_bytes()); }
+  constexpr size_t lane_elements() const { return 32 / bits; }  // E
+  constexpr size_t param_tokens() const { return (T + 15) / 16 * 16; }
+  constexpr size_t code_tokens() const {
+    return key ? param_tokens() : (T + lane_elements() - 1) / lane_elements() * lane_elements();
+  }
+  constexpr size_t param_count() const { return key ? d : param_tokens() * (d / G); }
+  constexpr size_t mins_offset() const { return align16(code_tokens() * d * bits / 8); }
   constexpr size_t scales_offset() const { return mins_offset() + align16(2 * param_count()); }
   constexpr size_t block_bytes() const { return scales_offset() + 2 * param_count(); }
+  /// The byte holding the code of token t, channel c, at bit code_shift(t, c).
+  constexpr size_t code_byte(size_t t, size_t c) const {
+    return IntGroup{d, T, bits, G, key}.code_byte(t, c);
+  }
+  constexpr unsigned code_shift(size_t t, size_t c) const { return IntGroup{d, T, bits, G, key}.code_shift(t, c); }
+  /// The code stored at bit `shift` of `byte`: 0 .. 2^b - 1.
+  constexpr unsigned code(unsigned byte, unsigned shift) const { return (byte >> shift) & ((1u << bits) - 1); }
+  /// The number of the (m, s) pair of token t, channel c: c (keys), or its place in the value tiles.
+  constexpr size_t param(size_t t, size_t c) const {
+    return key ? c : (t / 16 * (d / G) + c / G) * 16 + t % 16;
+  }
 };
 static_assert(Kivi{128, 64, 2, 32, true}.block_bytes() == 2560);   // 2.5 bits per element
 static_assert(Kivi{128, 64, 2, 32, false}.block_bytes() == 3072);  // 3

@@ -1,4 +1,4 @@
-// The fused page loop over f16, int8 and int4 blocks, written once over an instruction set's vector traits V and
+// The fused page loop over f16, int8, int4 and kivi blocks, written once over an instruction set's vector traits V and
 // included only by the per-ISA translation units (kernels_avx2.cpp, kernels_avx512.cpp, kernels_avx512_vnni.cpp),
 // which compile it with their target flags. Everything here has internal linkage (kernel_args.hpp says why).
 //
@@ -18,6 +18,9 @@
 //   f16 values: token-major rows, W channels a vector, the weight broadcast.
 //   int values: tiles of E tokens x 16 channels, one lane per channel; the weight of token t for channel group g is
 //     p_t * s_t,g, formed once per page and group.
+//   kivi keys and values: the int tiles with unsigned codes q (x = m + s q). Keys: per page the queries times the
+//     channel scales s_c and the bias <q, m> (one per query), then the int key loop without token scales. Values:
+//     the int value loop with the weights p_t s_t,g, plus sum_t p_t m_t,g added to every channel of group g.
 // f16 elements become floats without vcvtph2ps where the head dimension allows (f16_split below).
 // An int code becomes a float in three operations: shift it to the top of its lane, shift it back arithmetically
 // (sign extension), convert.
@@ -37,7 +40,7 @@ namespace {
 //   fma1(a, const float* b, c) = a * broadcast(*b) + c, mul, sub, max;
 //   load_f16(p): W fp16 values; f16_split(p, even, odd): 2W fp16 values as two vectors (even and odd elements),
 //   each value times 2^-112; load_i(p): W 32-bit lanes; element<Bits, J>(x): element J (Bits wide) of each lane
-//   as a signed float;
+//   as a signed float; uelement<Bits, J>(x): the same element as an unsigned float (kivi codes);
 //   hmax(x), hsum(x), first(x) (lane 0); exp(x) (0 below -87.3, for x <= 88); mask_tail(x, n): lanes >= n set to -inf;
 //   transpose_sum(v): lane t = the sum of the W lanes of v[t W .. t W + W - 1]; prefetch(p) into L2;
 //   kAccumulators: vectors a loop may keep accumulating in registers; kMaxQ: queries per pass (8 or 4);
@@ -53,7 +56,9 @@ inline void for_elements(Fn&& f) {
   (std::make_integer_sequence<int, E>{});
 }
 
-constexpr int bits_of(BlockFormat f) { return f == BlockFormat::int8 ? 8 : 4; }
+constexpr int bits_of(BlockFormat f) { return f == BlockFormat::int8 ? 8 : f == BlockFormat::kivi2 ? 2 : 4; }
+constexpr bool is_kivi(BlockFormat f) { return f == BlockFormat::kivi2 || f == BlockFormat::kivi4; }
+constexpr bool is_int(BlockFormat f) { return f == BlockFormat::int8 || f == BlockFormat::int4; }
 
 // Prefetches the next page's block at the pace the current one is read: step(u, n) after unit u of n.
 template <class V>
@@ -69,7 +74,9 @@ struct Prefetch {
 
 size_t key_block_bytes(const KernelArgs& a, BlockFormat f) {
   const size_t d = static_cast<size_t>(a.d), T = static_cast<size_t>(a.T);
-  return f == BlockFormat::f16 ? 2 * T * d : a.key_scales_offset + 2 * T * (d / static_cast<size_t>(a.key_group));
+  if (f == BlockFormat::f16) return 2 * T * d;
+  if (is_kivi(f)) return a.key_scales_offset + 2 * d;
+  return a.key_scales_offset + 2 * T * (d / static_cast<size_t>(a.key_group));
 }
 
 size_t value_block_bytes(const KernelArgs& a, BlockFormat f) {
@@ -183,6 +190,43 @@ void key_scores_int(const KernelArgs& a, const float* q, const uint8_t* block, P
         V::store(si, g == 0 ? V::mul(scale, dg) : V::fma(scale, dg, V::load(si)));
       }
     }
+    pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
+  }
+}
+
+// kivi keys: <q, m + s q_t> = <q, m> + sum_c (q_c s_c) q_t,c, the scaled queries and the bias formed per page.
+template <class V, int NQ, int Bits>
+void key_scores_kivi(const KernelArgs& a, const float* q, const uint8_t* block, Prefetch<V>& pf, float* s) {
+  constexpr int W = V::W, E = 32 / Bits;
+  const int d = a.d, T = a.T, tiles = d / E, n_vec = T / W;
+  const uint8_t* mins = block + a.key_mins_offset;
+  const uint8_t* scales = block + a.key_scales_offset;
+  alignas(64) float qs[NQ * kMaxDim];
+  float bias[NQ];
+  for (int i = 0; i < NQ; ++i) {
+    auto b = V::zero();
+    for (int c = 0; c < d; c += W) {
+      const auto qc = V::load(q + i * d + c);
+      b = V::fma(qc, V::load_f16(mins + 2 * c), b);
+      V::store(qs + i * d + c, V::mul(qc, V::load_f16(scales + 2 * c)));
+    }
+    bias[i] = V::hsum(b);
+  }
+  for (int vec = 0; vec < n_vec; ++vec) {
+    const int tok = vec * W;
+    const uint8_t* lanes = block + static_cast<size_t>(tok / 16) * tiles * 64 + 4 * (tok % 16);
+    typename V::F dot[2][NQ];
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < NQ; ++i) dot[h][i] = V::zero();
+    for (int k = 0; k < tiles; ++k) {
+      const auto x = V::load_i(lanes + 64 * k);
+      for_elements<E>([&](auto j) {
+        const auto f = V::template uelement<Bits, j>(x);
+        for (int i = 0; i < NQ; ++i) dot[j % 2][i] = V::fma1(f, qs + i * d + E * k + j, dot[j % 2][i]);
+      });
+    }
+    for (int i = 0; i < NQ; ++i)
+      V::store(s + i * T + tok, V::add(V::set1(bias[i]), V::add(dot[0][i], dot[1][i])));
     pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
   }
 }
@@ -359,18 +403,19 @@ void values_f16_split(const KernelArgs& a, const float* p, const uint8_t* block,
 }
 
 // One vector of W channels over the page's tokens; even and odd tokens accumulate apart (2 NQ chains), every
-// weight used once.
-template <class V, int NQ, int Bits>
-void values_int_vector(const KernelArgs& a, const float* ws, const uint8_t* block, int vec, float* o) {
+// weight used once. Unsigned: kivi codes; bias (NQ floats, or null): added to every channel.
+template <class V, int NQ, int Bits, bool Unsigned = false>
+void values_int_vector(const KernelArgs& a, const float* ws, const uint8_t* block, int vec, float* o,
+                       const float* bias = nullptr) {
   constexpr int W = V::W, E = 32 / Bits;
   const int d = a.d, T = a.T, tiles = d / 16, ch = vec * W;
   const uint8_t* lanes = block + 64 * (ch / 16) + 4 * (ch % 16);
   typename V::F acc[2][NQ];
-  for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * d + ch), acc[1][i] = V::zero();
+  for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * d + ch), acc[1][i] = bias ? V::set1(bias[i]) : V::zero();
   for (int tile = 0; tile < T / E; ++tile) {
     const auto x = V::load_i(lanes + static_cast<size_t>(tile) * tiles * 64);
     for_elements<E>([&](auto j) {
-      const auto f = V::template element<Bits, j>(x);
+      const auto f = Unsigned ? V::template uelement<Bits, j>(x) : V::template element<Bits, j>(x);
       for (int i = 0; i < NQ; ++i) acc[j % 2][i] = V::fma1(f, ws + i * kMaxTokens + E * tile + j, acc[j % 2][i]);
     });
   }
@@ -389,6 +434,34 @@ void values_int(const KernelArgs& a, const float* p, const uint8_t* block, Prefe
       for (int i = 0; i < NQ; ++i) V::store(ws[i] + tok, V::mul(scale, V::load(p + i * T + tok)));
     }
     for (int vec = g * G / W; vec < (g + 1) * G / W; ++vec) values_int_vector<V, NQ, Bits>(a, ws[0], block, vec, o);
+    pf.step(static_cast<size_t>(g), static_cast<size_t>(groups));
+  }
+}
+
+// kivi values: o_c += sum_t (p_t s_t,g) q_t,c + sum_t p_t m_t,g (g the group of channel c).
+template <class V, int NQ, int Bits>
+void values_kivi(const KernelArgs& a, const float* p, const uint8_t* block, Prefetch<V>& pf, float* o) {
+  constexpr int W = V::W;
+  const int d = a.d, T = a.T, G = a.value_group, groups = d / G;
+  const uint8_t* mins = block + a.value_mins_offset;
+  const uint8_t* scales = block + a.value_scales_offset;
+  alignas(64) float ws[NQ][kMaxTokens];  // p_t s_t,g of the current group
+  for (int g = 0; g < groups; ++g) {
+    typename V::F pm[NQ];
+    for (int i = 0; i < NQ; ++i) pm[i] = V::zero();
+    for (int tok = 0; tok < T; tok += W) {
+      const size_t at = 2 * ((static_cast<size_t>(tok / 16) * groups + g) * 16 + tok % 16);
+      const auto scale = V::load_f16(scales + at), min = V::load_f16(mins + at);
+      for (int i = 0; i < NQ; ++i) {
+        const auto pi = V::load(p + i * T + tok);
+        V::store(ws[i] + tok, V::mul(scale, pi));
+        pm[i] = V::fma(min, pi, pm[i]);
+      }
+    }
+    float bias[NQ];
+    for (int i = 0; i < NQ; ++i) bias[i] = V::hsum(pm[i]);
+    for (int vec = g * G / W; vec < (g + 1) * G / W; ++vec)
+      values_int_vector<V, NQ, Bits, true>(a, ws[0], block, vec, o, bias);
     pf.step(static_cast<size_t>(g), static_cast<size_t>(groups));
   }
 }
@@ -457,7 +530,9 @@ void page_pass(const KernelArgs& a, const RunPrep& prep, int i0, size_t base, co
   float* o = a.o + static_cast<size_t>(i0) * d;
 
   Prefetch<V> pf{next_page ? next_page + a.key_offset : nullptr, key_block_bytes(a, K)};
-  if constexpr (K == BlockFormat::f16) {
+  if constexpr (is_kivi(K)) {
+    key_scores_kivi<V, NQ, bits_of(K)>(a, q, page + a.key_offset, pf, s);
+  } else if constexpr (K == BlockFormat::f16) {
     if (prep.split_queries) {
       key_scores_f16_split<V, NQ>(a, prep.split_queries + static_cast<size_t>(i0) * d, page + a.key_offset, pf, s);
     } else {
@@ -476,6 +551,8 @@ void page_pass(const KernelArgs& a, const RunPrep& prep, int i0, size_t base, co
     } else {
       values_f16<V, NQ>(a, s, page + a.value_offset, pf, o);
     }
+  } else if constexpr (is_kivi(VF)) {
+    values_kivi<V, NQ, bits_of(VF)>(a, s, page + a.value_offset, pf, o);
   } else {
     values_int<V, NQ, bits_of(VF)>(a, s, page + a.value_offset, pf, o);
   }
@@ -486,7 +563,7 @@ void attend(const KernelArgs& a) {
   const size_t T = static_cast<size_t>(a.T);
   const bool splits = a.d % (2 * V::W) == 0;
   RunPrep prep;
-  if constexpr (V::kVnni && K != BlockFormat::f16) prep.vq = prepare_vnni_queries<bits_of(K)>(a);
+  if constexpr (V::kVnni && is_int(K)) prep.vq = prepare_vnni_queries<bits_of(K)>(a);
   if constexpr (K == BlockFormat::f16) {
     const size_t n = static_cast<size_t>(a.n_q) * a.d;
     float qmax = 0;
@@ -527,13 +604,17 @@ KernelFn fused_kernel_with_keys(BlockFormat value) {
       return attend<V, K, F::int8>;
     case F::int4:
       return attend<V, K, F::int4>;
+    case F::kivi2:
+      return attend<V, K, F::kivi2>;
+    case F::kivi4:
+      return attend<V, K, F::kivi4>;
     case F::other:
       break;
   }
   return nullptr;
 }
 
-// The kernel for every pair of f16, int8 and int4 blocks.
+// The kernel for every pair of f16, int8, int4, kivi:2 and kivi:4 blocks.
 template <class V>
 KernelFn fused_kernel_for(BlockFormat key, BlockFormat value) {
   using F = BlockFormat;
@@ -544,6 +625,10 @@ KernelFn fused_kernel_for(BlockFormat key, BlockFormat value) {
       return fused_kernel_with_keys<V, F::int8>(value);
     case F::int4:
       return fused_kernel_with_keys<V, F::int4>(value);
+    case F::kivi2:
+      return fused_kernel_with_keys<V, F::kivi2>(value);
+    case F::kivi4:
+      return fused_kernel_with_keys<V, F::kivi4>(value);
     case F::other:
       break;
   }

@@ -8,8 +8,8 @@
 
 namespace kvq::detail {
 
-/// Block formats a fused kernel reads.
-enum class BlockFormat { f16, int8, int4, other };
+/// Block formats a fused kernel reads: f16, int8 and int4 (layout::IntGroup), kivi:2 and kivi:4 (layout::Kivi).
+enum class BlockFormat { f16, int8, int4, kivi2, kivi4, other };
 
 /// One run of pages of one (sequence, kv head) for n_q queries. The kernel folds the run into the n_q partial
 /// states (m, l, o), which may already hold tokens (the online softmax rescales them).
@@ -25,8 +25,9 @@ struct KernelArgs {
   int T = 0;            ///< tokens per page, a multiple of 16, at most kMaxTokens
   int n_q = 0;          ///< queries
   int key_group = 0;    ///< int keys: channels per fp16 scale (a multiple of 8)
-  int value_group = 0;  ///< int values: channels per fp16 scale (a multiple of 16)
-  size_t key_scales_offset = 0, value_scales_offset = 0;  ///< int: layout::IntGroup::scales_offset() of the block
+  int value_group = 0;  ///< int and kivi values: channels per fp16 scale (a multiple of 16)
+  size_t key_scales_offset = 0, value_scales_offset = 0;  ///< int, kivi: the block's scales_offset()
+  size_t key_mins_offset = 0, value_mins_offset = 0;      ///< kivi: the block's mins_offset()
   const float* q = nullptr;         ///< n_q x d queries in the key codec's space, softmax scale and key lambda folded
   const size_t* visible = nullptr;  ///< n_q causal limits: query i sees tokens t < visible[i]
   float* m = nullptr;               ///< n_q running maxima (-inf: no token yet)
@@ -42,6 +43,8 @@ constexpr size_t kernel_scratch_bytes(int n_q, int d) {
 
 /// The largest page a fused kernel takes (its scratch lives on the stack).
 constexpr int kMaxTokens = 128;
+/// The largest head dimension a codec takes.
+constexpr int kMaxDim = 512;
 
 using KernelFn = void (*)(const KernelArgs&);
 

@@ -40,6 +40,12 @@ struct Avx2 {
     const I top = (J + 1) * Bits == 32 ? x : _mm256_slli_epi32(x, 32 - (J + 1) * Bits);
     return _mm256_cvtepi32_ps(_mm256_srai_epi32(top, 32 - Bits));
   }
+  // The same element, unsigned: shifted back logically.
+  template <int Bits, int J>
+  static F uelement(I x) {
+    const I top = (J + 1) * Bits == 32 ? x : _mm256_slli_epi32(x, 32 - (J + 1) * Bits);
+    return _mm256_cvtepi32_ps(_mm256_srli_epi32(top, 32 - Bits));
+  }
 
   static float hmax(F x) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));

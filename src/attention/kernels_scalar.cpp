@@ -12,9 +12,7 @@
 namespace kvq::detail::scalar {
 namespace {
 
-constexpr int kMaxDim = 512;  // the largest head dimension a codec takes
-
-// Token t of a block as floats: the codec's space, an int4 codec's lambda left out.
+// Token t of a block as floats: the codec's space, an int codec's lambda left out.
 template <BlockFormat F>
 void read_token(const KernelArgs& a, const uint8_t* block, bool key, int t, float* x) {
   const size_t d = static_cast<size_t>(a.d), ut = static_cast<size_t>(t);
@@ -23,6 +21,16 @@ void read_token(const KernelArgs& a, const uint8_t* block, bool key, int t, floa
       uint16_t h;
       std::memcpy(&h, block + 2 * (ut * d + c), 2);
       x[c] = f16_to_f32(h);
+    }
+  } else if constexpr (F == BlockFormat::kivi2 || F == BlockFormat::kivi4) {
+    const layout::Kivi l{d, static_cast<size_t>(a.T), F == BlockFormat::kivi2 ? 2u : 4u,
+                         static_cast<size_t>(key ? a.key_group : a.value_group), key};
+    for (size_t c = 0; c < d; ++c) {
+      uint16_t m, s;
+      std::memcpy(&m, block + l.mins_offset() + 2 * l.param(ut, c), 2);
+      std::memcpy(&s, block + l.scales_offset() + 2 * l.param(ut, c), 2);
+      const unsigned code = l.code(block[l.code_byte(ut, c)], l.code_shift(ut, c));
+      x[c] = f16_to_f32(m) + f16_to_f32(s) * static_cast<float>(code);
     }
   } else {
     const size_t G = static_cast<size_t>(key ? a.key_group : a.value_group);
@@ -75,22 +83,26 @@ void attend(const KernelArgs& a) {
 
 }  // namespace
 
-// Every pair of f16, int8 and int4.
+// Every pair of f16, int8, int4, kivi:2 and kivi:4.
 template <BlockFormat K>
 KernelFn with_keys(BlockFormat value) {
   using F = BlockFormat;
-  return value == F::f16    ? attend<K, F::f16>
-         : value == F::int8 ? attend<K, F::int8>
-         : value == F::int4 ? attend<K, F::int4>
-                            : nullptr;
+  return value == F::f16     ? attend<K, F::f16>
+         : value == F::int8  ? attend<K, F::int8>
+         : value == F::int4  ? attend<K, F::int4>
+         : value == F::kivi2 ? attend<K, F::kivi2>
+         : value == F::kivi4 ? attend<K, F::kivi4>
+                             : nullptr;
 }
 
 KernelFn fused_kernel(BlockFormat key, BlockFormat value) {
   using F = BlockFormat;
-  return key == F::f16    ? with_keys<F::f16>(value)
-         : key == F::int8 ? with_keys<F::int8>(value)
-         : key == F::int4 ? with_keys<F::int4>(value)
-                          : nullptr;
+  return key == F::f16     ? with_keys<F::f16>(value)
+         : key == F::int8  ? with_keys<F::int8>(value)
+         : key == F::int4  ? with_keys<F::int4>(value)
+         : key == F::kivi2 ? with_keys<F::kivi2>(value)
+         : key == F::kivi4 ? with_keys<F::kivi4>(value)
+                           : nullptr;
 }
 
 }  // namespace kvq::detail::scalar

@@ -1,6 +1,7 @@
 #include "attention/page_kernel.hpp"
 
 #include "codec/int_group.hpp"
+#include "codec/kivi.hpp"
 #include "kvq/block_layout.hpp"
 
 namespace kvq::detail {
@@ -10,7 +11,7 @@ struct Format {
   BlockFormat format = BlockFormat::other;
   const float* lambda = nullptr;
   int group = 0;
-  size_t scales_offset = 0;
+  size_t scales_offset = 0, mins_offset = 0;
 };
 
 Format format_of(const Codec& codec, int T) {
@@ -20,6 +21,9 @@ Format format_of(const Codec& codec, int T) {
                              static_cast<size_t>(p->group), codec.role() == Role::key};
     return {p->bits == 8 ? BlockFormat::int8 : BlockFormat::int4, p->lambda, p->group, l.scales_offset()};
   }
+  if (const auto l = kivi_layout(codec))
+    return {l->bits == 2 ? BlockFormat::kivi2 : BlockFormat::kivi4, nullptr, static_cast<int>(l->G),
+            l->scales_offset(), l->mins_offset()};
   return {};
 }
 
@@ -57,6 +61,8 @@ PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa i
   kernel.value_group = v.group;
   kernel.key_scales_offset = k.scales_offset;
   kernel.value_scales_offset = v.scales_offset;
+  kernel.key_mins_offset = k.mins_offset;
+  kernel.value_mins_offset = v.mins_offset;
   return kernel;
 }
 

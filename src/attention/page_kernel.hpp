@@ -18,11 +18,12 @@ struct PageKernel {
   const float* value_lambda = nullptr;  ///< int values: per-channel scale, applied to the outputs after a run
   int key_group = 0, value_group = 0;
   size_t key_scales_offset = 0, value_scales_offset = 0;
+  size_t key_mins_offset = 0, value_mins_offset = 0;
 };
 
-/// The kernel for blocks of T tokens of these codecs on `isa`: fused for f16, int8 or int4 keys with f16, int8 or
-/// int4 values (T a multiple of 16 up to kMaxTokens), from the widest instruction set up to `isa` that has one;
-/// else generic.
+/// The kernel for blocks of T tokens of these codecs on `isa`: fused for f16, int8, int4, kivi:2 or kivi:4 keys with
+/// values of any of these (T a multiple of 16 up to kMaxTokens), from the widest instruction set up to `isa` that has
+/// one; else generic.
 PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa isa);
 
 /// The queries a fused kernel takes: n_q x d rows (scaled already) mapped to the key codec's space and multiplied by

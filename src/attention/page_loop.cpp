@@ -51,6 +51,8 @@ void attend_fused(const PageRun& run) {
   a.value_group = k.value_group;
   a.key_scales_offset = k.key_scales_offset;
   a.value_scales_offset = k.value_scales_offset;
+  a.key_mins_offset = k.key_mins_offset;
+  a.value_mins_offset = k.value_mins_offset;
   a.q = run.q;
   a.visible = run.visible;
   a.m = run.scores;  // n_q x T floats of scratch hold the n_q maxima and sums

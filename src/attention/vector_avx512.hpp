@@ -2,10 +2,11 @@
 // compiled only there. Internal linkage: see kernel_args.hpp.
 #pragma once
 
-// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which -Wmaybe-uninitialized flags wherever they are
-// inlined (GCC bug 105593).
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which -Wmaybe-uninitialized and -Wuninitialized flag
+// wherever they are inlined (GCC bug 105593).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <immintrin.h>
 
@@ -48,6 +49,12 @@ struct Avx512 {
   static F element(I x) {
     const I top = (J + 1) * Bits == 32 ? x : _mm512_slli_epi32(x, 32 - (J + 1) * Bits);
     return _mm512_cvtepi32_ps(_mm512_srai_epi32(top, 32 - Bits));
+  }
+  // The same element, unsigned: shifted back logically.
+  template <int Bits, int J>
+  static F uelement(I x) {
+    const I top = (J + 1) * Bits == 32 ? x : _mm512_slli_epi32(x, 32 - (J + 1) * Bits);
+    return _mm512_cvtepi32_ps(_mm512_srli_epi32(top, 32 - Bits));
   }
 
   static float hmax(F x) { return _mm512_reduce_max_ps(x); }
