@@ -11,7 +11,6 @@
 #include "codec/codec_factories.hpp"
 #include "codec/qjl_sketch.hpp"
 #include "codec/turbo_parts.hpp"
-#include "kvq/bitpack.hpp"
 #include "kvq/block_layout.hpp"
 #include "kvq/error.hpp"
 #include "kvq/random.hpp"
@@ -24,7 +23,7 @@ class TurboProdCodec final : public Codec {
   TurboProdCodec(const CodecSpec& spec, const CodecParams& params, int bits)
       : Codec(spec, params),
         layout_{static_cast<size_t>(params.dim), static_cast<size_t>(params.block_tokens), static_cast<size_t>(bits),
-                static_cast<size_t>(params.dim)},
+                static_cast<size_t>(params.dim), params.role == Role::key},
         codebook_(sphere_lloyd_max(params.dim, bits - 1)),
         sketch_(params.dim, params.dim, derive_seed(params.seed, 2)) {
     rotation_ = rotation_from_spec(spec, params);
@@ -35,7 +34,7 @@ class TurboProdCodec final : public Codec {
   const float* centroids() const { return codebook_.centroids(); }
   /// Token t's MSE-stage indices (d bytes), and its stored norm.
   float unpack(const uint8_t* block, int t, uint8_t* idx) const {
-    unpack_bits(block + t * layout_.mse().code_bytes(), dim(), codebook_.bits(), idx);
+    read_lane_codes(layout_.mse().codes(), t, block, idx);
     return load_f16(block + layout_.mse().norms_offset(), t);
   }
   /// Offset of token t's residual sign bits in the block.
@@ -53,11 +52,12 @@ class TurboProdCodec final : public Codec {
     float u[kMaxCodecDim], mse[kMaxCodecDim];
     uint8_t idx[kMaxCodecDim];
     double r[kMaxCodecDim];
+    std::memset(block, 0, block_bytes());
     for (int t = 0; t < block_tokens(); ++t) {
       const float* xt = t < n ? x + static_cast<size_t>(t) * d : zero;  // tokens past n: zero vectors
       const uint16_t norm = split_norm(*rotation_, xt, u, spec().str());
       for (int j = 0; j < d; ++j) idx[j] = codebook_.nearest(u[j]);
-      pack_bits(idx, d, codebook_.bits(), block + t * layout_.mse().code_bytes());
+      write_lane_codes(layout_.mse().codes(), t, idx, block);
       store_f16(block + layout_.mse().norms_offset(), t, norm);
 
       // The residual against the decoded MSE stage: the same float products and inverse rotation as decode.
