@@ -68,7 +68,12 @@ const std::vector<Pair>& fused_pairs() {
                                        {"kivi:4", "kivi:4,g=16", "fused_kivi_kivi"},
                                        {"kivi:2", "f16", "fused_kivi_f16"},
                                        {"int4", "kivi:2,g=64", "fused_int4_kivi"},
-                                       {"f16", "kivi:4", "fused_f16_kivi"}};
+                                       {"f16", "kivi:4", "fused_f16_kivi"},
+                                       {"turbo_mse:3", "turbo_mse:3", "fused_turbo_mse_turbo_mse"},
+                                       {"turbo_mse:2", "turbo_mse:4", "fused_turbo_mse_turbo_mse"},
+                                       {"turbo_mse:4,rot=srft", "int4", "fused_turbo_mse_int4"},
+                                       {"int8", "turbo_mse:2", "fused_int8_turbo_mse"},
+                                       {"kivi:2", "turbo_mse:3", "fused_kivi_turbo_mse"}};
   return pairs;
 }
 
@@ -235,7 +240,7 @@ TEST(AttentionKernelsDispatch, UnknownIsaIsAnError) {
 
 TEST(AttentionKernelsDispatch, PairsWithoutAFusedKernelRunTheGenericLoop) {
   for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
-           {"f32", "f16"}, {"f16", "bf16"}, {"int8", "f32"}, {"kivi:2", "turbo_mse:3"}, {"qjl", "kivi:4"}}) {
+           {"f32", "f16"}, {"f16", "bf16"}, {"int8", "f32"}, {"turbo_mse:1", "f16"}, {"qjl", "kivi:4"}}) {
     CacheConfig cfg;
     cfg.key_codec = k;
     cfg.value_codec = v;

@@ -18,6 +18,9 @@
 //   f16 values: token-major rows, W channels a vector, the weight broadcast.
 //   int values: tiles of E tokens x 16 channels, one lane per channel; the weight of token t for channel group g is
 //     p_t * s_t,g, formed once per page and group.
+//   turbo_mse keys and values (x = ||x|| c[idx]): LaneCodes tiles, each chunk of 32 elements of a lane decoded into
+//     four nibble lanes (a shift and a bit select), each element by a shift and a 16-entry table lookup; then as the
+//     int formats with the norms as the per-token scales (one group of d channels).
 //   kivi keys and values: the int tiles with unsigned codes q (x = m + s q). Keys: per page the queries times the
 //     channel scales s_c and the bias <q, m> (one per query), then the int key loop without token scales. Values:
 //     the int value loop with the weights p_t s_t,g, plus sum_t p_t m_t,g added to every channel of group g.
@@ -41,6 +44,8 @@ namespace {
 //   load_f16(p): W fp16 values; f16_split(p, even, odd): 2W fp16 values as two vectors (even and odd elements),
 //   each value times 2^-112; load_i(p): W 32-bit lanes; element<Bits, J>(x): element J (Bits wide) of each lane
 //   as a signed float; uelement<Bits, J>(x): the same element as an unsigned float (kivi codes);
+//   shr<N>(x), shl<N>(x): 32-bit lanes shifted logically (N = 0: x); select_bits(a, b, mask): a's bits where mask
+//   is set, else b's; Table, load_table(16 floats), lookup(table, x): the entry of each lane's low 4 bits (turbo);
 //   hmax(x), hsum(x), first(x) (lane 0); exp(x) (0 below -87.3, for x <= 88); mask_tail(x, n): lanes >= n set to -inf;
 //   transpose_sum(v): lane t = the sum of the W lanes of v[t W .. t W + W - 1]; prefetch(p) into L2;
 //   kAccumulators: vectors a loop may keep accumulating in registers; kMaxQ: queries per pass (8 or 4);
@@ -59,6 +64,10 @@ inline void for_elements(Fn&& f) {
 constexpr int bits_of(BlockFormat f) { return f == BlockFormat::int8 ? 8 : f == BlockFormat::kivi2 ? 2 : 4; }
 constexpr bool is_kivi(BlockFormat f) { return f == BlockFormat::kivi2 || f == BlockFormat::kivi4; }
 constexpr bool is_int(BlockFormat f) { return f == BlockFormat::int8 || f == BlockFormat::int4; }
+constexpr bool is_turbo(BlockFormat f) {
+  return f == BlockFormat::turbo2 || f == BlockFormat::turbo3 || f == BlockFormat::turbo4;
+}
+constexpr int turbo_bits(BlockFormat f) { return f == BlockFormat::turbo2 ? 2 : f == BlockFormat::turbo3 ? 3 : 4; }
 
 // Prefetches the next page's block at the pace the current one is read: step(u, n) after unit u of n.
 template <class V>
@@ -76,11 +85,13 @@ size_t key_block_bytes(const KernelArgs& a, BlockFormat f) {
   const size_t d = static_cast<size_t>(a.d), T = static_cast<size_t>(a.T);
   if (f == BlockFormat::f16) return 2 * T * d;
   if (is_kivi(f)) return a.key_scales_offset + 2 * d;
+  if (is_turbo(f)) return a.key_scales_offset + 2 * T;
   return a.key_scales_offset + 2 * T * (d / static_cast<size_t>(a.key_group));
 }
 
 size_t value_block_bytes(const KernelArgs& a, BlockFormat f) {
   const size_t d = static_cast<size_t>(a.d), T = static_cast<size_t>(a.T);
+  if (is_turbo(f)) return a.value_scales_offset + 2 * T;
   return f == BlockFormat::f16 ? 2 * T * d : a.value_scales_offset + 2 * T * (d / static_cast<size_t>(a.value_group));
 }
 
@@ -227,6 +238,58 @@ void key_scores_kivi(const KernelArgs& a, const float* q, const uint8_t* block, 
     }
     for (int i = 0; i < NQ; ++i)
       V::store(s + i * T + tok, V::add(V::set1(bias[i]), V::add(dot[0][i], dot[1][i])));
+    pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
+  }
+}
+
+// The four nibble lanes of a LaneCodes chunk (b lanes at p, p + 64, ...; layout::LaneCodes): element 8v + j at
+// bits 4j..4j+3 of n[v]; the bits above an element's index are other elements' bits, which the table ignores.
+template <class V, int Bits>
+void nibble_lanes(const uint8_t* p, typename V::I n[4]) {
+  if constexpr (Bits == 4) {
+    for (int v = 0; v < 4; ++v) n[v] = V::load_i(p + 64 * v);
+  } else {
+    const auto low0 = V::load_i(p), low1 = V::load_i(p + 64);
+    if constexpr (Bits == 2) {
+      n[0] = low0, n[1] = V::template shr<2>(low0), n[2] = low1, n[3] = V::template shr<2>(low1);
+    } else {
+      const auto high = V::load_i(p + 128);
+      constexpr uint32_t kLow = 0x33333333u;  // the low 2 bits of each nibble; the high bit goes to bit 2
+      n[0] = V::select_bits(low0, high, kLow);
+      n[1] = V::select_bits(V::template shr<2>(low0), V::template shr<1>(high), kLow);
+      n[2] = V::select_bits(low1, V::template shl<2>(high), kLow);
+      n[3] = V::select_bits(V::template shr<2>(low1), V::template shl<1>(high), kLow);
+    }
+  }
+}
+
+// turbo_mse keys: s = ||k_t|| sum_c q_c c[idx_t,c]; one token vector at a time, every chunk of 32 channels decoded
+// once for the pass's queries.
+template <class V, int NQ, int Bits>
+void key_scores_turbo(const KernelArgs& a, const float* q, const uint8_t* block, Prefetch<V>& pf, float* s) {
+  constexpr int W = V::W;
+  const int d = a.d, T = a.T, chunks = d / 32, n_vec = T / W;
+  const auto table = V::load_table(a.key_levels);
+  const uint8_t* norms = block + a.key_scales_offset;
+  for (int vec = 0; vec < n_vec; ++vec) {
+    const int tok = vec * W;
+    const uint8_t* lanes = block + static_cast<size_t>(tok / 16) * chunks * Bits * 64 + 4 * (tok % 16);
+    typename V::F dot[2][NQ];
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < NQ; ++i) dot[h][i] = V::zero();
+    for (int k = 0; k < chunks; ++k) {
+      typename V::I n[4];
+      nibble_lanes<V, Bits>(lanes + 64 * Bits * k, n);
+      for_elements<4>([&](auto v) {
+        for_elements<8>([&](auto j) {
+          const auto f = V::lookup(table, V::template shr<4 * j>(n[v]));
+          const float* qc = q + 32 * k + 8 * v + j;
+          for (int i = 0; i < NQ; ++i) dot[j % 2][i] = V::fma1(f, qc + i * d, dot[j % 2][i]);
+        });
+      });
+    }
+    const auto norm = V::load_f16(norms + 2 * tok);
+    for (int i = 0; i < NQ; ++i) V::store(s + i * T + tok, V::mul(norm, V::add(dot[0][i], dot[1][i])));
     pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
   }
 }
@@ -466,6 +529,41 @@ void values_kivi(const KernelArgs& a, const float* p, const uint8_t* block, Pref
   }
 }
 
+// turbo_mse values: o_c += sum_t (p_t ||v_t||) c[idx_t,c]; one vector of W channels at a time over the page's
+// chunks of 32 tokens.
+template <class V, int NQ, int Bits>
+void values_turbo(const KernelArgs& a, const float* p, const uint8_t* block, Prefetch<V>& pf, float* o) {
+  constexpr int W = V::W;
+  const int d = a.d, T = a.T, nv = d / W;
+  const auto table = V::load_table(a.value_levels);
+  const uint8_t* norms = block + a.value_scales_offset;
+  alignas(64) float ws[NQ][kMaxTokens];  // p_t ||v_t||
+  for (int tok = 0; tok < T; tok += W) {
+    const auto norm = V::load_f16(norms + 2 * tok);
+    for (int i = 0; i < NQ; ++i) V::store(ws[i] + tok, V::mul(norm, V::load(p + i * T + tok)));
+  }
+  const size_t chunk_stride = static_cast<size_t>(d / 16) * Bits * 64;  // 32 tokens further
+  for (int vec = 0; vec < nv; ++vec) {
+    const int ch = vec * W;
+    const uint8_t* lanes = block + 64 * Bits * (ch / 16) + 4 * (ch % 16);
+    typename V::F acc[2][NQ];
+    for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * d + ch), acc[1][i] = V::zero();
+    for (int c = 0; c < T / 32; ++c) {
+      typename V::I n[4];
+      nibble_lanes<V, Bits>(lanes + c * chunk_stride, n);
+      for_elements<4>([&](auto v) {
+        for_elements<8>([&](auto j) {
+          const auto f = V::lookup(table, V::template shr<4 * j>(n[v]));
+          const float* w = ws[0] + 32 * c + 8 * v + j;
+          for (int i = 0; i < NQ; ++i) acc[j % 2][i] = V::fma1(f, w + i * kMaxTokens, acc[j % 2][i]);
+        });
+      });
+    }
+    for (int i = 0; i < NQ; ++i) V::store(o + i * d + ch, V::add(acc[0][i], acc[1][i]));
+    pf.step(static_cast<size_t>(vec), static_cast<size_t>(nv));
+  }
+}
+
 // ---- the page loop ---------------------------------------------------------------------------------------------
 
 // The online softmax of one query over a page's scores s (T floats, overwritten with the weights exp(s - m)).
@@ -532,6 +630,8 @@ void page_pass(const KernelArgs& a, const RunPrep& prep, int i0, size_t base, co
   Prefetch<V> pf{next_page ? next_page + a.key_offset : nullptr, key_block_bytes(a, K)};
   if constexpr (is_kivi(K)) {
     key_scores_kivi<V, NQ, bits_of(K)>(a, q, page + a.key_offset, pf, s);
+  } else if constexpr (is_turbo(K)) {
+    key_scores_turbo<V, NQ, turbo_bits(K)>(a, q, page + a.key_offset, pf, s);
   } else if constexpr (K == BlockFormat::f16) {
     if (prep.split_queries) {
       key_scores_f16_split<V, NQ>(a, prep.split_queries + static_cast<size_t>(i0) * d, page + a.key_offset, pf, s);
@@ -553,6 +653,8 @@ void page_pass(const KernelArgs& a, const RunPrep& prep, int i0, size_t base, co
     }
   } else if constexpr (is_kivi(VF)) {
     values_kivi<V, NQ, bits_of(VF)>(a, s, page + a.value_offset, pf, o);
+  } else if constexpr (is_turbo(VF)) {
+    values_turbo<V, NQ, turbo_bits(VF)>(a, s, page + a.value_offset, pf, o);
   } else {
     values_int<V, NQ, bits_of(VF)>(a, s, page + a.value_offset, pf, o);
   }
@@ -608,13 +710,19 @@ KernelFn fused_kernel_with_keys(BlockFormat value) {
       return attend<V, K, F::kivi2>;
     case F::kivi4:
       return attend<V, K, F::kivi4>;
+    case F::turbo2:
+      return attend<V, K, F::turbo2>;
+    case F::turbo3:
+      return attend<V, K, F::turbo3>;
+    case F::turbo4:
+      return attend<V, K, F::turbo4>;
     case F::other:
       break;
   }
   return nullptr;
 }
 
-// The kernel for every pair of f16, int8, int4, kivi:2 and kivi:4 blocks.
+// The kernel for every pair of f16, int8, int4, kivi:2, kivi:4 and turbo_mse:2..4 blocks.
 template <class V>
 KernelFn fused_kernel_for(BlockFormat key, BlockFormat value) {
   using F = BlockFormat;
@@ -629,6 +737,12 @@ KernelFn fused_kernel_for(BlockFormat key, BlockFormat value) {
       return fused_kernel_with_keys<V, F::kivi2>(value);
     case F::kivi4:
       return fused_kernel_with_keys<V, F::kivi4>(value);
+    case F::turbo2:
+      return fused_kernel_with_keys<V, F::turbo2>(value);
+    case F::turbo3:
+      return fused_kernel_with_keys<V, F::turbo3>(value);
+    case F::turbo4:
+      return fused_kernel_with_keys<V, F::turbo4>(value);
     case F::other:
       break;
   }

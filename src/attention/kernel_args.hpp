@@ -8,8 +8,9 @@
 
 namespace kvq::detail {
 
-/// Block formats a fused kernel reads: f16, int8 and int4 (layout::IntGroup), kivi:2 and kivi:4 (layout::Kivi).
-enum class BlockFormat { f16, int8, int4, kivi2, kivi4, other };
+/// Block formats a fused kernel reads: f16, int8 and int4 (layout::IntGroup), kivi:2 and kivi:4 (layout::Kivi),
+/// turbo_mse:2, 3 and 4 (layout::TurboMse).
+enum class BlockFormat { f16, int8, int4, kivi2, kivi4, turbo2, turbo3, turbo4, other };
 
 /// One run of pages of one (sequence, kv head) for n_q queries. The kernel folds the run into the n_q partial
 /// states (m, l, o), which may already hold tokens (the online softmax rescales them).
@@ -26,8 +27,10 @@ struct KernelArgs {
   int n_q = 0;          ///< queries
   int key_group = 0;    ///< int keys: channels per fp16 scale (a multiple of 8)
   int value_group = 0;  ///< int and kivi values: channels per fp16 scale (a multiple of 16)
-  size_t key_scales_offset = 0, value_scales_offset = 0;  ///< int, kivi: the block's scales_offset()
+  size_t key_scales_offset = 0, value_scales_offset = 0;  ///< int, kivi: scales_offset(); turbo: norms_offset()
   size_t key_mins_offset = 0, value_mins_offset = 0;      ///< kivi: the block's mins_offset()
+  const float* key_levels = nullptr;    ///< turbo keys: the 16 nibble levels (TurboMseParams::nibble_levels)
+  const float* value_levels = nullptr;  ///< turbo values: the same
   const float* q = nullptr;         ///< n_q x d queries in the key codec's space, softmax scale and key lambda folded
   const size_t* visible = nullptr;  ///< n_q causal limits: query i sees tokens t < visible[i]
   float* m = nullptr;               ///< n_q running maxima (-inf: no token yet)

@@ -47,6 +47,29 @@ struct Avx2 {
     return _mm256_cvtepi32_ps(_mm256_srli_epi32(top, 32 - Bits));
   }
 
+  // Lane-code decoding (turbo_mse): logical shifts, a bit select and a 16-entry table lookup by the low 4 bits (two
+  // 8-entry permutes, chosen by bit 3).
+  template <int N>
+  static I shr(I x) {
+    return N == 0 ? x : _mm256_srli_epi32(x, N);
+  }
+  template <int N>
+  static I shl(I x) {
+    return N == 0 ? x : _mm256_slli_epi32(x, N);
+  }
+  static I select_bits(I a, I b, uint32_t mask) {  // a where mask is set, else b
+    const I m = _mm256_set1_epi32(static_cast<int>(mask));
+    return _mm256_or_si256(_mm256_and_si256(m, a), _mm256_andnot_si256(m, b));
+  }
+  struct Table {
+    F low, high;
+  };
+  static Table load_table(const float* t16) { return {_mm256_loadu_ps(t16), _mm256_loadu_ps(t16 + 8)}; }
+  static F lookup(const Table& t, I idx) {
+    const F high = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28));
+    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(t.low, idx), _mm256_permutevar8x32_ps(t.high, idx), high);
+  }
+
   static float hmax(F x) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));

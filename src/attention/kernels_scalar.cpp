@@ -32,6 +32,21 @@ void read_token(const KernelArgs& a, const uint8_t* block, bool key, int t, floa
       const unsigned code = l.code(block[l.code_byte(ut, c)], l.code_shift(ut, c));
       x[c] = f16_to_f32(m) + f16_to_f32(s) * static_cast<float>(code);
     }
+  } else if constexpr (F == BlockFormat::turbo2 || F == BlockFormat::turbo3 || F == BlockFormat::turbo4) {
+    const size_t bits = F == BlockFormat::turbo2 ? 2 : F == BlockFormat::turbo3 ? 3 : 4;
+    const layout::TurboMse l{d, static_cast<size_t>(a.T), bits, key};
+    const float* level = key ? a.key_levels : a.value_levels;  // level[idx] = c[idx] for b >= 2
+    uint16_t h;
+    std::memcpy(&h, block + l.norms_offset() + 2 * ut, 2);
+    for (size_t c = 0; c < d; ++c) {
+      unsigned idx = 0, low = 0;
+      for (size_t p = 0; p < l.codes().parts(); ++p) {
+        const auto at = l.codes().place(ut, c, p);
+        idx |= ((block[at.byte] >> at.shift) & ((1u << at.width) - 1)) << low;
+        low += at.width;
+      }
+      x[c] = f16_to_f32(h) * level[idx];
+    }
   } else {
     const size_t G = static_cast<size_t>(key ? a.key_group : a.value_group);
     const layout::IntGroup l{d, static_cast<size_t>(a.T), F == BlockFormat::int8 ? 8u : 4u, G, key};
@@ -83,26 +98,32 @@ void attend(const KernelArgs& a) {
 
 }  // namespace
 
-// Every pair of f16, int8, int4, kivi:2 and kivi:4.
+// Every pair of f16, int8, int4, kivi:2, kivi:4 and turbo_mse:2..4.
 template <BlockFormat K>
 KernelFn with_keys(BlockFormat value) {
   using F = BlockFormat;
-  return value == F::f16     ? attend<K, F::f16>
-         : value == F::int8  ? attend<K, F::int8>
-         : value == F::int4  ? attend<K, F::int4>
-         : value == F::kivi2 ? attend<K, F::kivi2>
-         : value == F::kivi4 ? attend<K, F::kivi4>
-                             : nullptr;
+  return value == F::f16      ? attend<K, F::f16>
+         : value == F::int8   ? attend<K, F::int8>
+         : value == F::int4   ? attend<K, F::int4>
+         : value == F::kivi2  ? attend<K, F::kivi2>
+         : value == F::kivi4  ? attend<K, F::kivi4>
+         : value == F::turbo2 ? attend<K, F::turbo2>
+         : value == F::turbo3 ? attend<K, F::turbo3>
+         : value == F::turbo4 ? attend<K, F::turbo4>
+                              : nullptr;
 }
 
 KernelFn fused_kernel(BlockFormat key, BlockFormat value) {
   using F = BlockFormat;
-  return key == F::f16     ? with_keys<F::f16>(value)
-         : key == F::int8  ? with_keys<F::int8>(value)
-         : key == F::int4  ? with_keys<F::int4>(value)
-         : key == F::kivi2 ? with_keys<F::kivi2>(value)
-         : key == F::kivi4 ? with_keys<F::kivi4>(value)
-                           : nullptr;
+  return key == F::f16      ? with_keys<F::f16>(value)
+         : key == F::int8   ? with_keys<F::int8>(value)
+         : key == F::int4   ? with_keys<F::int4>(value)
+         : key == F::kivi2  ? with_keys<F::kivi2>(value)
+         : key == F::kivi4  ? with_keys<F::kivi4>(value)
+         : key == F::turbo2 ? with_keys<F::turbo2>(value)
+         : key == F::turbo3 ? with_keys<F::turbo3>(value)
+         : key == F::turbo4 ? with_keys<F::turbo4>(value)
+                            : nullptr;
 }
 
 }  // namespace kvq::detail::scalar

@@ -2,6 +2,7 @@
 
 #include "codec/int_group.hpp"
 #include "codec/kivi.hpp"
+#include "codec/turbo_mse.hpp"
 #include "kvq/block_layout.hpp"
 
 namespace kvq::detail {
@@ -12,6 +13,7 @@ struct Format {
   const float* lambda = nullptr;
   int group = 0;
   size_t scales_offset = 0, mins_offset = 0;
+  const float* levels = nullptr;
 };
 
 Format format_of(const Codec& codec, int T) {
@@ -24,6 +26,13 @@ Format format_of(const Codec& codec, int T) {
   if (const auto l = kivi_layout(codec))
     return {l->bits == 2 ? BlockFormat::kivi2 : BlockFormat::kivi4, nullptr, static_cast<int>(l->G),
             l->scales_offset(), l->mins_offset()};
+  if (const auto p = turbo_mse_params(codec)) {
+    const auto& l = p->layout;
+    const bool tiles_fit = l.key ? l.d % 32 == 0 : l.T % 32 == 0;  // whole 32-element chunks
+    if (l.bits < 2 || !tiles_fit) return {};
+    const BlockFormat f = l.bits == 2 ? BlockFormat::turbo2 : l.bits == 3 ? BlockFormat::turbo3 : BlockFormat::turbo4;
+    return {f, nullptr, 0, l.norms_offset(), 0, p->nibble_levels};
+  }
   return {};
 }
 
@@ -63,6 +72,8 @@ PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa i
   kernel.value_scales_offset = v.scales_offset;
   kernel.key_mins_offset = k.mins_offset;
   kernel.value_mins_offset = v.mins_offset;
+  kernel.key_levels = k.levels;
+  kernel.value_levels = v.levels;
   return kernel;
 }
 

@@ -19,11 +19,13 @@ struct PageKernel {
   int key_group = 0, value_group = 0;
   size_t key_scales_offset = 0, value_scales_offset = 0;
   size_t key_mins_offset = 0, value_mins_offset = 0;
+  const float* key_levels = nullptr;
+  const float* value_levels = nullptr;
 };
 
-/// The kernel for blocks of T tokens of these codecs on `isa`: fused for f16, int8, int4, kivi:2 or kivi:4 keys with
-/// values of any of these (T a multiple of 16 up to kMaxTokens), from the widest instruction set up to `isa` that has
-/// one; else generic.
+/// The kernel for blocks of T tokens of these codecs on `isa`: fused for f16, int8, int4, kivi:2, kivi:4 or
+/// turbo_mse:2..4 keys with values of any of these (T a multiple of 16 up to kMaxTokens; turbo_mse keys need d, and
+/// turbo_mse values T, a multiple of 32), from the widest instruction set up to `isa` that has one; else generic.
 PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa isa);
 
 /// The queries a fused kernel takes: n_q x d rows (scaled already) mapped to the key codec's space and multiplied by

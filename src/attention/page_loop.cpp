@@ -53,6 +53,8 @@ void attend_fused(const PageRun& run) {
   a.value_scales_offset = k.value_scales_offset;
   a.key_mins_offset = k.key_mins_offset;
   a.value_mins_offset = k.value_mins_offset;
+  a.key_levels = k.key_levels;
+  a.value_levels = k.value_levels;
   a.q = run.q;
   a.visible = run.visible;
   a.m = run.scores;  // n_q x T floats of scratch hold the n_q maxima and sums

@@ -57,6 +57,22 @@ struct Avx512 {
     return _mm512_cvtepi32_ps(_mm512_srli_epi32(top, 32 - Bits));
   }
 
+  // Lane-code decoding (turbo_mse): logical shifts, a bit select and a 16-entry table lookup by the low 4 bits.
+  template <int N>
+  static I shr(I x) {
+    return N == 0 ? x : _mm512_srli_epi32(x, N);
+  }
+  template <int N>
+  static I shl(I x) {
+    return N == 0 ? x : _mm512_slli_epi32(x, N);
+  }
+  static I select_bits(I a, I b, uint32_t mask) {  // a where mask is set, else b
+    return _mm512_ternarylogic_epi32(_mm512_set1_epi32(static_cast<int>(mask)), a, b, 0xCA);
+  }
+  using Table = F;
+  static Table load_table(const float* t16) { return _mm512_loadu_ps(t16); }
+  static F lookup(const Table& t, I idx) { return _mm512_permutexvar_ps(idx, t); }
+
   static float hmax(F x) { return _mm512_reduce_max_ps(x); }
   static float hsum(F x) { return _mm512_reduce_add_ps(x); }
   static float first(F x) { return _mm512_cvtss_f32(x); }
