@@ -73,7 +73,9 @@ const std::vector<Pair>& fused_pairs() {
                                        {"turbo_mse:2", "turbo_mse:4", "fused_turbo_mse_turbo_mse"},
                                        {"turbo_mse:4,rot=srft", "int4", "fused_turbo_mse_int4"},
                                        {"int8", "turbo_mse:2", "fused_int8_turbo_mse"},
-                                       {"kivi:2", "turbo_mse:3", "fused_kivi_turbo_mse"}};
+                                       {"kivi:2", "turbo_mse:3", "fused_kivi_turbo_mse"},
+                                       {"turbo_prod:3", "turbo_mse:3", "fused_turbo_prod_turbo_mse"},
+                                       {"turbo_prod:3,rot=srft", "int4", "fused_turbo_prod_int4"}};
   return pairs;
 }
 

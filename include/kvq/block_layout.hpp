@@ -185,17 +185,26 @@ struct Qjl {
 };
 static_assert(Qjl{128, 64, 128}.block_bytes() == 64 * 16 + 64 * 2);  // 1.125 bits per element
 
-// turbo_prod:b   [turbo_mse:(b-1) codes (LaneCodes)] [norms: T x fp16 ||x_t||] [signs: T x m/8, sign(S r_t)]
+// turbo_prod:b   [turbo_mse:(b-1) codes (LaneCodes)] [norms: T x fp16 ||x_t||] [signs: sign(S r_t)]
 //                [residual norms: T x fp16 ||r_t||]
+//   signs in 64-byte tiles, "tokens in lanes": tile (a, k) holds tokens 16a..16a+15 x sketch rows 32k..32k+31, bit
+//   r of lane l set when row 32k + r of S r_t is >= 0 (t = 16a + l), at byte 64 (a M/32 + k), M = m rounded up to
+//   32; the tiles cover T rounded up to 16 tokens, the padding zero.
 //   x^mse_t = ||x_t|| R^T c[idx_t] (as decoded), r_t = x_t - x^mse_t, m = d;
 //   x_t ~= x^mse_t + sqrt(pi/2)/m ||r_t|| S^T sign(S r_t); (b-1) + 1 + 32/d bits per element.
 struct TurboProd {
   size_t d, T, bits, m;
   bool key = true;
   constexpr TurboMse mse() const { return {d, T, bits - 1, key}; }
-  constexpr size_t sign_bytes() const { return m / 8; }  // per token
+  constexpr size_t sign_rows() const { return (m + 31) / 32 * 32; }  // M
   constexpr size_t signs_offset() const { return align16(mse().block_bytes()); }
-  constexpr size_t residual_norms_offset() const { return align16(signs_offset() + T * sign_bytes()); }
+  constexpr size_t residual_norms_offset() const {
+    return align16(signs_offset() + (T + 15) / 16 * 16 * sign_rows() / 8);
+  }
+  /// The byte (from the block's start) holding sign row r of token t, at bit r % 8.
+  constexpr size_t sign_byte(size_t t, size_t r) const {
+    return signs_offset() + 64 * (t / 16 * (sign_rows() / 32) + r / 32) + 4 * (t % 16) + r % 32 / 8;
+  }
   constexpr size_t block_bytes() const { return residual_norms_offset() + 2 * T; }
 };
 static_assert(TurboProd{128, 64, 3, 128}.block_bytes() == 64 * 32 + 128 + 64 * 16 + 128);  // 3.25 bits per element

@@ -21,6 +21,9 @@
 //   turbo_mse keys and values (x = ||x|| c[idx]): LaneCodes tiles, each chunk of 32 elements of a lane decoded into
 //     four nibble lanes (a shift and a bit select), each element by a shift and a 16-entry table lookup; then as the
 //     int formats with the norms as the per-token scales (one group of d channels).
+//   turbo_prod:3 keys: the turbo_mse:2 part as above, plus ||r_t|| sqrt(pi/2)/m <S q, sign_t> from sign tiles of
+//     16 tokens x 32 rows: the sum of (S q)_r over the set bits P (a masked add per row, off the FMA pipes), then
+//     <S q, sign_t> = 2 P - sum_r (S q)_r.
 //   kivi keys and values: the int tiles with unsigned codes q (x = m + s q). Keys: per page the queries times the
 //     channel scales s_c and the bias <q, m> (one per query), then the int key loop without token scales. Values:
 //     the int value loop with the weights p_t s_t,g, plus sum_t p_t m_t,g added to every channel of group g.
@@ -46,6 +49,8 @@ namespace {
 //   as a signed float; uelement<Bits, J>(x): the same element as an unsigned float (kivi codes);
 //   shr<N>(x), shl<N>(x): 32-bit lanes shifted logically (N = 0: x); select_bits(a, b, mask): a's bits where mask
 //   is set, else b's; Table, load_table(16 floats), lookup(table, x): the entry of each lane's low 4 bits (turbo);
+//   Mask, test_bit<R>(x): the lanes whose bit R is set, add_masked(acc, mask, const float* b): acc + broadcast(*b)
+//   in those lanes (turbo_prod's sign bits);
 //   hmax(x), hsum(x), first(x) (lane 0); exp(x) (0 below -87.3, for x <= 88); mask_tail(x, n): lanes >= n set to -inf;
 //   transpose_sum(v): lane t = the sum of the W lanes of v[t W .. t W + W - 1]; prefetch(p) into L2;
 //   kAccumulators: vectors a loop may keep accumulating in registers; kMaxQ: queries per pass (8 or 4);
@@ -86,6 +91,7 @@ size_t key_block_bytes(const KernelArgs& a, BlockFormat f) {
   if (f == BlockFormat::f16) return 2 * T * d;
   if (is_kivi(f)) return a.key_scales_offset + 2 * d;
   if (is_turbo(f)) return a.key_scales_offset + 2 * T;
+  if (f == BlockFormat::prod3) return a.key_residual_norms_offset + 2 * T;
   return a.key_scales_offset + 2 * T * (d / static_cast<size_t>(a.key_group));
 }
 
@@ -290,6 +296,57 @@ void key_scores_turbo(const KernelArgs& a, const float* q, const uint8_t* block,
     }
     const auto norm = V::load_f16(norms + 2 * tok);
     for (int i = 0; i < NQ; ++i) V::store(s + i * T + tok, V::mul(norm, V::add(dot[0][i], dot[1][i])));
+    pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
+  }
+}
+
+// turbo_prod:3 keys: s = ||k_t|| <R q, c[idx_t]> + sqrt(pi/2)/m ||r_t|| <S q, sign_t>; q rows [R q | S q].
+template <class V, int NQ>
+void key_scores_turbo_prod(const KernelArgs& a, const float* q, const uint8_t* block, Prefetch<V>& pf, float* s) {
+  constexpr int W = V::W, Bits = 2;
+  const int d = a.d, T = a.T, qs = a.key_space, m = qs - d, chunks = d / 32, sign_tiles = m / 32, n_vec = T / W;
+  const auto table = V::load_table(a.key_levels);
+  const uint8_t* norms = block + a.key_scales_offset;
+  const uint8_t* residual_norms = block + a.key_residual_norms_offset;
+  float sketch_sum[NQ];  // sum_r (S q)_r
+  for (int i = 0; i < NQ; ++i) {
+    auto sum = V::zero();
+    for (int r = 0; r < m; r += W) sum = V::add(sum, V::load(q + i * qs + d + r));
+    sketch_sum[i] = V::hsum(sum);
+  }
+  for (int vec = 0; vec < n_vec; ++vec) {
+    const int tok = vec * W;
+    const uint8_t* lanes = block + static_cast<size_t>(tok / 16) * chunks * Bits * 64 + 4 * (tok % 16);
+    const uint8_t* signs =
+        block + a.key_signs_offset + static_cast<size_t>(tok / 16) * sign_tiles * 64 + 4 * (tok % 16);
+    typename V::F dot[2][NQ], set[2][NQ];
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < NQ; ++i) dot[h][i] = V::zero(), set[h][i] = V::zero();
+    for (int k = 0; k < chunks; ++k) {
+      typename V::I n[4];
+      nibble_lanes<V, Bits>(lanes + 64 * Bits * k, n);
+      for_elements<4>([&](auto v) {
+        for_elements<8>([&](auto j) {
+          const auto f = V::lookup(table, V::template shr<4 * j>(n[v]));
+          const float* qc = q + 32 * k + 8 * v + j;
+          for (int i = 0; i < NQ; ++i) dot[j % 2][i] = V::fma1(f, qc + i * qs, dot[j % 2][i]);
+        });
+      });
+    }
+    for (int k = 0; k < sign_tiles; ++k) {
+      const auto x = V::load_i(signs + 64 * k);
+      for_elements<32>([&](auto r) {
+        const auto bit = V::template test_bit<r>(x);
+        const float* sq = q + d + 32 * k + r;
+        for (int i = 0; i < NQ; ++i) set[r % 2][i] = V::add_masked(set[r % 2][i], bit, sq + i * qs);
+      });
+    }
+    const auto norm = V::load_f16(norms + 2 * tok);
+    const auto magnitude = V::mul(V::load_f16(residual_norms + 2 * tok), V::set1(a.key_sketch_scale));
+    for (int i = 0; i < NQ; ++i) {
+      const auto signed_sum = V::sub(V::mul(V::set1(2.0f), V::add(set[0][i], set[1][i])), V::set1(sketch_sum[i]));
+      V::store(s + i * T + tok, V::fma(norm, V::add(dot[0][i], dot[1][i]), V::mul(magnitude, signed_sum)));
+    }
     pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
   }
 }
@@ -632,6 +689,8 @@ void page_pass(const KernelArgs& a, const RunPrep& prep, int i0, size_t base, co
     key_scores_kivi<V, NQ, bits_of(K)>(a, q, page + a.key_offset, pf, s);
   } else if constexpr (is_turbo(K)) {
     key_scores_turbo<V, NQ, turbo_bits(K)>(a, q, page + a.key_offset, pf, s);
+  } else if constexpr (K == BlockFormat::prod3) {
+    key_scores_turbo_prod<V, NQ>(a, a.q + static_cast<size_t>(i0) * a.key_space, page + a.key_offset, pf, s);
   } else if constexpr (K == BlockFormat::f16) {
     if (prep.split_queries) {
       key_scores_f16_split<V, NQ>(a, prep.split_queries + static_cast<size_t>(i0) * d, page + a.key_offset, pf, s);
@@ -716,13 +775,15 @@ KernelFn fused_kernel_with_keys(BlockFormat value) {
       return attend<V, K, F::turbo3>;
     case F::turbo4:
       return attend<V, K, F::turbo4>;
+    case F::prod3:  // keys only
     case F::other:
       break;
   }
   return nullptr;
 }
 
-// The kernel for every pair of f16, int8, int4, kivi:2, kivi:4 and turbo_mse:2..4 blocks.
+// The kernel for every pair of f16, int8, int4, kivi:2, kivi:4 and turbo_mse:2..4 blocks; turbo_prod:3 keys with
+// any of these values.
 template <class V>
 KernelFn fused_kernel_for(BlockFormat key, BlockFormat value) {
   using F = BlockFormat;
@@ -743,6 +804,8 @@ KernelFn fused_kernel_for(BlockFormat key, BlockFormat value) {
       return fused_kernel_with_keys<V, F::turbo3>(value);
     case F::turbo4:
       return fused_kernel_with_keys<V, F::turbo4>(value);
+    case F::prod3:
+      return fused_kernel_with_keys<V, F::prod3>(value);
     case F::other:
       break;
   }

@@ -14,6 +14,8 @@ struct Format {
   int group = 0;
   size_t scales_offset = 0, mins_offset = 0;
   const float* levels = nullptr;
+  size_t signs_offset = 0, residual_norms_offset = 0;  // turbo_prod
+  float sketch_scale = 0;
 };
 
 Format format_of(const Codec& codec, int T) {
@@ -32,6 +34,12 @@ Format format_of(const Codec& codec, int T) {
     if (l.bits < 2 || !tiles_fit) return {};
     const BlockFormat f = l.bits == 2 ? BlockFormat::turbo2 : l.bits == 3 ? BlockFormat::turbo3 : BlockFormat::turbo4;
     return {f, nullptr, 0, l.norms_offset(), 0, p->nibble_levels};
+  }
+  if (const auto p = turbo_prod_params(codec)) {
+    const auto& l = p->layout;
+    if (!l.key || l.bits != 3 || l.d % 32 != 0 || l.m != l.d) return {};
+    return {BlockFormat::prod3, nullptr, 0, l.mse().norms_offset(), 0, p->nibble_levels,
+            l.signs_offset(), l.residual_norms_offset(), p->sketch_scale};
   }
   return {};
 }
@@ -73,13 +81,16 @@ PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa i
   kernel.key_mins_offset = k.mins_offset;
   kernel.value_mins_offset = v.mins_offset;
   kernel.key_levels = k.levels;
+  kernel.key_signs_offset = k.signs_offset;
+  kernel.key_residual_norms_offset = k.residual_norms_offset;
+  kernel.key_sketch_scale = k.sketch_scale;
   kernel.value_levels = v.levels;
   return kernel;
 }
 
 void prepare_kernel_queries(const PageKernel& kernel, const Codec& key, const float* q, int n_q, float* out) {
   key.to_space(q, n_q, out);
-  if (!kernel.key_lambda) return;
+  if (!kernel.key_lambda) return;  // only int codecs have one, and their space is d wide
   const size_t d = static_cast<size_t>(key.dim());
   for (size_t i = 0; i < static_cast<size_t>(n_q) * d; ++i) out[i] *= kernel.key_lambda[i % d];
 }

@@ -72,6 +72,13 @@ struct Avx512 {
   using Table = F;
   static Table load_table(const float* t16) { return _mm512_loadu_ps(t16); }
   static F lookup(const Table& t, I idx) { return _mm512_permutexvar_ps(idx, t); }
+  // Sign bits (turbo_prod): a lane mask of bit R, and a broadcast added under it (the add pipes, not the FMA pipes).
+  using Mask = __mmask16;
+  template <int R>
+  static Mask test_bit(I x) {
+    return _mm512_test_epi32_mask(x, _mm512_set1_epi32(static_cast<int>(1u << R)));
+  }
+  static F add_masked(F acc, Mask k, const float* b) { return _mm512_mask_add_ps(acc, k, acc, _mm512_set1_ps(*b)); }
 
   static float hmax(F x) { return _mm512_reduce_max_ps(x); }
   static float hsum(F x) { return _mm512_reduce_add_ps(x); }
