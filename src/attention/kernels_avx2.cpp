@@ -77,7 +77,9 @@ struct Avx2 {
     const I bit = _mm256_set1_epi32(static_cast<int>(1u << R));
     return _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(x, bit), bit));
   }
-  static F add_masked(F acc, Mask k, const float* b) { return _mm256_add_ps(acc, _mm256_and_ps(k, _mm256_broadcast_ss(b))); }
+  static F add_masked(F acc, Mask k, const float* b) {
+    return _mm256_add_ps(acc, _mm256_and_ps(k, _mm256_broadcast_ss(b)));
+  }
 
   static float hmax(F x) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));

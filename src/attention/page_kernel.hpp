@@ -25,9 +25,10 @@ struct PageKernel {
   float key_sketch_scale = 0;
 };
 
-/// The kernel for blocks of T tokens of these codecs on `isa`: fused for f16, int8, int4, kivi:2, kivi:4 or
-/// turbo_mse:2..4 keys (and turbo_prod:3 keys) with values of any of these (T a multiple of 16 up to kMaxTokens; turbo_mse keys need d, and
-/// turbo_mse values T, a multiple of 32), from the widest instruction set up to `isa` that has one; else generic.
+/// The kernel for blocks of T tokens of these codecs on `isa`: fused for f16, int8, int4, kivi:2, kivi:4,
+/// turbo_mse:2..4 or turbo_prod:3 keys with f16, int8, int4, kivi or turbo_mse:2..4 values (T a multiple of 16 up to
+/// kMaxTokens; turbo keys need d, and turbo_mse values T, a multiple of 32), from the widest instruction set up to
+/// `isa` that has one; else generic.
 PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa isa);
 
 /// The queries a fused kernel takes: n_q x d rows (scaled already) mapped to the key codec's space (n_q x

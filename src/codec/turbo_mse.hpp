@@ -10,7 +10,7 @@ namespace kvq {
 
 struct TurboMseParams {
   layout::TurboMse layout;
-  const float* nibble_levels;  ///< 16 floats: the level of each nibble a LaneCodes chunk decodes to; lives with the codec
+  const float* nibble_levels;  ///< the 16 levels a LaneCodes chunk's nibbles decode to; lives with the codec
 };
 
 /// The parameters of a turbo_mse codec; nullopt for any other codec.
