@@ -304,7 +304,7 @@ void key_scores_turbo(const KernelArgs& a, const float* q, const uint8_t* block,
 template <class V, int NQ>
 void key_scores_turbo_prod(const KernelArgs& a, const float* q, const uint8_t* block, Prefetch<V>& pf, float* s) {
   constexpr int W = V::W, Bits = 2;
-  const int d = a.d, T = a.T, qs = a.key_space, m = qs - d, chunks = d / 32, sign_tiles = m / 32, n_vec = T / W;
+  const int d = a.d, T = a.T, qs = a.key_space, m = qs - d, chunks = d / 32, n_vec = T / W;
   const auto table = V::load_table(a.key_levels);
   const uint8_t* norms = block + a.key_scales_offset;
   const uint8_t* residual_norms = block + a.key_residual_norms_offset;
@@ -318,27 +318,25 @@ void key_scores_turbo_prod(const KernelArgs& a, const float* q, const uint8_t* b
     const int tok = vec * W;
     const uint8_t* lanes = block + static_cast<size_t>(tok / 16) * chunks * Bits * 64 + 4 * (tok % 16);
     const uint8_t* signs =
-        block + a.key_signs_offset + static_cast<size_t>(tok / 16) * sign_tiles * 64 + 4 * (tok % 16);
+        block + a.key_signs_offset + static_cast<size_t>(tok / 16) * chunks * 64 + 4 * (tok % 16);
     typename V::F dot[2][NQ], set[2][NQ];
     for (int h = 0; h < 2; ++h)
       for (int i = 0; i < NQ; ++i) dot[h][i] = V::zero(), set[h][i] = V::zero();
+    // Channel chunk k and sign tile k (m = d) side by side, so that the masked adds issue beside the FMAs.
     for (int k = 0; k < chunks; ++k) {
       typename V::I n[4];
       nibble_lanes<V, Bits>(lanes + 64 * Bits * k, n);
+      const auto x = V::load_i(signs + 64 * k);
       for_elements<4>([&](auto v) {
         for_elements<8>([&](auto j) {
           const auto f = V::lookup(table, V::template shr<4 * j>(n[v]));
+          const auto bit = V::template test_bit<8 * v + j>(x);
           const float* qc = q + 32 * k + 8 * v + j;
-          for (int i = 0; i < NQ; ++i) dot[j % 2][i] = V::fma1(f, qc + i * qs, dot[j % 2][i]);
+          for (int i = 0; i < NQ; ++i) {
+            dot[j % 2][i] = V::fma1(f, qc + i * qs, dot[j % 2][i]);
+            set[j % 2][i] = V::add_masked(set[j % 2][i], bit, qc + i * qs + d);
+          }
         });
-      });
-    }
-    for (int k = 0; k < sign_tiles; ++k) {
-      const auto x = V::load_i(signs + 64 * k);
-      for_elements<32>([&](auto r) {
-        const auto bit = V::template test_bit<r>(x);
-        const float* sq = q + d + 32 * k + r;
-        for (int i = 0; i < NQ; ++i) set[r % 2][i] = V::add_masked(set[r % 2][i], bit, sq + i * qs);
       });
     }
     const auto norm = V::load_f16(norms + 2 * tok);
