@@ -172,7 +172,8 @@ TEST(AttentionKernels, F16ExtremesDecodeExactly) {
   }
 }
 
-// Causal prefill runs the same kernels: query rows n_pos x G in passes of up to 8, masks inside pages.
+// Causal prefill runs the same kernels: query rows n_pos x G in passes of up to 8, masks inside pages; kivi,
+// turbo_mse and turbo_prod blocks among them.
 TEST(AttentionKernels, PrefillOfEveryIsaMatchesCausalReference) {
   KVQ_FRESH_SEED();
   const size_t end = std::numeric_limits<size_t>::max();
@@ -185,6 +186,8 @@ TEST(AttentionKernels, PrefillOfEveryIsaMatchesCausalReference) {
     check_prefill({128, 128, 128, 2, 3, {333}, true}, "f16", "int4", seed + 1, {7, 100}, {5, 128, end});
     check_prefill({64, 64, 64, 1, 1, {150}, false}, "int4", "f16", seed + 2, {1, 64}, {0, end});
     check_prefill({128, 64, 0, 1, 2, {150}, true}, "int8", "int8", seed + 3, {7, 64}, {0, end});
+    check_prefill({64, 64, 0, 1, 4, {150}, true}, "kivi:2", "turbo_mse:3", seed + 4, {7, 64}, {0, 63, end});
+    check_prefill({128, 64, 64, 1, 2, {200}, true}, "turbo_prod:3", "kivi:4", seed + 5, {1, 100}, {5, end});
   }
 }
 
