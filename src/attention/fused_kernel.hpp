@@ -1,6 +1,7 @@
-// The fused page loop over f16, int8, int4 and kivi blocks, written once over an instruction set's vector traits V and
-// included only by the per-ISA translation units (kernels_avx2.cpp, kernels_avx512.cpp, kernels_avx512_vnni.cpp),
-// which compile it with their target flags. Everything here has internal linkage (kernel_args.hpp says why).
+// The fused page loop over f16, int8, int4, kivi, turbo_mse and turbo_prod blocks, written once over an instruction
+// set's vector traits V and included only by the per-ISA translation units (kernels_avx2.cpp, kernels_avx512.cpp,
+// kernels_avx512_vnni.cpp), which compile it with their target flags. Everything here has internal linkage
+// (kernel_args.hpp says why).
 //
 // Per page and pass of up to kMaxQ queries (the GQA group, or a slice of a prefill chunk's rows):
 //   1. scores of all the pass's queries in one sweep over the keys, every key element decoded once into a register
@@ -23,7 +24,7 @@
 //     int formats with the norms as the per-token scales (one group of d channels).
 //   turbo_prod:3 keys: the turbo_mse:2 part as above, plus ||r_t|| sqrt(pi/2)/m <S q, sign_t> from sign tiles of
 //     16 tokens x 32 rows: the sum of (S q)_r over the set bits P (a masked add per row, off the FMA pipes), then
-//     <S q, sign_t> = 2 P - sum_r (S q)_r.
+//     <S q, sign_t> = 2 P - sum_r (S q)_r; the query rows are [R q | S q] (KernelArgs::key_space floats).
 //   kivi keys and values: the int tiles with unsigned codes q (x = m + s q). Keys: per page the queries times the
 //     channel scales s_c and the bias <q, m> (one per query), then the int key loop without token scales. Values:
 //     the int value loop with the weights p_t s_t,g, plus sum_t p_t m_t,g added to every channel of group g.
