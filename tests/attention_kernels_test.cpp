@@ -63,14 +63,27 @@ const std::vector<Pair>& fused_pairs() {
                                        {"int4:16", "f16", "fused_int4_f16"},
                                        {"f16", "int4:64", "fused_f16_int4"},
                                        {"int8:64", "int4:16", "fused_int8_int4"},
-                                       {"int4:64,rot=identity", "int8:16", "fused_int4_int8"}};
+                                       {"int4:64,rot=identity", "int8:16", "fused_int4_int8"},
+                                       {"kivi:2", "kivi:2", "fused_kivi_kivi"},
+                                       {"kivi:4", "kivi:4,g=16", "fused_kivi_kivi"},
+                                       {"kivi:2", "f16", "fused_kivi_f16"},
+                                       {"int4", "kivi:2,g=64", "fused_int4_kivi"},
+                                       {"f16", "kivi:4", "fused_f16_kivi"},
+                                       {"turbo_mse:3", "turbo_mse:3", "fused_turbo_mse_turbo_mse"},
+                                       {"turbo_mse:2", "turbo_mse:4", "fused_turbo_mse_turbo_mse"},
+                                       {"turbo_mse:4,rot=srft", "int4", "fused_turbo_mse_int4"},
+                                       {"int8", "turbo_mse:2", "fused_int8_turbo_mse"},
+                                       {"kivi:2", "turbo_mse:3", "fused_kivi_turbo_mse"},
+                                       {"turbo_prod:3", "turbo_mse:3", "fused_turbo_prod_turbo_mse"},
+                                       {"turbo_prod:3,rot=srft", "int4", "fused_turbo_prod_int4"}};
   return pairs;
 }
 
-// The kernel that runs for the pair under KVQ_ISA = isa: avx512vnni has int keys only, f16 keys fall back to avx512.
+// The kernel that runs for the pair under KVQ_ISA = isa: avx512vnni has int keys only, f16 and kivi keys fall back
+// to avx512.
 std::string kernel_name(const Pair& pair, Isa isa) {
-  const bool f16_keys = pair.kernel.rfind("fused_f16", 0) == 0;
-  return pair.kernel + "_" + detail::isa_name(isa == Isa::avx512vnni && f16_keys ? Isa::avx512 : isa);
+  const bool int_keys = pair.kernel.rfind("fused_int", 0) == 0;
+  return pair.kernel + "_" + detail::isa_name(isa == Isa::avx512vnni && !int_keys ? Isa::avx512 : isa);
 }
 
 // Decode under KVQ_ISA = isa; checks that the pair's fused kernel of that ISA runs.
@@ -159,7 +172,8 @@ TEST(AttentionKernels, F16ExtremesDecodeExactly) {
   }
 }
 
-// Causal prefill runs the same kernels: query rows n_pos x G in passes of up to 8, masks inside pages.
+// Causal prefill runs the same kernels: query rows n_pos x G in passes of up to 8, masks inside pages; kivi,
+// turbo_mse and turbo_prod blocks among them.
 TEST(AttentionKernels, PrefillOfEveryIsaMatchesCausalReference) {
   KVQ_FRESH_SEED();
   const size_t end = std::numeric_limits<size_t>::max();
@@ -172,6 +186,8 @@ TEST(AttentionKernels, PrefillOfEveryIsaMatchesCausalReference) {
     check_prefill({128, 128, 128, 2, 3, {333}, true}, "f16", "int4", seed + 1, {7, 100}, {5, 128, end});
     check_prefill({64, 64, 64, 1, 1, {150}, false}, "int4", "f16", seed + 2, {1, 64}, {0, end});
     check_prefill({128, 64, 0, 1, 2, {150}, true}, "int8", "int8", seed + 3, {7, 64}, {0, end});
+    check_prefill({64, 64, 0, 1, 4, {150}, true}, "kivi:2", "turbo_mse:3", seed + 4, {7, 64}, {0, 63, end});
+    check_prefill({128, 64, 64, 1, 2, {200}, true}, "turbo_prod:3", "kivi:4", seed + 5, {1, 100}, {5, end});
   }
 }
 
@@ -229,7 +245,7 @@ TEST(AttentionKernelsDispatch, UnknownIsaIsAnError) {
 
 TEST(AttentionKernelsDispatch, PairsWithoutAFusedKernelRunTheGenericLoop) {
   for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
-           {"f32", "f16"}, {"f16", "bf16"}, {"int8", "f32"}, {"kivi:2", "int4"}, {"int4", "kivi:4"}}) {
+           {"f32", "f16"}, {"f16", "bf16"}, {"int8", "f32"}, {"turbo_mse:1", "f16"}, {"qjl", "kivi:4"}}) {
     CacheConfig cfg;
     cfg.key_codec = k;
     cfg.value_codec = v;
