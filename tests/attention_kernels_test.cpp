@@ -44,11 +44,12 @@ class IsaOverride {
   bool had_ = false;
 };
 
-// The SIMD instruction sets this CPU runs (the scalar kernel is the reference).
+// The SIMD instruction sets this CPU runs (the scalar kernel is the reference): avx2, avx512 and avx512vnni on x86,
+// neon on AArch64.
 std::vector<Isa> simd_isas() {
   std::vector<Isa> isas;
-  for (Isa isa : {Isa::avx2, Isa::avx512, Isa::avx512vnni})
-    if (detail::cpu_supports(isa)) isas.push_back(isa);
+  for (Isa isa : detail::kAllIsas)
+    if (isa != Isa::scalar && detail::cpu_supports(isa)) isas.push_back(isa);
   return isas;
 }
 
@@ -215,7 +216,7 @@ TEST(AttentionKernelsDispatch, KvqIsaChoosesTheKernel) {
     EXPECT_EQ(attention_isa(), detail::isa_name(detail::best_isa()));
     EXPECT_EQ(attention_kernel(sc.cache, 1), std::string("fused_int4_int4_") + detail::isa_name(detail::best_isa()));
   }
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512vnni}) {
+  for (Isa isa : detail::kAllIsas) {
     const IsaOverride env(detail::isa_name(isa));
     if (detail::cpu_supports(isa)) {
       EXPECT_EQ(attention_isa(), detail::isa_name(isa));
@@ -223,6 +224,23 @@ TEST(AttentionKernelsDispatch, KvqIsaChoosesTheKernel) {
     } else {
       EXPECT_THROW(attention_isa(), Error) << detail::isa_name(isa) << " is not on this CPU";
     }
+  }
+}
+
+// x86 and AArch64 each lack the other's instruction sets: asking for one is an error that names what this CPU has.
+TEST(AttentionKernelsDispatch, UnavailableIsaNamesTheOnesThisCpuHas) {
+  const Isa foreign = detail::cpu_supports(Isa::neon) ? Isa::avx2 : Isa::neon;
+  ASSERT_FALSE(detail::cpu_supports(foreign));
+  std::string has;
+  for (Isa isa : detail::kAllIsas)
+    if (detail::cpu_supports(isa)) has += (has.empty() ? "" : ", ") + std::string(detail::isa_name(isa));
+  try {
+    detail::resolve_isa(detail::isa_name(foreign));
+    FAIL() << detail::isa_name(foreign) << " resolved on a CPU without it";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(std::string("KVQ_ISA=") + detail::isa_name(foreign)), std::string::npos) << what;
+    EXPECT_NE(what.find("it has " + has + ")"), std::string::npos) << what;
   }
 }
 

@@ -67,5 +67,8 @@ KernelFn fused_kernel(BlockFormat key, BlockFormat value);
 namespace avx512vnni {
 KernelFn fused_kernel(BlockFormat key, BlockFormat value);
 }
+namespace neon {
+KernelFn fused_kernel(BlockFormat key, BlockFormat value);
+}
 
 }  // namespace kvq::detail

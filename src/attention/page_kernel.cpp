@@ -54,6 +54,8 @@ KernelFn fused_kernel(Isa isa, BlockFormat key, BlockFormat value) {
       return avx512::fused_kernel(key, value);
     case Isa::avx512vnni:
       return avx512vnni::fused_kernel(key, value);
+    case Isa::neon:
+      return neon::fused_kernel(key, value);
   }
   return nullptr;
 }
@@ -68,8 +70,7 @@ PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa i
     return kernel;
   // The widest instruction set up to `isa` that has a kernel for the pair.
   Isa used = isa;
-  while (!(kernel.fn = fused_kernel(used, k.format, v.format)) && used != Isa::scalar)
-    used = static_cast<Isa>(static_cast<int>(used) - 1);
+  while (!(kernel.fn = fused_kernel(used, k.format, v.format)) && used != Isa::scalar) used = narrower_isa(used);
   if (!kernel.fn) return kernel;
   kernel.name = "fused_" + key.spec().name + "_" + value.spec().name + "_" + isa_name(used);
   kernel.key_lambda = k.lambda;
