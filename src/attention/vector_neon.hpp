@@ -47,6 +47,62 @@ struct Neon {
     }
   }
 
+  // The same element, unsigned: shifted back logically (kivi codes).
+  template <int Bits, int J>
+  static F uelement(I x) {
+    const uint32x4_t u = vreinterpretq_u32_s32(x);
+    if constexpr ((J + 1) * Bits == 32) {
+      return vcvtq_f32_u32(vshrq_n_u32(u, 32 - Bits));
+    } else {
+      return vcvtq_f32_u32(vshrq_n_u32(vshlq_n_u32(u, 32 - (J + 1) * Bits), 32 - Bits));
+    }
+  }
+
+  // Lane-code decoding (turbo_mse): logical shifts, a bit select, and a 16-entry table lookup by the low 4 bits
+  // (one 64-byte table lookup of the entry's four bytes).
+  template <int N>
+  static I shr(I x) {
+    if constexpr (N == 0) {
+      return x;
+    } else {
+      return vreinterpretq_s32_u32(vshrq_n_u32(vreinterpretq_u32_s32(x), N));
+    }
+  }
+  template <int N>
+  static I shl(I x) {
+    if constexpr (N == 0) {
+      return x;
+    } else {
+      return vshlq_n_s32(x, N);
+    }
+  }
+  static I select_bits(I a, I b, uint32_t mask) {  // a where mask is set, else b
+    return vbslq_s32(vdupq_n_u32(mask), a, b);
+  }
+  struct Table {
+    uint8x16x4_t bytes;
+  };
+  static Table load_table(const float* t16) {
+    const uint8_t* p = reinterpret_cast<const uint8_t*>(t16);
+    return {{vld1q_u8(p), vld1q_u8(p + 16), vld1q_u8(p + 32), vld1q_u8(p + 48)}};
+  }
+  static F lookup(const Table& t, I idx) {
+    // Byte k of lane i reads table byte 4 (idx_i & 15) + k.
+    const uint32x4_t base = vshlq_n_u32(vandq_u32(vreinterpretq_u32_s32(idx), vdupq_n_u32(15)), 2);
+    const uint32x4_t bytes = vaddq_u32(vmulq_n_u32(base, 0x01010101u), vdupq_n_u32(0x03020100u));
+    return vreinterpretq_f32_u8(vqtbl4q_u8(t.bytes, vreinterpretq_u8_u32(bytes)));
+  }
+
+  // Sign bits (turbo_prod): a lane mask of bit R (all ones where set), and a broadcast added under it.
+  using Mask = uint32x4_t;
+  template <int R>
+  static Mask test_bit(I x) {
+    return vtstq_u32(vreinterpretq_u32_s32(x), vdupq_n_u32(1u << R));
+  }
+  static F add_masked(F acc, Mask k, const float* b) {
+    return vaddq_f32(acc, vreinterpretq_f32_u32(vandq_u32(k, vreinterpretq_u32_f32(vdupq_n_f32(*b)))));
+  }
+
   static float hmax(F x) { return vmaxvq_f32(x); }
   static float hsum(F x) { return vaddvq_f32(x); }
   static float first(F x) { return vgetq_lane_f32(x, 0); }
