@@ -84,8 +84,10 @@ TEST(CudaDeviceCache, AppendsMatchTheHostCache) {
   for (const auto& [k, v] : kPairs) {
     SCOPED_TRACE(k + "/" + v);
     const Shape shape{128, 64, 64, 2, 4, {0, 300}, true};
-    test::Scenario sc = test::build(shape, k, v, seed);  // the host cache and its tokens
-    cuda::DeviceKVCache dev(test::config_for(shape, k, v, seed));
+    const test::Scenario sc = test::build(shape, k, v, seed);  // the host cache and its tokens
+    KVCache trained(sc.cfg);                                     // the same codecs, trained the same way, empty
+    test::train_if_needed(trained, seed, 1);
+    cuda::DeviceKVCache dev(trained);
     std::vector<SeqId> ids;
     for (size_t s = 0; s < sc.ids.size(); ++s) {
       ids.push_back(dev.add_sequence());
@@ -93,8 +95,7 @@ TEST(CudaDeviceCache, AppendsMatchTheHostCache) {
       const size_t row = static_cast<size_t>(shape.H * shape.d), n = shape.lengths[s];
       for (size_t i = 0; i < n;) {  // chunks of 1, 37, 1, 37, ...
         const size_t step = std::min(n - i, i % 2 ? size_t{1} : size_t{37});
-        for (int layer : {0, 1})
-          dev.append(ids.back(), layer, t.keys.data() + i * row, t.values.data() + i * row, step);
+        dev.append(ids.back(), 1, t.keys.data() + i * row, t.values.data() + i * row, step);
         i += step;
       }
       EXPECT_EQ(dev.length(ids.back(), 1), n);

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Registers, spills and static shared memory of every CUDA kernel (nvcc -Xptxas -v, sm_90), one line per kernel.
+# Runs anywhere nvcc is (no GPU needed): bash bench/gpu/ptxas-report.sh > docs/perf/ptxas-h200.txt
+set -euo pipefail
+cd "$(dirname "$0")/../../src"
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+for f in cuda/decode_pair_*.cu cuda/decode_attention.cu; do
+  "$NVCC" -O3 -DNDEBUG --generate-code=arch=compute_90,code=sm_90 -std=c++20 -I../include -I. -Xptxas -v \
+    -c "$f" -o /dev/null 2>&1 | python3 -c '
+import re, sys
+name = None
+for line in sys.stdin:
+    m = re.search(r"Compiling entry function \x27(\w+)\x27", line) or re.search(r"Function properties for (\w+)", line)
+    if m: name = m.group(1); continue
+    m = re.search(r"Used (\d+) registers.*", line)
+    if m and name:
+        k = re.search(r"(Float|Int|Kivi|TurboMse)TraitsIL(b|i)(\w+?)EEES\d+_Li(\d+)ELi(\d+)E", name)
+        label = f"{k.group(1)}<{k.group(3)}> D={k.group(4)} G={k.group(5)}" if k else re.sub(r"^_ZN\w*?(\d+\w+?_kernel).*", r"\1", name)
+        spill = ""
+        print(f"{label:32s} {line.strip()}")
+        name = None
+'
+done
