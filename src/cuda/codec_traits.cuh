@@ -3,7 +3,8 @@
 //   key_slice(blk, t, c0, k):     k[j] = y_{t, c0 + j} / sigma_{c0 + j}, j < 8 (c0 a multiple of 8)
 //   value_chunk(blk, t0, c, v):   v[j][i] = y_{t0 + j, c + i} / sigma_{c + i}, j < 8 tokens, i < 2 (c even)
 // where y is the codec-space decode and sigma a per-channel factor folded into the query map and the output map
-// (int8/int4's lambda; 1 elsewhere). Args carry what the layout does not fix at compile time.
+// (1 for these codecs; int8/int4's lambda for the tensor-core kernel). Args carry what the layout does not fix at
+// compile time. int8/int4 blocks are decoded by decode_kernel_mma.cuh.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -49,52 +50,6 @@ struct FloatTraits {
       const float2 f = pair(blk + 2 * ((t0 + j) * D + c));
       v[j][0] = f.x;
       v[j][1] = f.y;
-    }
-  }
-};
-
-// ---- int8 / int4 (IntGroup): keys tokens-in-lanes, values channels-in-lanes, fp16 scales in 16-token tiles -----
-template <int kBits>
-struct IntTraits {
-  static constexpr int kLevels = 0;
-  static constexpr int E = 32 / kBits;  // elements per 32-bit lane
-  __device__ static int element(uint32_t w, int j) {
-    return static_cast<int>(w << (32 - kBits * (j + 1))) >> (32 - kBits);
-  }
-  template <int D>
-  __device__ static int scales_offset(const CodecArgs& a) {
-    return a.T * D * kBits / 8;
-  }
-  template <int D>
-  __device__ static float scale(const uint8_t* blk, int t, int g, const CodecArgs& a) {
-    return f16_at(blk + scales_offset<D>(a) + 2 * ((t / 16 * (D / a.group) + g) * 16 + t % 16));
-  }
-  template <int D>
-  __device__ static void key_slice(const uint8_t* blk, int t, int c0, float (&k)[8], const CodecArgs& a,
-                                   const float*) {
-    const float s = scale<D>(blk, t, c0 / a.group, a);
-#pragma unroll
-    for (int w = 0; w < 8 / E; ++w) {
-      const uint32_t word =
-          *reinterpret_cast<const uint32_t*>(blk + 64 * (t / 16 * (D / E) + (c0 + w * E) / E) + 4 * (t % 16));
-#pragma unroll
-      for (int j = 0; j < E; ++j) k[w * E + j] = s * static_cast<float>(element(word, j));
-    }
-  }
-  template <int D>
-  __device__ static void value_chunk(const uint8_t* blk, int t0, int c, float (&v)[8][2], const CodecArgs& a,
-                                     const float*) {
-#pragma unroll
-    for (int w = 0; w < 8 / E; ++w) {
-      const int t = t0 + w * E;
-      const uint8_t* tile = blk + 64 * (t / E * (D / 16) + c / 16) + 4 * (c % 16);
-      const uint2 words = *reinterpret_cast<const uint2*>(tile);  // channels c, c + 1 (c even)
-#pragma unroll
-      for (int j = 0; j < E; ++j) {
-        const float s = scale<D>(blk, t + j, c / a.group, a);
-        v[w * E + j][0] = s * static_cast<float>(element(words.x, j));
-        v[w * E + j][1] = s * static_cast<float>(element(words.y, j));
-      }
     }
   }
 };

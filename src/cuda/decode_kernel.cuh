@@ -53,11 +53,45 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-/// Dynamic shared memory of one block: page stages, then scores [G][T], then the final reduction [TG][G][D].
-template <int D, int G>
-constexpr size_t split_smem_bytes(int stage_bytes, int stages, int T) {
-  return static_cast<size_t>(stage_bytes) * stages + sizeof(float) * (G * T + 3 * G + 2 * kMaxLevels) +
-         sizeof(float) * (2 * kThreads / D) * G * D;
+/// Starts the copy of head h's key and value blocks of a page into shared memory `dst` (16-byte cp.async, one
+/// commit group).
+__device__ __forceinline__ void stage_page(const SplitArgs& a, uint32_t page_id, int h, uint8_t* dst) {
+  const uint8_t* page = a.pool + static_cast<size_t>(page_id) * a.page_bytes;
+  const uint8_t* kb = page + a.key_offset + h * a.key_stride;
+  const uint8_t* vb = page + a.value_offset + h * a.value_stride;
+  for (int i = 16 * static_cast<int>(threadIdx.x); i < a.key_bytes; i += 16 * kThreads) cp_async16(dst + i, kb + i);
+  for (int i = 16 * static_cast<int>(threadIdx.x); i < a.value_bytes; i += 16 * kThreads)
+    cp_async16(dst + a.key_bytes + i, vb + i);
+  cp_async_commit();
+}
+
+/// Online softmax over one page, one warp per query head: the page's maximum, weights exp2(s - m) written over
+/// the scores [G][T], the running sum l and the factor alpha that rescales what was accumulated before.
+template <int G>
+__device__ __forceinline__ void softmax_page(float* scores, int T, float* m_run, float* l_run, float* alpha) {
+  const int lane = threadIdx.x & 31;
+  for (int g = threadIdx.x >> 5; g < G; g += kThreads / 32) {
+    float mx = -INFINITY;
+    for (int t = lane; t < T; t += 32) mx = fmaxf(mx, scores[g * T + t]);
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    const float m_old = m_run[g], m_new = fmaxf(m_old, mx);
+    float sum = 0;
+    for (int t = lane; t < T; t += 32) {
+      const float e = exp2f(scores[g * T + t] - m_new);
+      scores[g * T + t] = e;
+      sum += e;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    __syncwarp();
+    if (lane == 0) {
+      const float r = exp2f(m_old - m_new);  // 0 for the first page (m_old = -inf)
+      alpha[g] = r;
+      l_run[g] = l_run[g] * r + sum;
+      m_run[g] = m_new;
+    }
+  }
 }
 
 template <class K, class V, int D, int G>
@@ -107,13 +141,7 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const SplitArgs 
   for (int g = 0; g < G; ++g) acc[g][0] = acc[g][1] = 0;
 
   auto issue = [&](int p, int stage) {
-    const uint8_t* page = a.pool + static_cast<size_t>(sp.pages[p]) * a.page_bytes;
-    const uint8_t* kb = page + a.key_offset + h * a.key_stride;
-    const uint8_t* vb = page + a.value_offset + h * a.value_stride;
-    uint8_t* dst = smem + static_cast<size_t>(stage) * stage_bytes;
-    for (int i = 16 * tid; i < a.key_bytes; i += 16 * kThreads) cp_async16(dst + i, kb + i);
-    for (int i = 16 * tid; i < a.value_bytes; i += 16 * kThreads) cp_async16(dst + a.key_bytes + i, vb + i);
-    cp_async_commit();
+    stage_page(a, sp.pages[p], h, smem + static_cast<size_t>(stage) * stage_bytes);
   };
 
   if (p0 < p1) issue(p0, 0);
@@ -145,29 +173,7 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const SplitArgs 
     }
     __syncthreads();
 
-    // Online softmax: the page's maximum, weights exp2(s - m), the running sum and the rescale factor.
-    for (int g = warp; g < G; g += kWarps) {
-      float mx = -INFINITY;
-      for (int t = lane; t < a.T; t += 32) mx = fmaxf(mx, scores[g * a.T + t]);
-#pragma unroll
-      for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-      const float m_old = m_run[g], m_new = fmaxf(m_old, mx);
-      float sum = 0;
-      for (int t = lane; t < a.T; t += 32) {
-        const float e = exp2f(scores[g * a.T + t] - m_new);
-        scores[g * a.T + t] = e;
-        sum += e;
-      }
-#pragma unroll
-      for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-      __syncwarp();
-      if (lane == 0) {
-        const float r = exp2f(m_old - m_new);  // 0 for the first page (m_old = -inf)
-        alpha[g] = r;
-        l_run[g] = l_run[g] * r + sum;
-        m_run[g] = m_new;
-      }
-    }
+    softmax_page<G>(scores, a.T, m_run, l_run, alpha);
     __syncthreads();
 
     // Values: acc = alpha acc + sum_t p_t v_t over this thread's run of tokens and 2 channels.

@@ -1,0 +1,238 @@
+// The split-K decode kernel for int8/int4 keys and values on the tensor cores (mma.sync m16n8k16, fp16 operands,
+// fp32 accumulation). Same blocks, staging, online softmax and partial states as decode_split_kernel; only the
+// arithmetic differs: dequantizing into CUDA-core FMAs is compute-bound below the byte ratio (see the H200 notes).
+//
+// Exactness: codes (|q| <= 127) are exact in fp16. The fp32 operands that multiply them (queries; softmax weights
+// times scales) are split into fp16 hi + lo parts, carried as two rows of the 16-row A operand: row g holds query
+// head g's hi part, row g + 8 its lo part (G <= 8), so that one thread's accumulator rows g and g + 8 sum to the
+// fp32-accurate result (about 2^-22 relative), and the padding rows cost nothing the tensor cores would not spend.
+//   scores: S[16 x 8 tokens] += Qhl[16 x 16 channels] * codes^T, per group of channels, then times the token's scale
+//   values: O[16 x 8 channels] += (p s)hl[16 x 16 tokens] * codes, the scale of each (token, group) in the A operand
+// Warps: for scores, 8-token tiles of the page; for values, D/4 channels each (both for the whole GQA group).
+#pragma once
+
+#include "cuda/decode_kernel.cuh"
+
+namespace kvq::cuda::detail {
+
+template <int kBits>
+struct IntMma {
+  static constexpr int E = 32 / kBits;  // codes per 32-bit lane of the block layout
+  __device__ static int element(uint32_t w, int j) {
+    return static_cast<int>(w << (32 - kBits * (j + 1))) >> (32 - kBits);
+  }
+  /// Codes j and j + 1 of a lane as an fp16 pair (exact).
+  __device__ static uint32_t pair(uint32_t w, int j) {
+    const __half2 h = __halves2half2(__int2half_rn(element(w, j)), __int2half_rn(element(w, j + 1)));
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+  template <int D>
+  __device__ static float scale(const uint8_t* blk, int T, int group, int t, int g) {
+    return f16_at(blk + T * D * kBits / 8 + 2 * ((t / 16 * (D / group) + g) * 16 + t % 16));
+  }
+  /// Keys, tokens in lanes: the 32-bit lane of token t holding channel c.
+  template <int D>
+  __device__ static uint32_t key_lane(const uint8_t* blk, int t, int c) {
+    return *reinterpret_cast<const uint32_t*>(blk + 64 * (t / 16 * (D / E) + c / E) + 4 * (t % 16));
+  }
+  /// Values, channels in lanes: the 32-bit lane of channel c holding token t.
+  template <int D>
+  __device__ static uint32_t value_lane(const uint8_t* blk, int t, int c) {
+    return *reinterpret_cast<const uint32_t*>(blk + 64 * (t / E * (D / 16) + c / 16) + 4 * (c % 16));
+  }
+};
+
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/// x as fp16 hi (low 16 bits of the result's first word) and lo = x - hi, packed for two operands (x0, x1):
+/// {hi(x0), hi(x1)} and {lo(x0), lo(x1)}.
+__device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  const __half h0 = __float2half_rn(x0), h1 = __float2half_rn(x1);
+  const __half2 h = __halves2half2(h0, h1);
+  const __half2 l = __halves2half2(__float2half_rn(x0 - __half2float(h0)), __float2half_rn(x1 - __half2float(h1)));
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = *reinterpret_cast<const uint32_t*>(&l);
+}
+
+template <int kBits, int D, int G>
+__global__ void __launch_bounds__(kThreads) decode_split_mma_kernel(const SplitArgs a) {
+  static_assert(G <= 8 && (D == 64 || D == 128 || D == 256), "GQA groups up to 8, head dimensions 64/128/256");
+  using C = IntMma<kBits>;
+  constexpr int kSteps = D / 16;           // channel steps of the score product
+  constexpr int kWarps = kThreads / 32;
+  constexpr int kTiles = D / 8 / kWarps;   // 8-channel tiles of each warp in the value product
+
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int stage_bytes = a.key_bytes + a.value_bytes;
+  float* scores = reinterpret_cast<float*>(smem + static_cast<size_t>(stage_bytes) * a.stages);  // [G][T]
+  float* m_run = scores + G * a.T;
+  float* l_run = m_run + G;
+  float* alpha = l_run + G;
+
+  const int split = blockIdx.x, h = blockIdx.y, s = blockIdx.z;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int gid = lane >> 2, tig = lane & 3;  // the mma fragments' row / column owners
+  const bool real = gid < G;                  // rows gid and gid + 8 are query head gid (hi, lo)
+  const SeqPages sp = a.seqs[s];
+  const int p0 = split * a.pages_per_split;
+  const int p1 = min(sp.n_pages, p0 + a.pages_per_split);
+  const int kgroup = a.key.group, vgroup = a.value.group;
+
+  if (tid < G) {
+    m_run[tid] = -INFINITY;
+    l_run[tid] = 0;
+  }
+
+  // A operand of the score product: query head gid, channels 16 ks + 2 tig (+1) and + 8, hi and lo rows.
+  uint32_t qa[kSteps][4];
+  {
+    const float* q = a.q_space + (static_cast<size_t>(s) * a.n_q_heads + h * G + (real ? gid : 0)) * D;
+#pragma unroll
+    for (int ks = 0; ks < kSteps; ++ks) {
+      const int c = 16 * ks + 2 * tig;
+      const float f = real ? a.scale_log2 : 0.0f;
+      split_pair(q[c] * f, q[c + 1] * f, qa[ks][0], qa[ks][1]);
+      split_pair(q[c + 8] * f, q[c + 9] * f, qa[ks][2], qa[ks][3]);
+    }
+  }
+  float o[kTiles][4];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
+
+  auto issue = [&](int p, int stage) {
+    stage_page(a, sp.pages[p], h, smem + static_cast<size_t>(stage) * stage_bytes);
+  };
+  if (p0 < p1) issue(p0, 0);
+  for (int p = p0; p < p1; ++p) {
+    const int stage = a.stages == 2 ? (p - p0) & 1 : 0;
+    if (a.stages == 2 && p + 1 < p1) {
+      issue(p + 1, stage ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const uint8_t* kblk = smem + static_cast<size_t>(stage) * stage_bytes;
+    const uint8_t* vblk = kblk + a.key_bytes;
+
+    // Scores: each warp takes 8-token tiles; per channel group an exact code product, then the token's scale.
+    for (int tile = warp; tile < a.T / 8; tile += kWarps) {
+      const int tb = 8 * tile + gid;      // the B operand's token
+      const int t0 = 8 * tile + 2 * tig;  // the accumulator's tokens t0, t0 + 1
+      float acc[4] = {0, 0, 0, 0}, part[4] = {0, 0, 0, 0};
+#pragma unroll
+      for (int ks = 0; ks < kSteps; ++ks) {
+        const int c = 16 * ks + 2 * tig;
+        mma_16816(part, qa[ks], C::pair(C::template key_lane<D>(kblk, tb, c), c % C::E),
+                  C::pair(C::template key_lane<D>(kblk, tb, c + 8), (c + 8) % C::E));
+        if ((16 * ks + 16) % kgroup == 0) {  // the group of channels ends here
+          const int g = 16 * ks / kgroup;
+          const float s0 = C::template scale<D>(kblk, a.T, kgroup, t0, g);
+          const float s1 = C::template scale<D>(kblk, a.T, kgroup, t0 + 1, g);
+          acc[0] = fmaf(s0, part[0], acc[0]);
+          acc[1] = fmaf(s1, part[1], acc[1]);
+          acc[2] = fmaf(s0, part[2], acc[2]);
+          acc[3] = fmaf(s1, part[3], acc[3]);
+          part[0] = part[1] = part[2] = part[3] = 0;
+        }
+      }
+      if (real) {
+        scores[gid * a.T + t0] = acc[0] + acc[2];
+        scores[gid * a.T + t0 + 1] = acc[1] + acc[3];
+      }
+    }
+    __syncthreads();
+    softmax_page<G>(scores, a.T, m_run, l_run, alpha);
+    __syncthreads();
+
+    // Values: this warp's D/4 channels; A = weights times the (token, group) scale, split hi/lo.
+    const float r = real ? alpha[gid] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[j][i] *= r;
+    for (int kt = 0; kt < a.T / 16; ++kt) {
+      const int t = 16 * kt + 2 * tig;  // tokens t, t + 1, t + 8, t + 9
+      float w[4] = {0, 0, 0, 0};
+      if (real) {
+        const float* ps = scores + gid * a.T;
+        w[0] = ps[t];
+        w[1] = ps[t + 1];
+        w[2] = ps[t + 8];
+        w[3] = ps[t + 9];
+      }
+      uint32_t pa[4];
+      int built = -1;
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        const int cb = 8 * (warp * kTiles + j), g = cb / vgroup;
+        if (g != built) {
+          split_pair(w[0] * C::template scale<D>(vblk, a.T, vgroup, t, g),
+                     w[1] * C::template scale<D>(vblk, a.T, vgroup, t + 1, g), pa[0], pa[1]);
+          split_pair(w[2] * C::template scale<D>(vblk, a.T, vgroup, t + 8, g),
+                     w[3] * C::template scale<D>(vblk, a.T, vgroup, t + 9, g), pa[2], pa[3]);
+          built = g;
+        }
+        const int c = cb + gid;  // the B operand's channel
+        mma_16816(o[j], pa, C::pair(C::template value_lane<D>(vblk, t, c), t % C::E),
+                  C::pair(C::template value_lane<D>(vblk, t + 8, c), (t + 8) % C::E));
+      }
+    }
+    __syncthreads();  // the stage and the scores are rewritten next
+    if (a.stages == 1 && p + 1 < p1) issue(p + 1, 0);
+  }
+
+  if (real) {
+    const size_t row = (static_cast<size_t>(s) * a.n_q_heads + h * G + gid) * a.n_splits + split;
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      const int c = 8 * (warp * kTiles + j) + 2 * tig;
+      a.partial_o[row * D + c] = o[j][0] + o[j][2];
+      a.partial_o[row * D + c + 1] = o[j][1] + o[j][3];
+    }
+  }
+  __syncthreads();
+  if (tid < G) {
+    const size_t row = (static_cast<size_t>(s) * a.n_q_heads + h * G + tid) * a.n_splits + split;
+    a.partial_ml[2 * row] = m_run[tid];
+    a.partial_ml[2 * row + 1] = l_run[tid];
+  }
+}
+
+template <int kBits, int D, int G>
+void launch_mma_one(const SplitArgs& args, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
+  auto kernel = decode_split_mma_kernel<kBits, D, G>;
+  KVQ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(smem_bytes)));
+  kernel<<<grid, kThreads, smem_bytes, stream>>>(args);
+  KVQ_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int kBits, int D>
+bool launch_mma_d(const SplitArgs& args, int g, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
+  switch (g) {
+    case 1: launch_mma_one<kBits, D, 1>(args, grid, smem_bytes, stream); return true;
+    case 2: launch_mma_one<kBits, D, 2>(args, grid, smem_bytes, stream); return true;
+    case 4: launch_mma_one<kBits, D, 4>(args, grid, smem_bytes, stream); return true;
+    case 8: launch_mma_one<kBits, D, 8>(args, grid, smem_bytes, stream); return true;
+    default: return false;
+  }
+}
+
+/// The launcher of the int8/int4 pair (same signature as launch_split).
+template <int kBits>
+bool launch_mma(const SplitArgs& args, int d, int g, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
+  switch (d) {
+    case 64: return launch_mma_d<kBits, 64>(args, g, grid, smem_bytes, stream);
+    case 128: return launch_mma_d<kBits, 128>(args, g, grid, smem_bytes, stream);
+    case 256: return launch_mma_d<kBits, 256>(args, g, grid, smem_bytes, stream);
+    default: return false;
+  }
+}
+
+}  // namespace kvq::cuda::detail
