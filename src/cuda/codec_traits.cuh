@@ -4,7 +4,7 @@
 //   value_chunk(blk, t0, c, v):   v[j][i] = y_{t0 + j, c + i} / sigma_{c + i}, j < 8 tokens, i < 2 (c even)
 // where y is the codec-space decode and sigma a per-channel factor folded into the query map and the output map
 // (1 for these codecs; int8/int4's lambda for the tensor-core kernel). Args carry what the layout does not fix at
-// compile time. int8/int4 blocks are decoded by decode_kernel_mma.cuh.
+// compile time. f16, bf16, int8 and int4 blocks are read by decode_kernel_mma.cuh instead.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -22,37 +22,6 @@ struct CodecArgs {
 };
 
 __device__ __forceinline__ float f16_at(const uint8_t* p) { return __half2float(*reinterpret_cast<const __half*>(p)); }
-
-// ---- f16 / bf16: [T x d] token-major ---------------------------------------------------------------------------
-template <bool kBf16>
-struct FloatTraits {
-  static constexpr int kLevels = 0;
-  __device__ static float2 pair(const uint8_t* p) {
-    if constexpr (kBf16) return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
-    else return __half22float2(*reinterpret_cast<const __half2*>(p));
-  }
-  template <int D>
-  __device__ static void key_slice(const uint8_t* blk, int t, int c0, float (&k)[8], const CodecArgs&, const float*) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(blk + 2 * (t * D + c0));
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = pair(reinterpret_cast<const uint8_t*>(&w[i]));
-      k[2 * i] = f.x;
-      k[2 * i + 1] = f.y;
-    }
-  }
-  template <int D>
-  __device__ static void value_chunk(const uint8_t* blk, int t0, int c, float (&v)[8][2], const CodecArgs&,
-                                     const float*) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float2 f = pair(blk + 2 * ((t0 + j) * D + c));
-      v[j][0] = f.x;
-      v[j][1] = f.y;
-    }
-  }
-};
 
 // ---- kivi: token-major b-bit codes (LSB first), fp16 mins then scales; keys per channel, values per group ----
 template <int kBits>

@@ -1,11 +1,13 @@
-// The split-K decode kernel for int8/int4 keys and values on the tensor cores (mma.sync m16n8k16, fp16 operands,
-// fp32 accumulation). Same blocks, staging, online softmax and partial states as decode_split_kernel; only the
-// arithmetic differs: dequantizing into CUDA-core FMAs is compute-bound below the byte ratio (see the H200 notes).
+// The split-K decode kernel on the tensor cores (mma.sync m16n8k16, fp16 or bf16 operands, fp32 accumulation) for
+// f16, bf16, int8 and int4 keys and values. Same blocks, staging, online softmax and partial states as
+// decode_split_kernel; only the arithmetic differs: dequantizing into CUDA-core FMAs is compute-bound below the
+// byte ratio (see the H200 notes).
 //
-// Exactness: codes (|q| <= 127) are exact in fp16. The fp32 operands that multiply them (queries; softmax weights
-// times scales) are split into fp16 hi + lo parts, carried as two rows of the 16-row A operand: row g holds query
-// head g's hi part, row g + 8 its lo part (G <= 8), so that one thread's accumulator rows g and g + 8 sum to the
-// fp32-accurate result (about 2^-22 relative), and the padding rows cost nothing the tensor cores would not spend.
+// Exactness: codes (|q| <= 127) are exact in fp16, stored f16/bf16 values in their own type. The fp32 operands that
+// multiply them (queries; softmax weights times scales) are split into hi + lo parts of the operand type, carried as
+// two rows of the 16-row A operand: row g holds query head g's hi part, row g + 8 its lo part (G <= 8), so that one
+// thread's accumulator rows g and g + 8 sum to a result accurate to about 2^-22 (fp16; 2^-17 with bf16), and the
+// padding rows cost nothing the tensor cores would not spend anyway.
 //   scores: S[16 x 8 tokens] += Qhl[16 x 16 channels] * codes^T, per group of channels, then times the token's scale
 //   values: O[16 x 8 channels] += (p s)hl[16 x 16 tokens] * codes, the scale of each (token, group) in the A operand
 // Warps: for scores, 8-token tiles of the page; for values, D/4 channels each (both for the whole GQA group).
@@ -15,8 +17,14 @@
 
 namespace kvq::cuda::detail {
 
+// The operands each codec gives the kernel, from its block in shared memory:
+//   key_pair(blk, T, t, c):        channels c, c + 1 of token t as an exact operand pair (codes or stored values)
+//   key_scale(blk, T, gs, t, g):   the factor of token t's group g of gs channels (gs: CodecArgs::group, or D)
+//   value_pair(blk, T, t, c):      tokens t, t + 1 of channel c
+//   value_scale(blk, T, gs, t, g): likewise for values.
 template <int kBits>
 struct IntMma {
+  static constexpr bool kBf16 = false;
   static constexpr int E = 32 / kBits;  // codes per 32-bit lane of the block layout
   __device__ static int element(uint32_t w, int j) {
     return static_cast<int>(w << (32 - kBits * (j + 1))) >> (32 - kBits);
@@ -32,37 +40,85 @@ struct IntMma {
   }
   /// Keys, tokens in lanes: the 32-bit lane of token t holding channel c.
   template <int D>
-  __device__ static uint32_t key_lane(const uint8_t* blk, int t, int c) {
-    return *reinterpret_cast<const uint32_t*>(blk + 64 * (t / 16 * (D / E) + c / E) + 4 * (t % 16));
+  __device__ static uint32_t key_pair(const uint8_t* blk, int, int t, int c) {
+    return pair(*reinterpret_cast<const uint32_t*>(blk + 64 * (t / 16 * (D / E) + c / E) + 4 * (t % 16)), c % E);
   }
   /// Values, channels in lanes: the 32-bit lane of channel c holding token t.
   template <int D>
-  __device__ static uint32_t value_lane(const uint8_t* blk, int t, int c) {
-    return *reinterpret_cast<const uint32_t*>(blk + 64 * (t / E * (D / 16) + c / 16) + 4 * (c % 16));
+  __device__ static uint32_t value_pair(const uint8_t* blk, int, int t, int c) {
+    return pair(*reinterpret_cast<const uint32_t*>(blk + 64 * (t / E * (D / 16) + c / 16) + 4 * (c % 16)), t % E);
+  }
+  template <int D>
+  __device__ static float key_scale(const uint8_t* blk, int T, int group, int t, int g) {
+    return scale<D>(blk, T, group, t, g);
+  }
+  template <int D>
+  __device__ static float value_scale(const uint8_t* blk, int T, int group, int t, int g) {
+    return scale<D>(blk, T, group, t, g);
   }
 };
 
+/// f16 / bf16 blocks, [T x D] token-major: the stored values are the operands (exact), no scales.
+template <bool kIsBf16>
+struct FloatMma {
+  static constexpr bool kBf16 = kIsBf16;
+  template <int D>
+  __device__ static uint32_t key_pair(const uint8_t* blk, int, int t, int c) {
+    return *reinterpret_cast<const uint32_t*>(blk + 2 * (t * D + c));
+  }
+  template <int D>
+  __device__ static uint32_t value_pair(const uint8_t* blk, int, int t, int c) {
+    const uint32_t lo = *reinterpret_cast<const uint16_t*>(blk + 2 * (t * D + c));
+    const uint32_t hi = *reinterpret_cast<const uint16_t*>(blk + 2 * ((t + 1) * D + c));
+    return lo | hi << 16;
+  }
+  template <int D>
+  __device__ static float key_scale(const uint8_t*, int, int, int, int) {
+    return 1.0f;
+  }
+  template <int D>
+  __device__ static float value_scale(const uint8_t*, int, int, int, int) {
+    return 1.0f;
+  }
+};
+
+template <bool kBf16>
 __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  if constexpr (kBf16)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/// x as fp16 hi (low 16 bits of the result's first word) and lo = x - hi, packed for two operands (x0, x1):
-/// {hi(x0), hi(x1)} and {lo(x0), lo(x1)}.
+/// (x0, x1) as operand pairs hi = {hi(x0), hi(x1)} (x0 in the low 16 bits) and lo = {x0 - hi(x0), x1 - hi(x1)},
+/// in fp16 or bf16.
+template <bool kBf16>
 __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uint32_t& lo) {
-  const __half h0 = __float2half_rn(x0), h1 = __float2half_rn(x1);
-  const __half2 h = __halves2half2(h0, h1);
-  const __half2 l = __halves2half2(__float2half_rn(x0 - __half2float(h0)), __float2half_rn(x1 - __half2float(h1)));
-  hi = *reinterpret_cast<const uint32_t*>(&h);
-  lo = *reinterpret_cast<const uint32_t*>(&l);
+  if constexpr (kBf16) {
+    const __nv_bfloat16 h0 = __float2bfloat16_rn(x0), h1 = __float2bfloat16_rn(x1);
+    const __nv_bfloat162 h = __halves2bfloat162(h0, h1);
+    const __nv_bfloat162 l = __halves2bfloat162(__float2bfloat16_rn(x0 - __bfloat162float(h0)),
+                                                __float2bfloat16_rn(x1 - __bfloat162float(h1)));
+    hi = *reinterpret_cast<const uint32_t*>(&h);
+    lo = *reinterpret_cast<const uint32_t*>(&l);
+  } else {
+    const __half h0 = __float2half_rn(x0), h1 = __float2half_rn(x1);
+    const __half2 h = __halves2half2(h0, h1);
+    const __half2 l = __halves2half2(__float2half_rn(x0 - __half2float(h0)), __float2half_rn(x1 - __half2float(h1)));
+    hi = *reinterpret_cast<const uint32_t*>(&h);
+    lo = *reinterpret_cast<const uint32_t*>(&l);
+  }
 }
 
-template <int kBits, int D, int G>
-__global__ void __launch_bounds__(kThreads) decode_split_mma_kernel(const SplitArgs a) {
+template <class C, int D, int G>
+__global__ void __launch_bounds__(kThreads, D == 256 ? 2 : 4) decode_split_mma_kernel(const SplitArgs a) {
   static_assert(G <= 8 && (D == 64 || D == 128 || D == 256), "GQA groups up to 8, head dimensions 64/128/256");
-  using C = IntMma<kBits>;
   constexpr int kSteps = D / 16;           // channel steps of the score product
   constexpr int kWarps = kThreads / 32;
   constexpr int kTiles = D / 8 / kWarps;   // 8-channel tiles of each warp in the value product
@@ -81,7 +137,7 @@ __global__ void __launch_bounds__(kThreads) decode_split_mma_kernel(const SplitA
   const SeqPages sp = a.seqs[s];
   const int p0 = split * a.pages_per_split;
   const int p1 = min(sp.n_pages, p0 + a.pages_per_split);
-  const int kgroup = a.key.group, vgroup = a.value.group;
+  const int kgroup = a.key.group > 0 ? a.key.group : D, vgroup = a.value.group > 0 ? a.value.group : D;
 
   if (tid < G) {
     m_run[tid] = -INFINITY;
@@ -96,8 +152,8 @@ __global__ void __launch_bounds__(kThreads) decode_split_mma_kernel(const SplitA
     for (int ks = 0; ks < kSteps; ++ks) {
       const int c = 16 * ks + 2 * tig;
       const float f = real ? a.scale_log2 : 0.0f;
-      split_pair(q[c] * f, q[c + 1] * f, qa[ks][0], qa[ks][1]);
-      split_pair(q[c + 8] * f, q[c + 9] * f, qa[ks][2], qa[ks][3]);
+      split_pair<C::kBf16>(q[c] * f, q[c + 1] * f, qa[ks][0], qa[ks][1]);
+      split_pair<C::kBf16>(q[c + 8] * f, q[c + 9] * f, qa[ks][2], qa[ks][3]);
     }
   }
   float o[kTiles][4];
@@ -128,12 +184,12 @@ __global__ void __launch_bounds__(kThreads) decode_split_mma_kernel(const SplitA
 #pragma unroll
       for (int ks = 0; ks < kSteps; ++ks) {
         const int c = 16 * ks + 2 * tig;
-        mma_16816(part, qa[ks], C::pair(C::template key_lane<D>(kblk, tb, c), c % C::E),
-                  C::pair(C::template key_lane<D>(kblk, tb, c + 8), (c + 8) % C::E));
+        mma_16816<C::kBf16>(part, qa[ks], C::template key_pair<D>(kblk, a.T, tb, c),
+                            C::template key_pair<D>(kblk, a.T, tb, c + 8));
         if ((16 * ks + 16) % kgroup == 0) {  // the group of channels ends here
           const int g = 16 * ks / kgroup;
-          const float s0 = C::template scale<D>(kblk, a.T, kgroup, t0, g);
-          const float s1 = C::template scale<D>(kblk, a.T, kgroup, t0 + 1, g);
+          const float s0 = C::template key_scale<D>(kblk, a.T, kgroup, t0, g);
+          const float s1 = C::template key_scale<D>(kblk, a.T, kgroup, t0 + 1, g);
           acc[0] = fmaf(s0, part[0], acc[0]);
           acc[1] = fmaf(s1, part[1], acc[1]);
           acc[2] = fmaf(s0, part[2], acc[2]);
@@ -172,15 +228,15 @@ __global__ void __launch_bounds__(kThreads) decode_split_mma_kernel(const SplitA
       for (int j = 0; j < kTiles; ++j) {
         const int cb = 8 * (warp * kTiles + j), g = cb / vgroup;
         if (g != built) {
-          split_pair(w[0] * C::template scale<D>(vblk, a.T, vgroup, t, g),
-                     w[1] * C::template scale<D>(vblk, a.T, vgroup, t + 1, g), pa[0], pa[1]);
-          split_pair(w[2] * C::template scale<D>(vblk, a.T, vgroup, t + 8, g),
-                     w[3] * C::template scale<D>(vblk, a.T, vgroup, t + 9, g), pa[2], pa[3]);
+          split_pair<C::kBf16>(w[0] * C::template value_scale<D>(vblk, a.T, vgroup, t, g),
+                     w[1] * C::template value_scale<D>(vblk, a.T, vgroup, t + 1, g), pa[0], pa[1]);
+          split_pair<C::kBf16>(w[2] * C::template value_scale<D>(vblk, a.T, vgroup, t + 8, g),
+                     w[3] * C::template value_scale<D>(vblk, a.T, vgroup, t + 9, g), pa[2], pa[3]);
           built = g;
         }
         const int c = cb + gid;  // the B operand's channel
-        mma_16816(o[j], pa, C::pair(C::template value_lane<D>(vblk, t, c), t % C::E),
-                  C::pair(C::template value_lane<D>(vblk, t + 8, c), (t + 8) % C::E));
+        mma_16816<C::kBf16>(o[j], pa, C::template value_pair<D>(vblk, a.T, t, c),
+                            C::template value_pair<D>(vblk, a.T, t + 8, c));
       }
     }
     __syncthreads();  // the stage and the scores are rewritten next
@@ -204,33 +260,33 @@ __global__ void __launch_bounds__(kThreads) decode_split_mma_kernel(const SplitA
   }
 }
 
-template <int kBits, int D, int G>
+template <class C, int D, int G>
 void launch_mma_one(const SplitArgs& args, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
-  auto kernel = decode_split_mma_kernel<kBits, D, G>;
+  auto kernel = decode_split_mma_kernel<C, D, G>;
   KVQ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(smem_bytes)));
   kernel<<<grid, kThreads, smem_bytes, stream>>>(args);
   KVQ_CUDA_CHECK(cudaGetLastError());
 }
 
-template <int kBits, int D>
+template <class C, int D>
 bool launch_mma_d(const SplitArgs& args, int g, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
   switch (g) {
-    case 1: launch_mma_one<kBits, D, 1>(args, grid, smem_bytes, stream); return true;
-    case 2: launch_mma_one<kBits, D, 2>(args, grid, smem_bytes, stream); return true;
-    case 4: launch_mma_one<kBits, D, 4>(args, grid, smem_bytes, stream); return true;
-    case 8: launch_mma_one<kBits, D, 8>(args, grid, smem_bytes, stream); return true;
+    case 1: launch_mma_one<C, D, 1>(args, grid, smem_bytes, stream); return true;
+    case 2: launch_mma_one<C, D, 2>(args, grid, smem_bytes, stream); return true;
+    case 4: launch_mma_one<C, D, 4>(args, grid, smem_bytes, stream); return true;
+    case 8: launch_mma_one<C, D, 8>(args, grid, smem_bytes, stream); return true;
     default: return false;
   }
 }
 
-/// The launcher of the int8/int4 pair (same signature as launch_split).
-template <int kBits>
+/// The launcher of a pair on the tensor cores (same signature as launch_split).
+template <class C>
 bool launch_mma(const SplitArgs& args, int d, int g, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
   switch (d) {
-    case 64: return launch_mma_d<kBits, 64>(args, g, grid, smem_bytes, stream);
-    case 128: return launch_mma_d<kBits, 128>(args, g, grid, smem_bytes, stream);
-    case 256: return launch_mma_d<kBits, 256>(args, g, grid, smem_bytes, stream);
+    case 64: return launch_mma_d<C, 64>(args, g, grid, smem_bytes, stream);
+    case 128: return launch_mma_d<C, 128>(args, g, grid, smem_bytes, stream);
+    case 256: return launch_mma_d<C, 256>(args, g, grid, smem_bytes, stream);
     default: return false;
   }
 }

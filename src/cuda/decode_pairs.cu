@@ -5,10 +5,10 @@ namespace kvq::cuda::detail {
 
 const std::vector<PairKernel>& pair_kernels() {
   static const std::vector<PairKernel> pairs = {
-      {"f16", "f16", &launch_split<F16, F16>},
-      {"bf16", "bf16", &launch_split<Bf16, Bf16>},
-      {"int4", "int4", &launch_mma<4>},
-      {"int8", "int8", &launch_mma<8>},
+      {"f16", "f16", &launch_mma<F16>},
+      {"bf16", "bf16", &launch_mma<Bf16>},
+      {"int4", "int4", &launch_mma<Int4>},
+      {"int8", "int8", &launch_mma<Int8>},
       {"kivi:2", "kivi:2", &launch_split<Kivi2, Kivi2>},
       {"turbo_mse:3", "turbo_mse:3", &launch_split<TurboMse3, TurboMse3>},
   };

@@ -1,6 +1,6 @@
 // The codec pairs with a CUDA decode kernel: one explicit instantiation of launch_split per pair, each in its own
-// translation unit (decode_pair_*.cu) so that they compile in parallel. int8/int4 run on the tensor cores
-// (decode_kernel_mma.cuh), the others on the CUDA cores (decode_kernel.cuh).
+// translation unit (decode_pair_*.cu) so that they compile in parallel. f16, bf16, int8 and int4 run on the
+// tensor cores (decode_kernel_mma.cuh), kivi and turbo_mse on the CUDA cores (decode_kernel.cuh).
 #pragma once
 
 #include <string>
@@ -21,15 +21,17 @@ struct PairKernel {
 /// Every pair with a kernel.
 const std::vector<PairKernel>& pair_kernels();
 
-using F16 = FloatTraits<false>;
-using Bf16 = FloatTraits<true>;
+using F16 = FloatMma<false>;
+using Bf16 = FloatMma<true>;
+using Int4 = IntMma<4>;
+using Int8 = IntMma<8>;
 using Kivi2 = KiviTraits<2>;
 using TurboMse3 = TurboMseTraits<3>;
 
-extern template bool launch_split<F16, F16>(const SplitArgs&, int, int, dim3, size_t, cudaStream_t);
-extern template bool launch_split<Bf16, Bf16>(const SplitArgs&, int, int, dim3, size_t, cudaStream_t);
-extern template bool launch_mma<4>(const SplitArgs&, int, int, dim3, size_t, cudaStream_t);
-extern template bool launch_mma<8>(const SplitArgs&, int, int, dim3, size_t, cudaStream_t);
+extern template bool launch_mma<F16>(const SplitArgs&, int, int, dim3, size_t, cudaStream_t);
+extern template bool launch_mma<Bf16>(const SplitArgs&, int, int, dim3, size_t, cudaStream_t);
+extern template bool launch_mma<Int4>(const SplitArgs&, int, int, dim3, size_t, cudaStream_t);
+extern template bool launch_mma<Int8>(const SplitArgs&, int, int, dim3, size_t, cudaStream_t);
 extern template bool launch_split<Kivi2, Kivi2>(const SplitArgs&, int, int, dim3, size_t, cudaStream_t);
 extern template bool launch_split<TurboMse3, TurboMse3>(const SplitArgs&, int, int, dim3, size_t, cudaStream_t);
 
