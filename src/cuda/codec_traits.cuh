@@ -4,7 +4,7 @@
 //   value_chunk(blk, t0, c, v):   v[j][i] = y_{t0 + j, c + i} / sigma_{c + i}, j < 8 tokens, i < 2 (c even)
 // where y is the codec-space decode and sigma a per-channel factor folded into the query map and the output map
 // (1 for these codecs; int8/int4's lambda for the tensor-core kernel). Args carry what the layout does not fix at
-// compile time. f16, bf16, int8 and int4 blocks are read by decode_kernel_mma.cuh instead.
+// compile time. f16, bf16, int8, int4 and turbo_mse blocks are read by decode_kernel_mma.cuh instead.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -63,41 +63,6 @@ struct KiviTraits {
       const float m = f16_at(mins + 2 * p), s = f16_at(scales + 2 * p);
       v[j][0] = m + s * static_cast<float>((byte >> shift) & ((1u << kBits) - 1));
       v[j][1] = m + s * static_cast<float>((byte >> (shift + kBits)) & ((1u << kBits) - 1));
-    }
-  }
-};
-
-// ---- turbo_mse: token-major b-bit level indices (LSB first), fp16 norms; y = norm * level[idx] --------------------
-template <int kBits>
-struct TurboMseTraits {
-  static constexpr int kLevels = 1 << kBits;
-  template <int D>
-  __device__ static int norms_offset(const CodecArgs& a) {
-    return (a.T * (D * kBits / 8) + 15) / 16 * 16;
-  }
-  template <int D>
-  __device__ static void key_slice(const uint8_t* blk, int t, int c0, float (&k)[8], const CodecArgs& a,
-                                   const float* levels) {
-    const uint8_t* codes = blk + t * (D * kBits / 8) + c0 * kBits / 8;  // 8 indices fill kBits whole bytes
-    uint32_t bits = 0;
-#pragma unroll
-    for (int b = 0; b < kBits; ++b) bits |= static_cast<uint32_t>(codes[b]) << (8 * b);
-    const float norm = f16_at(blk + norms_offset<D>(a) + 2 * t);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) k[j] = norm * levels[(bits >> (kBits * j)) & (kLevels - 1)];
-  }
-  template <int D>
-  __device__ static void value_chunk(const uint8_t* blk, int t0, int c, float (&v)[8][2], const CodecArgs& a,
-                                     const float* levels) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int t = t0 + j, bit = c * kBits;
-      const uint8_t* p = blk + t * (D * kBits / 8) + bit / 8;
-      const uint32_t two = static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8;  // p[1] stays in the block
-      const int shift = bit % 8;
-      const float norm = f16_at(blk + norms_offset<D>(a) + 2 * t);
-      v[j][0] = norm * levels[(two >> shift) & (kLevels - 1)];
-      v[j][1] = norm * levels[(two >> (shift + kBits)) & (kLevels - 1)];
     }
   }
 };

@@ -1,9 +1,10 @@
 // The split-K decode kernel on the tensor cores (mma.sync m16n8k16, fp16 or bf16 operands, fp32 accumulation) for
-// f16, bf16, int8 and int4 keys and values. Same blocks, staging, online softmax and partial states as
+// f16, bf16, int8, int4 and turbo_mse keys and values. Same blocks, staging, online softmax and partial states as
 // decode_split_kernel; only the arithmetic differs: dequantizing into CUDA-core FMAs is compute-bound below the
 // byte ratio (see the H200 notes).
 //
-// Exactness: codes (|q| <= 127) are exact in fp16, stored f16/bf16 values in their own type. The fp32 operands that
+// Exactness: codes (|q| <= 127) are exact in fp16, stored f16/bf16 values in their own type; turbo_mse's levels
+// are split into hi + lo operands like the A side. The fp32 operands that
 // multiply them (queries; softmax weights times scales) are split into hi + lo parts of the operand type, carried as
 // two rows of the 16-row A operand: row g holds query head g's hi part, row g + 8 its lo part (G <= 8), so that one
 // thread's accumulator rows g and g + 8 sum to a result accurate to about 2^-22 (fp16; 2^-17 with bf16), and the
@@ -25,6 +26,8 @@ namespace kvq::cuda::detail {
 template <int kBits>
 struct IntMma {
   static constexpr bool kBf16 = false;
+  static constexpr bool kSplitB = false;
+  static constexpr int kLevels = 0;
   static constexpr int E = 32 / kBits;  // codes per 32-bit lane of the block layout
   __device__ static int element(uint32_t w, int j) {
     return static_cast<int>(w << (32 - kBits * (j + 1))) >> (32 - kBits);
@@ -58,18 +61,25 @@ struct IntMma {
   }
 };
 
-/// f16 / bf16 blocks, [T x D] token-major: the stored values are the operands (exact), no scales.
+/// f16 / bf16 blocks, [T x D] token-major, staged swizzled: the stored values are the operands (exact), no scales.
 template <bool kIsBf16>
 struct FloatMma {
   static constexpr bool kBf16 = kIsBf16;
+  static constexpr bool kSplitB = false;
+  static constexpr int kLevels = 0;
+  /// Byte of (token t, channel c) in a block staged with swizzle_chunks = D / 8 (stage_page).
+  template <int D>
+  __device__ static int at(int t, int c) {
+    return 2 * t * D + 16 * ((c / 8) ^ (t % 8)) + 2 * (c % 8);
+  }
   template <int D>
   __device__ static uint32_t key_pair(const uint8_t* blk, int, int t, int c) {
-    return *reinterpret_cast<const uint32_t*>(blk + 2 * (t * D + c));
+    return *reinterpret_cast<const uint32_t*>(blk + at<D>(t, c));
   }
   template <int D>
   __device__ static uint32_t value_pair(const uint8_t* blk, int, int t, int c) {
-    const uint32_t lo = *reinterpret_cast<const uint16_t*>(blk + 2 * (t * D + c));
-    const uint32_t hi = *reinterpret_cast<const uint16_t*>(blk + 2 * ((t + 1) * D + c));
+    const uint32_t lo = *reinterpret_cast<const uint16_t*>(blk + at<D>(t, c));
+    const uint32_t hi = *reinterpret_cast<const uint16_t*>(blk + at<D>(t + 1, c));
     return lo | hi << 16;
   }
   template <int D>
@@ -79,6 +89,51 @@ struct FloatMma {
   template <int D>
   __device__ static float value_scale(const uint8_t*, int, int, int, int) {
     return 1.0f;
+  }
+};
+
+/// turbo_mse:b blocks: token-major b-bit level indices (LSB first), fp16 norms. The levels are not exact in fp16, so
+/// an index gives two B operands, its level's fp16 hi and lo parts (`levels`: 2^b hi, then 2^b lo, in shared
+/// memory), and the kernel runs both products (kSplitB); the token's norm is its scale (one group of D channels).
+template <int kBits>
+struct TurboMseMma {
+  static constexpr bool kBf16 = false;
+  static constexpr bool kSplitB = true;
+  static constexpr int kLevels = 1 << kBits;
+  /// Index i of a token's row: its bits lie in the 16 from the byte holding its first bit.
+  __device__ static int index(const uint8_t* row, int i) {
+    const int bit = i * kBits;
+    const uint32_t two = static_cast<uint32_t>(row[bit / 8]) | static_cast<uint32_t>(row[bit / 8 + 1]) << 8;
+    return static_cast<int>(two >> (bit % 8)) & (kLevels - 1);
+  }
+  __device__ static void operands(const __half* levels, int j0, int j1, uint32_t& hi, uint32_t& lo) {
+    const __half2 h = __halves2half2(levels[j0], levels[j1]);
+    const __half2 l = __halves2half2(levels[kLevels + j0], levels[kLevels + j1]);
+    hi = *reinterpret_cast<const uint32_t*>(&h);
+    lo = *reinterpret_cast<const uint32_t*>(&l);
+  }
+  template <int D>
+  __device__ static void key_pairs(const uint8_t* blk, int, int t, int c, const __half* levels, uint32_t& hi,
+                                   uint32_t& lo) {
+    const uint8_t* row = blk + t * (D * kBits / 8);
+    operands(levels, index(row, c), index(row, c + 1), hi, lo);
+  }
+  template <int D>
+  __device__ static void value_pairs(const uint8_t* blk, int, int t, int c, const __half* levels, uint32_t& hi,
+                                     uint32_t& lo) {
+    operands(levels, index(blk + t * (D * kBits / 8), c), index(blk + (t + 1) * (D * kBits / 8), c), hi, lo);
+  }
+  template <int D>
+  __device__ static float norm(const uint8_t* blk, int T, int t) {
+    return f16_at(blk + (T * (D * kBits / 8) + 15) / 16 * 16 + 2 * t);
+  }
+  template <int D>
+  __device__ static float key_scale(const uint8_t* blk, int T, int, int t, int) {
+    return norm<D>(blk, T, t);
+  }
+  template <int D>
+  __device__ static float value_scale(const uint8_t* blk, int T, int, int t, int) {
+    return norm<D>(blk, T, t);
   }
 };
 
@@ -125,8 +180,8 @@ __global__ void __launch_bounds__(kThreads, D == 256 ? 2 : 4) decode_split_mma_k
 
   extern __shared__ __align__(16) uint8_t smem[];
   const int stage_bytes = a.key_bytes + a.value_bytes;
-  float* scores = reinterpret_cast<float*>(smem + static_cast<size_t>(stage_bytes) * a.stages);  // [G][T]
-  float* m_run = scores + G * a.T;
+  float* scores = reinterpret_cast<float*>(smem + static_cast<size_t>(stage_bytes) * a.stages * a.tile_pages);
+  float* m_run = scores + G * a.tile_pages * a.T;  // scores: [G][tile_pages T]
   float* l_run = m_run + G;
   float* alpha = l_run + G;
 
@@ -142,6 +197,16 @@ __global__ void __launch_bounds__(kThreads, D == 256 ? 2 : 4) decode_split_mma_k
   if (tid < G) {
     m_run[tid] = -INFINITY;
     l_run[tid] = 0;
+  }
+  __shared__ __half key_levels[2 * kMaxLevels], value_levels[2 * kMaxLevels];  // hi, then lo
+  if constexpr (C::kLevels > 0) {
+    if (tid < C::kLevels) {
+      const __half kh = __float2half_rn(a.key.levels[tid]), vh = __float2half_rn(a.value.levels[tid]);
+      key_levels[tid] = kh;
+      key_levels[C::kLevels + tid] = __float2half_rn(a.key.levels[tid] - __half2float(kh));
+      value_levels[tid] = vh;
+      value_levels[C::kLevels + tid] = __float2half_rn(a.value.levels[tid] - __half2float(vh));
+    }
   }
 
   // A operand of the score product: query head gid, channels 16 ks + 2 tig (+1) and + 8, hi and lo rows.
@@ -160,32 +225,46 @@ __global__ void __launch_bounds__(kThreads, D == 256 ? 2 : 4) decode_split_mma_k
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
 
-  auto issue = [&](int p, int stage) {
-    stage_page(a, sp.pages[p], h, smem + static_cast<size_t>(stage) * stage_bytes);
+  // Tiles of P pages: staged together (one commit group), scored and summed as one run of P T tokens.
+  const int P = a.tile_pages, span = P * a.T;
+  const int n_tiles = p1 > p0 ? (p1 - p0 + P - 1) / P : 0;
+  auto issue = [&](int tile, int stage) {
+    for (int i = 0; i < P && p0 + tile * P + i < p1; ++i)
+      stage_page(a, sp.pages[p0 + tile * P + i], h, smem + static_cast<size_t>(stage * P + i) * stage_bytes);
+    cp_async_commit();
   };
-  if (p0 < p1) issue(p0, 0);
-  for (int p = p0; p < p1; ++p) {
-    const int stage = a.stages == 2 ? (p - p0) & 1 : 0;
-    if (a.stages == 2 && p + 1 < p1) {
-      issue(p + 1, stage ^ 1);
+  if (n_tiles > 0) issue(0, 0);
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    const int stage = a.stages == 2 ? tile & 1 : 0;
+    if (a.stages == 2 && tile + 1 < n_tiles) {
+      issue(tile + 1, stage ^ 1);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
     __syncthreads();
-    const uint8_t* kblk = smem + static_cast<size_t>(stage) * stage_bytes;
-    const uint8_t* vblk = kblk + a.key_bytes;
+    const uint8_t* base = smem + static_cast<size_t>(stage) * P * stage_bytes;
+    const int n = min(P, p1 - p0 - tile * P) * a.T;  // tokens of this tile
 
     // Scores: each warp takes 8-token tiles; per channel group an exact code product, then the token's scale.
-    for (int tile = warp; tile < a.T / 8; tile += kWarps) {
-      const int tb = 8 * tile + gid;      // the B operand's token
-      const int t0 = 8 * tile + 2 * tig;  // the accumulator's tokens t0, t0 + 1
+    for (int q8 = warp; q8 < n / 8; q8 += kWarps) {
+      const uint8_t* kblk = base + static_cast<size_t>(8 * q8 / a.T) * stage_bytes;
+      const int tb = 8 * q8 % a.T + gid;      // the B operand's token (in its page)
+      const int t0 = 8 * q8 % a.T + 2 * tig;  // the accumulator's tokens t0, t0 + 1
       float acc[4] = {0, 0, 0, 0}, part[4] = {0, 0, 0, 0};
 #pragma unroll
       for (int ks = 0; ks < kSteps; ++ks) {
         const int c = 16 * ks + 2 * tig;
-        mma_16816<C::kBf16>(part, qa[ks], C::template key_pair<D>(kblk, a.T, tb, c),
-                            C::template key_pair<D>(kblk, a.T, tb, c + 8));
+        if constexpr (C::kSplitB) {
+          uint32_t h0, l0, h1, l1;
+          C::template key_pairs<D>(kblk, a.T, tb, c, key_levels, h0, l0);
+          C::template key_pairs<D>(kblk, a.T, tb, c + 8, key_levels, h1, l1);
+          mma_16816<C::kBf16>(part, qa[ks], h0, h1);
+          mma_16816<C::kBf16>(part, qa[ks], l0, l1);
+        } else {
+          mma_16816<C::kBf16>(part, qa[ks], C::template key_pair<D>(kblk, a.T, tb, c),
+                              C::template key_pair<D>(kblk, a.T, tb, c + 8));
+        }
         if ((16 * ks + 16) % kgroup == 0) {  // the group of channels ends here
           const int g = 16 * ks / kgroup;
           const float s0 = C::template key_scale<D>(kblk, a.T, kgroup, t0, g);
@@ -198,12 +277,12 @@ __global__ void __launch_bounds__(kThreads, D == 256 ? 2 : 4) decode_split_mma_k
         }
       }
       if (real) {
-        scores[gid * a.T + t0] = acc[0] + acc[2];
-        scores[gid * a.T + t0 + 1] = acc[1] + acc[3];
+        scores[gid * span + 8 * q8 + 2 * tig] = acc[0] + acc[2];
+        scores[gid * span + 8 * q8 + 2 * tig + 1] = acc[1] + acc[3];
       }
     }
     __syncthreads();
-    softmax_page<G>(scores, a.T, m_run, l_run, alpha);
+    softmax_page<G>(scores, span, n, m_run, l_run, alpha);
     __syncthreads();
 
     // Values: this warp's D/4 channels; A = weights times the (token, group) scale, split hi/lo.
@@ -212,15 +291,16 @@ __global__ void __launch_bounds__(kThreads, D == 256 ? 2 : 4) decode_split_mma_k
     for (int j = 0; j < kTiles; ++j)
 #pragma unroll
       for (int i = 0; i < 4; ++i) o[j][i] *= r;
-    for (int kt = 0; kt < a.T / 16; ++kt) {
-      const int t = 16 * kt + 2 * tig;  // tokens t, t + 1, t + 8, t + 9
+    for (int kt = 0; kt < n / 16; ++kt) {
+      const uint8_t* vblk = base + static_cast<size_t>(16 * kt / a.T) * stage_bytes + a.key_bytes;
+      const int t = 16 * kt % a.T + 2 * tig;  // tokens t, t + 1, t + 8, t + 9 of the page
       float w[4] = {0, 0, 0, 0};
       if (real) {
-        const float* ps = scores + gid * a.T;
-        w[0] = ps[t];
-        w[1] = ps[t + 1];
-        w[2] = ps[t + 8];
-        w[3] = ps[t + 9];
+        const float* ps = scores + gid * span + 16 * kt + 2 * tig;
+        w[0] = ps[0];
+        w[1] = ps[1];
+        w[2] = ps[8];
+        w[3] = ps[9];
       }
       uint32_t pa[4];
       int built = -1;
@@ -229,18 +309,26 @@ __global__ void __launch_bounds__(kThreads, D == 256 ? 2 : 4) decode_split_mma_k
         const int cb = 8 * (warp * kTiles + j), g = cb / vgroup;
         if (g != built) {
           split_pair<C::kBf16>(w[0] * C::template value_scale<D>(vblk, a.T, vgroup, t, g),
-                     w[1] * C::template value_scale<D>(vblk, a.T, vgroup, t + 1, g), pa[0], pa[1]);
+                               w[1] * C::template value_scale<D>(vblk, a.T, vgroup, t + 1, g), pa[0], pa[1]);
           split_pair<C::kBf16>(w[2] * C::template value_scale<D>(vblk, a.T, vgroup, t + 8, g),
-                     w[3] * C::template value_scale<D>(vblk, a.T, vgroup, t + 9, g), pa[2], pa[3]);
+                               w[3] * C::template value_scale<D>(vblk, a.T, vgroup, t + 9, g), pa[2], pa[3]);
           built = g;
         }
         const int c = cb + gid;  // the B operand's channel
-        mma_16816<C::kBf16>(o[j], pa, C::template value_pair<D>(vblk, a.T, t, c),
-                            C::template value_pair<D>(vblk, a.T, t + 8, c));
+        if constexpr (C::kSplitB) {
+          uint32_t h0, l0, h1, l1;
+          C::template value_pairs<D>(vblk, a.T, t, c, value_levels, h0, l0);
+          C::template value_pairs<D>(vblk, a.T, t + 8, c, value_levels, h1, l1);
+          mma_16816<C::kBf16>(o[j], pa, h0, h1);
+          mma_16816<C::kBf16>(o[j], pa, l0, l1);
+        } else {
+          mma_16816<C::kBf16>(o[j], pa, C::template value_pair<D>(vblk, a.T, t, c),
+                              C::template value_pair<D>(vblk, a.T, t + 8, c));
+        }
       }
     }
     __syncthreads();  // the stage and the scores are rewritten next
-    if (a.stages == 1 && p + 1 < p1) issue(p + 1, 0);
+    if (a.stages == 1 && tile + 1 < n_tiles) issue(tile + 1, 0);
   }
 
   if (real) {
