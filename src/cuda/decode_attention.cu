@@ -115,9 +115,9 @@ std::string codec_id(const Codec& c) {
   return name;
 }
 
-std::optional<PairKernel> find_pair(const Codec& k, const Codec& v) {
+std::optional<Launch> find_launch(const Codec& k, const Codec& v) {
   for (const PairKernel& p : pair_kernels())
-    if (p.key == codec_id(k) && p.value == codec_id(v)) return p;
+    if (p.key == codec_id(k) && p.value == codec_id(v)) return p.launch;
   return std::nullopt;
 }
 
@@ -169,7 +169,7 @@ std::string decode_kernel(const DeviceKVCache& cache, int layer) {
   const int d = cache.config().head_dim;
   KVQ_CHECK(d == 64 || d == 128 || d == 256, "CUDA decode attention: head dimension ", d,
             " has no kernel (64, 128 or 256)");
-  KVQ_CHECK(find_pair(k, v).has_value(), "CUDA decode attention: no kernel for key codec '", k.spec().str(),
+  KVQ_CHECK(find_launch(k, v).has_value(), "CUDA decode attention: no kernel for key codec '", k.spec().str(),
             "' with value codec '", v.spec().str(), "' (kernels: ", pair_list(), ")");
   return "cuda_" + k.spec().name + "_" + v.spec().name;
 }
@@ -204,8 +204,7 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
             p.group, " query heads per kv head has no kernel (1, 2, 4 or 8)");
   const Codec& kc = cache.key_codec(layer);
   const Codec& vc = cache.value_codec(layer);
-  const PairKernel pair = *find_pair(kc, vc);
-  p.launch = pair.launch;
+  p.launch = *find_launch(kc, vc);
   const int d = p.d, T = cfg.block_tokens;
 
   // The codecs' maps, once: Kt[j][c] = sigma_k[c] (A_k e_j)[c] and Vt[j][c] = sigma_v[j] (A_v^T e_j)[c].
@@ -244,16 +243,11 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   p.seqs = upload(pages, "the batch's block tables");
   p.windows = upload(windows, "the batch's windows");
 
-  // Split-K: at least four blocks per multiprocessor over the whole batch, and splits of at most kMaxSplitPages
-  // pages (blocks work through their pages in sequence: many short blocks fill the device evenly, few long ones
-  // leave a tail), unless the options say how many.
-  constexpr int kMaxSplitPages = 32;
+  // Split-K: about four blocks per multiprocessor over the whole batch, unless the options say how many.
   int sms = 0;
   KVQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, p.device));
   const int units = std::max(1, p.n_seqs * p.n_kv_heads);
-  int splits = options.splits > 0 ? options.splits
-                                  : std::max((4 * sms + units - 1) / units, (max_pages + kMaxSplitPages - 1) /
-                                                                                kMaxSplitPages);
+  int splits = options.splits > 0 ? options.splits : (4 * sms + units - 1) / units;
   splits = std::clamp(splits, 1, std::max(1, max_pages));
   const int per_split = std::max(1, (max_pages + splits - 1) / splits);
   splits = std::max(1, (max_pages + per_split - 1) / per_split);
@@ -277,19 +271,13 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
 
   int smem_limit = 0;
   KVQ_CUDA_CHECK(cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, p.device));
-  auto smem_for = [&](int stages, int tile_pages) {
-    return static_cast<size_t>(a.key_bytes + a.value_bytes) * stages * tile_pages +
-           sizeof(float) * (p.group * tile_pages * T + 3 * p.group + 2 * kMaxLevels) +
+  auto smem_for = [&](int stages) {
+    return static_cast<size_t>(a.key_bytes + a.value_bytes) * stages +
+           sizeof(float) * (p.group * T + 3 * p.group + 2 * kMaxLevels) +
            sizeof(float) * (2 * kThreads / d) * p.group * d;
   };
-  // Tiles of up to 4 pages where two stages of them stay under kTileSmem (two or more blocks per multiprocessor).
-  constexpr size_t kTileSmem = 96 << 10;
-  a.tile_pages = 1;
-  if (pair.tiles)
-    while (a.tile_pages < 4 && smem_for(2, 2 * a.tile_pages) <= kTileSmem) a.tile_pages *= 2;
-  a.swizzle_chunks = pair.swizzle ? d / 8 : 0;
-  a.stages = smem_for(2, a.tile_pages) <= static_cast<size_t>(smem_limit) ? 2 : 1;
-  p.smem = smem_for(a.stages, a.tile_pages);
+  a.stages = smem_for(2) <= static_cast<size_t>(smem_limit) ? 2 : 1;
+  p.smem = smem_for(a.stages);
   KVQ_CHECK(p.smem <= static_cast<size_t>(smem_limit), "CUDA decode attention: a page of ", kernel, " needs ",
             p.smem, " bytes of shared memory, the device offers ", smem_limit);
 

@@ -35,8 +35,6 @@ struct SplitArgs {
   size_t value_offset, value_stride;  // value block likewise
   int key_bytes, value_bytes;         // bytes copied per block (block_bytes rounded up to 16)
   int T, n_q_heads, n_splits, pages_per_split, stages;
-  int tile_pages;     // pages staged and scored together (the tensor-core kernel; 1 in decode_split_kernel)
-  int swizzle_chunks;  // 0, or the 16-byte chunks per token row of f16/bf16 blocks, staged XOR-swizzled
   const SeqPages* seqs;
   const float* q_space;  // [seq][q head][D], already in the key codec's space (divided by sigma)
   float scale_log2;      // softmax scale * log2(e): scores are kept in base 2
@@ -55,49 +53,11 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-/// Issues the copy of head h's key and value blocks of a page into shared memory `dst` (16-byte cp.async; the
-/// caller commits). With swizzle_chunks = n, chunk j of row r lands at chunk j ^ (r % 8) of that row, so that the
-/// tensor-core kernel's reads of 8 rows at one column hit 8 different banks.
-__device__ __forceinline__ void stage_page(const SplitArgs& a, uint32_t page_id, int h, uint8_t* dst) {
-  const uint8_t* page = a.pool + static_cast<size_t>(page_id) * a.page_bytes;
-  const uint8_t* kb = page + a.key_offset + h * a.key_stride;
-  const uint8_t* vb = page + a.value_offset + h * a.value_stride;
-  const int n = a.swizzle_chunks;
-  auto place = [n](int i) { return n == 0 ? i : i / n * n + ((i % n) ^ (i / n % 8)); };
-  for (int i = threadIdx.x; i < a.key_bytes / 16; i += kThreads) cp_async16(dst + 16 * place(i), kb + 16 * i);
-  for (int i = threadIdx.x; i < a.value_bytes / 16; i += kThreads)
-    cp_async16(dst + a.key_bytes + 16 * place(i), vb + 16 * i);
-}
-
-/// Online softmax over n scored tokens, one warp per query head: their maximum, weights exp2(s - m) written over
-/// the scores (row g at scores + g * stride), the running sum l and the factor alpha that rescales what was
-/// accumulated before.
-template <int G>
-__device__ __forceinline__ void softmax_page(float* scores, int stride, int n, float* m_run, float* l_run,
-                                             float* alpha) {
-  const int lane = threadIdx.x & 31;
-  for (int g = threadIdx.x >> 5; g < G; g += kThreads / 32) {
-    float mx = -INFINITY;
-    for (int t = lane; t < n; t += 32) mx = fmaxf(mx, scores[g * stride + t]);
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    const float m_old = m_run[g], m_new = fmaxf(m_old, mx);
-    float sum = 0;
-    for (int t = lane; t < n; t += 32) {
-      const float e = exp2f(scores[g * stride + t] - m_new);
-      scores[g * stride + t] = e;
-      sum += e;
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    __syncwarp();
-    if (lane == 0) {
-      const float r = exp2f(m_old - m_new);  // 0 for the first page (m_old = -inf)
-      alpha[g] = r;
-      l_run[g] = l_run[g] * r + sum;
-      m_run[g] = m_new;
-    }
-  }
+/// Dynamic shared memory of one block: page stages, then scores [G][T], then the final reduction [TG][G][D].
+template <int D, int G>
+constexpr size_t split_smem_bytes(int stage_bytes, int stages, int T) {
+  return static_cast<size_t>(stage_bytes) * stages + sizeof(float) * (G * T + 3 * G + 2 * kMaxLevels) +
+         sizeof(float) * (2 * kThreads / D) * G * D;
 }
 
 template <class K, class V, int D, int G>
@@ -147,7 +107,12 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const SplitArgs 
   for (int g = 0; g < G; ++g) acc[g][0] = acc[g][1] = 0;
 
   auto issue = [&](int p, int stage) {
-    stage_page(a, sp.pages[p], h, smem + static_cast<size_t>(stage) * stage_bytes);
+    const uint8_t* page = a.pool + static_cast<size_t>(sp.pages[p]) * a.page_bytes;
+    const uint8_t* kb = page + a.key_offset + h * a.key_stride;
+    const uint8_t* vb = page + a.value_offset + h * a.value_stride;
+    uint8_t* dst = smem + static_cast<size_t>(stage) * stage_bytes;
+    for (int i = 16 * tid; i < a.key_bytes; i += 16 * kThreads) cp_async16(dst + i, kb + i);
+    for (int i = 16 * tid; i < a.value_bytes; i += 16 * kThreads) cp_async16(dst + a.key_bytes + i, vb + i);
     cp_async_commit();
   };
 
@@ -180,7 +145,29 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const SplitArgs 
     }
     __syncthreads();
 
-    softmax_page<G>(scores, a.T, a.T, m_run, l_run, alpha);
+    // Online softmax: the page's maximum, weights exp2(s - m), the running sum and the rescale factor.
+    for (int g = warp; g < G; g += kWarps) {
+      float mx = -INFINITY;
+      for (int t = lane; t < a.T; t += 32) mx = fmaxf(mx, scores[g * a.T + t]);
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+      const float m_old = m_run[g], m_new = fmaxf(m_old, mx);
+      float sum = 0;
+      for (int t = lane; t < a.T; t += 32) {
+        const float e = exp2f(scores[g * a.T + t] - m_new);
+        scores[g * a.T + t] = e;
+        sum += e;
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      __syncwarp();
+      if (lane == 0) {
+        const float r = exp2f(m_old - m_new);  // 0 for the first page (m_old = -inf)
+        alpha[g] = r;
+        l_run[g] = l_run[g] * r + sum;
+        m_run[g] = m_new;
+      }
+    }
     __syncthreads();
 
     // Values: acc = alpha acc + sum_t p_t v_t over this thread's run of tokens and 2 channels.

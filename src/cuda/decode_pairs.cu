@@ -5,12 +5,12 @@ namespace kvq::cuda::detail {
 
 const std::vector<PairKernel>& pair_kernels() {
   static const std::vector<PairKernel> pairs = {
-      {"f16", "f16", &launch_mma<F16>, true, true},
-      {"bf16", "bf16", &launch_mma<Bf16>, true, true},
-      {"int4", "int4", &launch_mma<Int4>, true, false},
-      {"int8", "int8", &launch_mma<Int8>, true, false},
-      {"kivi:2", "kivi:2", &launch_split<Kivi2, Kivi2>, false, false},
-      {"turbo_mse:3", "turbo_mse:3", &launch_mma<TurboMse3>, true, false},
+      {"f16", "f16", &launch_split<F16, F16>},
+      {"bf16", "bf16", &launch_split<Bf16, Bf16>},
+      {"int4", "int4", &launch_split<Int4, Int4>},
+      {"int8", "int8", &launch_split<Int8, Int8>},
+      {"kivi:2", "kivi:2", &launch_split<Kivi2, Kivi2>},
+      {"turbo_mse:3", "turbo_mse:3", &launch_split<TurboMse3, TurboMse3>},
   };
   return pairs;
 }
