@@ -243,11 +243,15 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   p.seqs = upload(pages, "the batch's block tables");
   p.windows = upload(windows, "the batch's windows");
 
-  // Split-K: about four blocks per multiprocessor over the whole batch, unless the options say how many.
+  // Split-K: at least four blocks per multiprocessor over the whole batch, and splits of at most kMaxSplitPages
+  // pages (blocks work through their pages in sequence: many short blocks fill the device evenly, a few long ones
+  // leave a tail; measured on the H200, docs/perf/h200.md), unless the options say how many.
+  constexpr int kMaxSplitPages = 32;
   int sms = 0;
   KVQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, p.device));
   const int units = std::max(1, p.n_seqs * p.n_kv_heads);
-  int splits = options.splits > 0 ? options.splits : (4 * sms + units - 1) / units;
+  const int wanted = std::max((4 * sms + units - 1) / units, (max_pages + kMaxSplitPages - 1) / kMaxSplitPages);
+  int splits = options.splits > 0 ? options.splits : wanted;
   splits = std::clamp(splits, 1, std::max(1, max_pages));
   const int per_split = std::max(1, (max_pages + splits - 1) / splits);
   splits = std::max(1, (max_pages + per_split - 1) / per_split);
@@ -271,6 +275,8 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
 
   int smem_limit = 0;
   KVQ_CUDA_CHECK(cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, p.device));
+  // The split kernel's dynamic shared memory (decode_kernel.cuh): page stages, scores [G][T], m, l, alpha [G],
+  // levels, and the final reduction [2 * kThreads / d][G][d].
   auto smem_for = [&](int stages) {
     return static_cast<size_t>(a.key_bytes + a.value_bytes) * stages +
            sizeof(float) * (p.group * T + 3 * p.group + 2 * kMaxLevels) +

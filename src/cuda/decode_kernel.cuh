@@ -53,13 +53,6 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-/// Dynamic shared memory of one block: page stages, then scores [G][T], then the final reduction [TG][G][D].
-template <int D, int G>
-constexpr size_t split_smem_bytes(int stage_bytes, int stages, int T) {
-  return static_cast<size_t>(stage_bytes) * stages + sizeof(float) * (G * T + 3 * G + 2 * kMaxLevels) +
-         sizeof(float) * (2 * kThreads / D) * G * D;
-}
-
 template <class K, class V, int D, int G>
 __global__ void __launch_bounds__(kThreads) decode_split_kernel(const SplitArgs a) {
   static_assert(D == 64 || D == 128 || D == 256, "head dimensions 64, 128, 256");
