@@ -1,9 +1,11 @@
 // The device-side KV cache: pages in one cudaMalloc'd pool with the CPU KVCache's layout, block tables and fp32
 // windows in device memory mirrored by host copies (the host keeps the bookkeeping; the kernels read the device).
 // Appends encode on the host with the CPU codecs, then copy the new pages and the window.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <utility>
 
 #include "cuda/device_memory.hpp"
 #include "kvq/cuda.hpp"
