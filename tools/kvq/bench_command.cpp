@@ -1,5 +1,5 @@
 // kvq bench attention --ctx N --batch B --q-heads H --kv-heads G --dim D --threads T --k SPEC --v SPEC
-//   [--k SPEC --v SPEC ...] [--block 64|128] [--reps R] [--hot] [--json]
+//   [--k SPEC --v SPEC ...] [--block 64|128] [--reps R] [--hot] [--json] [--device cpu|cuda]
 //
 // Decode attention speed per (key codec, value codec) pair against the f16/f16 cache and this machine's read
 // bandwidth. Every cache is built with key-like keys and Gaussian values appended in prefill chunks; unless --hot,
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "cuda_bench.hpp"
 #include "kvq/attention.hpp"
 #include "kvq/cache.hpp"
 #include "kvq/error.hpp"
@@ -40,6 +41,7 @@ struct BenchOptions {
   std::vector<std::string> keys, values;
   bool hot = false, json = false;
   uint64_t seed = 1;
+  std::string device = "cpu";
 };
 
 using Clock = std::chrono::steady_clock;
@@ -213,6 +215,10 @@ std::vector<Row> measure(const BenchOptions& o, ThreadPool& pool, double& read_g
 }
 
 void run_bench(const BenchOptions& o) {
+  if (o.device == "cuda") {
+    run_cuda_bench({o.ctx, o.batch, o.q_heads, o.kv_heads, o.dim, o.block, o.reps, o.keys, o.values, o.json, o.seed});
+    return;
+  }
   ThreadPool pool(o.threads);
   double read_gbps = 0;
   std::vector<Row> rows = measure(o, pool, read_gbps);
@@ -286,6 +292,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "random seed")->capture_default_str();
   cmd->add_flag("--hot", o->hot, "one cache per pair, reused: with a small --ctx, the compute time alone");
   cmd->add_flag("--json", o->json, "print one JSON object");
+  cmd->add_option("--device", o->device, "cpu, or cuda (device 0, against the bf16/bf16 kernel)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   cmd->callback([o] { run_bench(*o); });
 }
 

@@ -1,0 +1,25 @@
+#!/usr/bin/env python3
+"""The table of bench/gpu/run.sh: per shape, SDPA's time and each kernel's time, speed-up over SDPA and fraction
+of the copy bandwidth on its own (compressed) bytes. Reads sdpa.jsonl and kvq.jsonl; writes summary.json."""
+import json
+import sys
+
+out_dir = sys.argv[1]
+sdpa = {(r["batch"], r["ctx"]): r for r in map(json.loads, open(f"{out_dir}/sdpa.jsonl"))}
+kvq = [json.loads(line) for line in open(f"{out_dir}/kvq.jsonl") if line.startswith("{")]
+summary = []
+for res in kvq:
+    for r in res["rows"]:
+        base = sdpa.get((r["batch"], r["ctx"]))
+        r["sdpa_us"] = base["us_per_call"] if base else None
+        r["speedup_vs_sdpa"] = base["us_per_call"] / r["us_per_call"] if base else None
+        r["copy_gbps"] = res["copy_gbps"]
+        summary.append(r)
+json.dump({"sdpa": list(sdpa.values()), "rows": summary}, open(f"{out_dir}/summary.json", "w"), indent=1)
+print(f"{'batch':>5} {'ctx':>7} {'pair':<24} {'us':>9} {'sdpa us':>9} {'vs sdpa':>8} {'GB/s':>7} {'of copy':>7}")
+for r in summary:
+    pair = r["k"] + "/" + r["v"]
+    vs = f"{r['speedup_vs_sdpa']:.2f}x" if r["speedup_vs_sdpa"] else "-"
+    sd = f"{r['sdpa_us']:.1f}" if r["sdpa_us"] else "-"
+    print(f"{r['batch']:>5} {r['ctx']:>7} {pair:<24} {r['us_per_call']:>9.1f} {sd:>9} {vs:>8} {r['gbps']:>7.0f} "
+          f"{r['bw_fraction']:>7.2f}")

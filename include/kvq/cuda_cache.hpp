@@ -1,0 +1,131 @@
+// The KV cache and decode attention on a CUDA device: the same codecs, block layout (block_layout.hpp), pages and
+// block tables as the CPU KVCache (cache.hpp), with the pages in one cudaMalloc'd pool on the device.
+//
+// Appends encode on the host with the CPU codecs and copy the finished pages and the fp32 window to the device
+// (device-side encode kernels are not written yet). Decode attention runs on the device: the queries are mapped to
+// the key codec's space, a split-K kernel fused for the (key codec, value codec) pair scores and sums the pages,
+// and a merge kernel folds the splits, maps the result back from the value codec's space, adds the fp32 window
+// and normalizes. A codec pair without a kernel is an error (decode_kernel names what would run).
+//
+// Builds without the CUDA backend provide these declarations too: every constructor and call throws kvq::Error
+// naming the reason. Thread safety: as KVCache; a DecodePlan holds its own device workspace.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvq/attention.hpp"
+#include "kvq/cache.hpp"
+
+namespace kvq::cuda {
+
+/// A float array in device memory (cudaMalloc), for queries and outputs.
+class DeviceFloats {
+ public:
+  explicit DeviceFloats(size_t n, int device = 0);
+  ~DeviceFloats();
+  DeviceFloats(DeviceFloats&&) noexcept;
+  DeviceFloats& operator=(DeviceFloats&&) noexcept;
+  DeviceFloats(const DeviceFloats&) = delete;
+  DeviceFloats& operator=(const DeviceFloats&) = delete;
+
+  float* data() { return data_; }
+  const float* data() const { return data_; }
+  size_t size() const { return size_; }
+  void upload(std::span<const float> host);  ///< host.size() == size()
+  std::vector<float> download() const;
+  void fill(float value);
+
+ private:
+  float* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+/// Where one (sequence, layer) lives on the device, for the kernels.
+struct DeviceLayerView {
+  const PageId* pages = nullptr;  ///< device block table, n_pages entries
+  size_t n_pages = 0;
+  const float* window = nullptr;  ///< device fp32 window: keys [H][slots][d], then values [H][slots][d]
+  int window_count = 0;
+};
+
+class DeviceKVCache {
+ public:
+  /// An empty cache with fresh codecs (the same seeds as KVCache(config)); allocates the device pool.
+  explicit DeviceKVCache(const CacheConfig& config, int device = 0);
+  /// A device copy of a CPU cache: its codecs (trained state included), sequences, pages and windows.
+  /// capacity_pages: the device pool's size (0: the host cache's capacity).
+  explicit DeviceKVCache(const KVCache& host, size_t capacity_pages = 0, int device = 0);
+  ~DeviceKVCache();
+  DeviceKVCache(DeviceKVCache&&) noexcept;
+  DeviceKVCache& operator=(DeviceKVCache&&) noexcept;
+
+  const CacheConfig& config() const;
+  int device() const;
+  const Codec& key_codec(int layer) const;
+  const Codec& value_codec(int layer) const;
+
+  SeqId add_sequence();
+  void remove_sequence(SeqId seq);
+  bool has_sequence(SeqId seq) const;
+  size_t length(SeqId seq, int layer) const;
+  /// Appends tokens from host memory, [n_tokens][n_kv_heads][head_dim] each, as KVCache::append (encoded on the
+  /// host, then copied); throws before modifying anything on any error.
+  void append(SeqId seq, int layer, const float* keys, const float* values, size_t n_tokens);
+  /// A new sequence of n_tokens tokens (a multiple of T) in every layer where src holds pages, repeating src's pages
+  /// cyclically, copied device to device into fresh pages (src: whole pages, empty windows). Benchmarks build large
+  /// caches of distinct memory from a few encoded pages this way.
+  SeqId add_sequence_repeating(SeqId src, size_t n_tokens);
+
+  size_t page_bytes() const;
+  size_t key_block_offset(int head) const;
+  size_t value_block_offset(int head) const;
+  size_t residual_slots() const;  ///< R + T - 1: window slots per kv head
+  size_t free_pages() const;
+  size_t capacity_pages() const;
+  const uint8_t* device_pool() const;
+  DeviceLayerView view(SeqId seq, int layer) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// What decode attention runs for a layer's codec pair, e.g. "cuda_int4_int4"; throws kvq::Error for a pair (or
+/// head dimension) without a CUDA kernel.
+std::string decode_kernel(const DeviceKVCache& cache, int layer);
+
+/// One batch of sequences prepared for repeated decode steps: the block-table descriptors and the split-K
+/// workspace live on the device. Valid until the sequences change (append, remove).
+class DecodePlan {
+ public:
+  DecodePlan(const DeviceKVCache& cache, int layer, std::span<const SeqId> seqs, int n_q_heads,
+             const AttentionOptions& options = {});
+  ~DecodePlan();
+  DecodePlan(DecodePlan&&) noexcept;
+  DecodePlan& operator=(DecodePlan&&) noexcept;
+
+  /// q_dev, out_dev: device arrays [seqs][n_q_heads][head_dim] (fp32). stream: a cudaStream_t (null: default).
+  void run(const float* q_dev, float* out_dev, void* stream = nullptr) const;
+  int splits() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// decode_attention (attention.hpp) on the device: one plan, one run, synchronized.
+void decode_attention(const DeviceKVCache& cache, int layer, std::span<const SeqId> seqs, const float* q_dev,
+                      float* out_dev, int n_q_heads, const AttentionOptions& options = {}, void* stream = nullptr);
+
+/// Median device time in milliseconds of `reps` runs of `work` (CUDA events around each, after `warmup` runs).
+double median_ms(const std::function<void()>& work, int reps, int warmup = 3);
+/// The device's copy bandwidth in GB/s (bytes read + bytes written per second), device-to-device copies of
+/// `bytes`, median of `reps`.
+double copy_bandwidth_gbps(size_t bytes, int reps, int device = 0);
+
+}  // namespace kvq::cuda

@@ -1,0 +1,181 @@
+// Device-side decoding of each codec's block (include/kvq/block_layout.hpp) from shared memory, for the decode
+// attention kernel. Every codec offers the same two reads of a block staged in shared memory:
+//   key_slice(blk, t, c0, k):     k[j] = y_{t, c0 + j} / sigma_{c0 + j}, j < 8 (c0 a multiple of 8)
+//   value_chunk(blk, t0, c, v):   v[j][i] = y_{t0 + j, c + i} / sigma_{c + i}, j < 8 tokens, i < 2 (c even)
+// where y is the codec-space decode and sigma a per-channel factor folded into the query map and the output map
+// (int8/int4's lambda; 1 elsewhere). Args carry what the layout does not fix at compile time.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace kvq::cuda::detail {
+
+/// Run-time parameters of one codec's blocks.
+struct CodecArgs {
+  int T = 0;                        ///< tokens per block
+  int group = 0;                    ///< int8/int4: channels per scale; kivi values: channels per (min, scale)
+  const float* levels = nullptr;    ///< turbo_mse: 2^bits Lloyd–Max levels (device memory)
+};
+
+__device__ __forceinline__ float f16_at(const uint8_t* p) { return __half2float(*reinterpret_cast<const __half*>(p)); }
+
+// ---- f16 / bf16: [T x d] token-major ---------------------------------------------------------------------------
+template <bool kBf16>
+struct FloatTraits {
+  static constexpr int kLevels = 0;
+  __device__ static float2 pair(const uint8_t* p) {
+    if constexpr (kBf16) return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+    else return __half22float2(*reinterpret_cast<const __half2*>(p));
+  }
+  template <int D>
+  __device__ static void key_slice(const uint8_t* blk, int t, int c0, float (&k)[8], const CodecArgs&, const float*) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(blk + 2 * (t * D + c0));
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = pair(reinterpret_cast<const uint8_t*>(&w[i]));
+      k[2 * i] = f.x;
+      k[2 * i + 1] = f.y;
+    }
+  }
+  template <int D>
+  __device__ static void value_chunk(const uint8_t* blk, int t0, int c, float (&v)[8][2], const CodecArgs&,
+                                     const float*) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float2 f = pair(blk + 2 * ((t0 + j) * D + c));
+      v[j][0] = f.x;
+      v[j][1] = f.y;
+    }
+  }
+};
+
+// ---- int8 / int4 (IntGroup): keys tokens-in-lanes, values channels-in-lanes, fp16 scales in 16-token tiles -----
+template <int kBits>
+struct IntTraits {
+  static constexpr int kLevels = 0;
+  static constexpr int E = 32 / kBits;  // elements per 32-bit lane
+  __device__ static int element(uint32_t w, int j) {
+    return static_cast<int>(w << (32 - kBits * (j + 1))) >> (32 - kBits);
+  }
+  template <int D>
+  __device__ static int scales_offset(const CodecArgs& a) {
+    return a.T * D * kBits / 8;
+  }
+  template <int D>
+  __device__ static float scale(const uint8_t* blk, int t, int g, const CodecArgs& a) {
+    return f16_at(blk + scales_offset<D>(a) + 2 * ((t / 16 * (D / a.group) + g) * 16 + t % 16));
+  }
+  template <int D>
+  __device__ static void key_slice(const uint8_t* blk, int t, int c0, float (&k)[8], const CodecArgs& a,
+                                   const float*) {
+    const float s = scale<D>(blk, t, c0 / a.group, a);
+#pragma unroll
+    for (int w = 0; w < 8 / E; ++w) {
+      const uint32_t word =
+          *reinterpret_cast<const uint32_t*>(blk + 64 * (t / 16 * (D / E) + (c0 + w * E) / E) + 4 * (t % 16));
+#pragma unroll
+      for (int j = 0; j < E; ++j) k[w * E + j] = s * static_cast<float>(element(word, j));
+    }
+  }
+  template <int D>
+  __device__ static void value_chunk(const uint8_t* blk, int t0, int c, float (&v)[8][2], const CodecArgs& a,
+                                     const float*) {
+#pragma unroll
+    for (int w = 0; w < 8 / E; ++w) {
+      const int t = t0 + w * E;
+      const uint8_t* tile = blk + 64 * (t / E * (D / 16) + c / 16) + 4 * (c % 16);
+      const uint2 words = *reinterpret_cast<const uint2*>(tile);  // channels c, c + 1 (c even)
+#pragma unroll
+      for (int j = 0; j < E; ++j) {
+        const float s = scale<D>(blk, t + j, c / a.group, a);
+        v[w * E + j][0] = s * static_cast<float>(element(words.x, j));
+        v[w * E + j][1] = s * static_cast<float>(element(words.y, j));
+      }
+    }
+  }
+};
+
+// ---- kivi: token-major b-bit codes (LSB first), fp16 mins then scales; keys per channel, values per group ----
+template <int kBits>
+struct KiviTraits {
+  static constexpr int kLevels = 0;
+  template <int D>
+  __device__ static int mins_offset(const CodecArgs& a) {
+    return a.T * D * kBits / 8;
+  }
+  __device__ static int param_align16(int n) { return (2 * n + 15) / 16 * 16; }
+  template <int D>
+  __device__ static void key_slice(const uint8_t* blk, int t, int c0, float (&k)[8], const CodecArgs& a,
+                                   const float*) {
+    const uint8_t* codes = blk + t * (D * kBits / 8) + c0 * kBits / 8;
+    uint32_t bits = 0;
+#pragma unroll
+    for (int b = 0; b < kBits; ++b) bits |= static_cast<uint32_t>(codes[b]) << (8 * b);
+    const uint8_t* mins = blk + mins_offset<D>(a);
+    const uint8_t* scales = mins + param_align16(D);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int c = c0 + j;
+      const float q = static_cast<float>((bits >> (kBits * j)) & ((1u << kBits) - 1));
+      k[j] = f16_at(mins + 2 * c) + f16_at(scales + 2 * c) * q;
+    }
+  }
+  template <int D>
+  __device__ static void value_chunk(const uint8_t* blk, int t0, int c, float (&v)[8][2], const CodecArgs& a,
+                                     const float*) {
+    const int groups = D / a.group;
+    const uint8_t* mins = blk + mins_offset<D>(a);
+    const uint8_t* scales = mins + param_align16(a.T * groups);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int t = t0 + j;
+      const uint32_t byte = blk[t * (D * kBits / 8) + c * kBits / 8];
+      const int shift = c * kBits % 8;
+      const int p = t * groups + c / a.group;
+      const float m = f16_at(mins + 2 * p), s = f16_at(scales + 2 * p);
+      v[j][0] = m + s * static_cast<float>((byte >> shift) & ((1u << kBits) - 1));
+      v[j][1] = m + s * static_cast<float>((byte >> (shift + kBits)) & ((1u << kBits) - 1));
+    }
+  }
+};
+
+// ---- turbo_mse: token-major b-bit level indices (LSB first), fp16 norms; y = norm * level[idx] --------------------
+template <int kBits>
+struct TurboMseTraits {
+  static constexpr int kLevels = 1 << kBits;
+  template <int D>
+  __device__ static int norms_offset(const CodecArgs& a) {
+    return (a.T * (D * kBits / 8) + 15) / 16 * 16;
+  }
+  template <int D>
+  __device__ static void key_slice(const uint8_t* blk, int t, int c0, float (&k)[8], const CodecArgs& a,
+                                   const float* levels) {
+    const uint8_t* codes = blk + t * (D * kBits / 8) + c0 * kBits / 8;  // 8 indices fill kBits whole bytes
+    uint32_t bits = 0;
+#pragma unroll
+    for (int b = 0; b < kBits; ++b) bits |= static_cast<uint32_t>(codes[b]) << (8 * b);
+    const float norm = f16_at(blk + norms_offset<D>(a) + 2 * t);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) k[j] = norm * levels[(bits >> (kBits * j)) & (kLevels - 1)];
+  }
+  template <int D>
+  __device__ static void value_chunk(const uint8_t* blk, int t0, int c, float (&v)[8][2], const CodecArgs& a,
+                                     const float* levels) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int t = t0 + j, bit = c * kBits;
+      const uint8_t* p = blk + t * (D * kBits / 8) + bit / 8;
+      const uint32_t two = static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8;  // p[1] stays in the block
+      const int shift = bit % 8;
+      const float norm = f16_at(blk + norms_offset<D>(a) + 2 * t);
+      v[j][0] = norm * levels[(two >> shift) & (kLevels - 1)];
+      v[j][1] = norm * levels[(two >> (shift + kBits)) & (kLevels - 1)];
+    }
+  }
+};
+
+}  // namespace kvq::cuda::detail

@@ -1,0 +1,174 @@
+// CUDA decode attention against the double-precision reference over the decoded cache, for every codec pair with a
+// kernel: GQA groups 1/4/8, d = 64/128/256, T = 64/128, windows (R), lengths that are not multiples of T, empty and
+// one-token sequences, several sequences in one call, Gaussian and key-like (outlier) data; the device cache's own
+// appends and the errors it owes its callers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attention_test_util.hpp"
+#include "gpu_test.hpp"
+#include "kvq/cuda_cache.hpp"
+#include "kvq/error.hpp"
+#include "test_seed.hpp"
+
+namespace kvq {
+namespace {
+
+using test::Shape;
+
+const std::vector<std::pair<std::string, std::string>> kPairs = {
+    {"f16", "f16"},   {"bf16", "bf16"},         {"int4", "int4"},
+    {"int8", "int8"}, {"kivi:2", "kivi:2"}, {"turbo_mse:3", "turbo_mse:3"},
+};
+
+// Runs the device kernel on the scenario's cache (layer 1) and returns its output.
+std::vector<float> device_decode(const cuda::DeviceKVCache& dev, const std::vector<SeqId>& ids,
+                                 const std::vector<float>& q, int n_q_heads, int splits = 0) {
+  cuda::DeviceFloats q_dev(q.size()), out_dev(q.size());
+  q_dev.upload(q);
+  out_dev.fill(NAN);  // every element must be written
+  AttentionOptions options;
+  options.splits = splits;
+  cuda::decode_attention(dev, 1, ids, q_dev.data(), out_dev.data(), n_q_heads, options);
+  return out_dev.download();
+}
+
+// |got - want| within 1e-3 of sum_t p_t |v_t| (plus fp32 score rounding), row by row, no NaN.
+void expect_matches(const Shape& shape, const std::string& k, const std::string& v, uint64_t seed, int splits = 0) {
+  SCOPED_TRACE(k + "/" + v + ", " + test::describe(shape) + ", splits " + std::to_string(splits));
+  const test::Scenario sc = test::build(shape, k, v, seed);
+  const cuda::DeviceKVCache dev(sc.cache);
+  const auto q = test::queries(shape, sc.ids.size(), seed + 99);
+  const std::vector<float> got = device_decode(dev, sc.ids, q, shape.H * shape.G, splits);
+  for (float x : got) ASSERT_TRUE(std::isfinite(x));
+  const test::Reference ref = test::reference_decode(sc, q, shape.G, true);
+  EXPECT_LE(test::worst(got, ref.out, ref, static_cast<size_t>(shape.d), 1e-3, true), 1.0);
+  // And the CPU's fused kernels on the same cache, which agree with the reference to 1e-5.
+  const std::vector<float> cpu = test::decode(sc, q, nullptr);
+  EXPECT_LE(test::worst(got, cpu, ref, static_cast<size_t>(shape.d), 1e-3, true), 1.0);
+}
+
+TEST(CudaDecodeAttention, EveryPairMatchesTheReference) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  for (const auto& [k, v] : kPairs) {
+    expect_matches({128, 64, 0, 2, 4, {0, 1, 63, 200, 700}, true}, k, v, seed);
+    expect_matches({128, 64, 64, 2, 4, {5, 130, 1000}, false}, k, v, seed + 1);
+  }
+}
+
+TEST(CudaDecodeAttention, HeadDimensionsGroupsAndPageSizes) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  for (const auto& [k, v] : kPairs) {
+    expect_matches({64, 64, 0, 3, 1, {77, 300}, true}, k, v, seed);
+    expect_matches({256, 128, 128, 1, 8, {1, 129, 600}, true}, k, v, seed + 2);
+    expect_matches({128, 128, 0, 1, 8, {1000}, false}, k, v, seed + 3);
+  }
+}
+
+TEST(CudaDecodeAttention, SplitCountsGiveTheSameAnswer) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  for (int splits : {1, 3, 64}) expect_matches({128, 64, 0, 2, 4, {900, 64, 0}, true}, "int4", "int4", seed, splits);
+}
+
+// Appends on the device cache (token by token and in chunks) give what the host cache holds after the same appends.
+TEST(CudaDeviceCache, AppendsMatchTheHostCache) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  for (const auto& [k, v] : kPairs) {
+    SCOPED_TRACE(k + "/" + v);
+    const Shape shape{128, 64, 64, 2, 4, {0, 300}, true};
+    const test::Scenario sc = test::build(shape, k, v, seed);  // the host cache and its tokens
+    KVCache trained(sc.cfg);                                     // the same codecs, trained the same way, empty
+    test::train_if_needed(trained, seed, 1);
+    cuda::DeviceKVCache dev(trained);
+    std::vector<SeqId> ids;
+    for (size_t s = 0; s < sc.ids.size(); ++s) {
+      ids.push_back(dev.add_sequence());
+      const test::Tokens& t = sc.tokens[s];
+      const size_t row = static_cast<size_t>(shape.H * shape.d), n = shape.lengths[s];
+      for (size_t i = 0; i < n;) {  // chunks of 1, 37, 1, 37, ...
+        const size_t step = std::min(n - i, i % 2 ? size_t{1} : size_t{37});
+        dev.append(ids.back(), 1, t.keys.data() + i * row, t.values.data() + i * row, step);
+        i += step;
+      }
+      EXPECT_EQ(dev.length(ids.back(), 1), n);
+    }
+    const auto q = test::queries(shape, ids.size(), seed + 5);
+    const std::vector<float> got = device_decode(dev, ids, q, shape.H * shape.G);
+    const test::Reference ref = test::reference_decode(sc, q, shape.G, true);
+    EXPECT_LE(test::worst(got, ref.out, ref, static_cast<size_t>(shape.d), 1e-3, true), 1.0);
+  }
+}
+
+// A sequence built by repeating another's pages attends over the repeated tokens.
+TEST(CudaDeviceCache, RepeatedSequenceIsTheTokensRepeated) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  const Shape shape{128, 64, 0, 2, 4, {128}, true};
+  const test::Scenario sc = test::build(shape, "int4", "int4", seed);
+  cuda::DeviceKVCache dev(sc.cache, 64);
+  const std::vector<SeqId> ids = {dev.add_sequence_repeating(sc.ids[0], 384)};
+  EXPECT_EQ(dev.length(ids[0], 1), 384u);
+  const auto q = test::queries(shape, 1, seed + 1);
+  const std::vector<float> got = device_decode(dev, ids, q, shape.H * shape.G);
+  const size_t d = 128;
+  test::Reference ref(q.size() / d, d);
+  for (int h = 0; h < shape.H; ++h) {
+    const test::Tokens one = test::decoded_head(sc.cache, sc.ids[0], 1, h);
+    test::Tokens three;
+    for (int r = 0; r < 3; ++r) {
+      three.keys.insert(three.keys.end(), one.keys.begin(), one.keys.end());
+      three.values.insert(three.values.end(), one.values.begin(), one.values.end());
+    }
+    for (int j = 0; j < shape.G; ++j) {
+      const size_t row = static_cast<size_t>(h * shape.G + j);
+      test::reference_row(ref, row, q.data() + row * d, three, 384, 384, 128);
+    }
+  }
+  EXPECT_LE(test::worst(got, ref.out, ref, d, 1e-3, true), 1.0);
+}
+
+TEST(CudaDeviceCache, ErrorsNameTheProblem) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  const Shape shape{128, 64, 0, 2, 4, {100}, true};
+  const test::Scenario sc = test::build(shape, "f16", "int4", seed);
+  const cuda::DeviceKVCache mixed(sc.cache);
+  try {
+    cuda::decode_kernel(mixed, 1);
+    ADD_FAILURE() << "a pair without a kernel must throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no kernel for key codec 'f16' with value codec 'int4'"), std::string::npos)
+        << e.what();
+  }
+  const test::Scenario ok = test::build(shape, "int4", "int4", seed);
+  const cuda::DeviceKVCache dev(ok.cache);
+  EXPECT_EQ(cuda::decode_kernel(dev, 1), "cuda_int4_int4");
+  cuda::DeviceFloats q(3 * 128), out(3 * 128);
+  EXPECT_THROW(cuda::decode_attention(dev, 1, ok.ids, q.data(), out.data(), 3), Error);  // GQA group 3/2
+  EXPECT_THROW(cuda::decode_attention(dev, 5, ok.ids, q.data(), out.data(), 8), Error);  // no layer 5
+  const std::vector<SeqId> unknown = {42};
+  EXPECT_THROW(cuda::decode_attention(dev, 1, unknown, q.data(), out.data(), 8), Error);
+
+  CacheConfig small = test::config_for(shape, "int4", "int4", seed);
+  small.capacity_pages = 1;
+  cuda::DeviceKVCache full(small);
+  const SeqId s = full.add_sequence();
+  const test::Tokens t = test::make_tokens(small, 200, seed, true);
+  EXPECT_THROW(full.append(s, 0, t.keys.data(), t.values.data(), 200), Error);  // needs 3 pages
+  EXPECT_EQ(full.length(s, 0), 0u);  // nothing changed
+  std::vector<float> nan_keys(t.keys.begin(), t.keys.begin() + 256);
+  nan_keys[7] = NAN;
+  EXPECT_THROW(full.append(s, 0, nan_keys.data(), t.values.data(), 1), Error);
+  EXPECT_THROW(cuda::DeviceKVCache(small, 99), Error);  // no such device
+}
+
+}  // namespace
+}  // namespace kvq

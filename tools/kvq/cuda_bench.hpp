@@ -1,0 +1,22 @@
+// kvq bench attention --device cuda (cuda_bench.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvq::cli {
+
+struct CudaBenchOptions {
+  size_t ctx = 32768, batch = 1;
+  int q_heads = 32, kv_heads = 8, dim = 128, block = 64, reps = 20;
+  std::vector<std::string> keys, values;
+  bool json = false;
+  uint64_t seed = 1;
+};
+
+/// Times every (--k, --v) pair and the bf16/bf16 baseline on CUDA device 0; prints a table or one JSON object.
+void run_cuda_bench(const CudaBenchOptions& o);
+
+}  // namespace kvq::cli
