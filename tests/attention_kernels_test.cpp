@@ -204,7 +204,9 @@ TEST(AttentionKernels, SplitKAndThreadPoolsAgree) {
   ThreadPool two(2);
   for (int splits : {0, 3, 1000}) {
     SCOPED_TRACE("splits " + std::to_string(splits));
-    EXPECT_LE(worst(decode(sc, q, &two, splits), base, ref, 128, 1e-6, false), 1.0);
+    // Splits change only the order of the fp32 sums (the scores are the same): 1e-5 of the output's magnitude,
+    // where a wrong merge is off by 1e-3 or more (the scalar kernel's sums, unblocked, differ by up to 4e-6).
+    EXPECT_LE(worst(decode(sc, q, &two, splits), base, ref, 128, 1e-5, false), 1.0);
   }
 }
 
