@@ -152,8 +152,8 @@ class GgufLlamaReader {
   std::string arch_;
 };
 
-// llama.cpp's values for Gemma 3, which its GGUF files do not carry: the local layers' RoPE base and the period
-// of global layers (every sixth).
+// llama.cpp's values for Gemma 3, which its GGUF files do not carry: the local layers' RoPE base (unless
+// rope.freq_base_swa gives it) and the period of global layers (every sixth).
 constexpr float kGemma3SlidingRopeBase = 10000.0f;
 constexpr int kGemma3SlidingPeriod = 6;
 
@@ -186,8 +186,7 @@ void load_gguf_llama(const GgufFile& g, LlamaConfig& c, LlamaWeights& w) {
   c.rope_style = arch == Arch::llama ? RopeStyle::adjacent_pairs : RopeStyle::halves;
   if (arch == Arch::gemma3) {
     c.sliding_window = r.count("attention.sliding_window");
-    c.sliding_period = r.has("attention.sliding_window_pattern") ? r.count("attention.sliding_window_pattern")
-                                                                 : kGemma3SlidingPeriod;
+    c.sliding_period = kGemma3SlidingPeriod;
     c.rope_theta_sliding = r.real("rope.freq_base_swa", kGemma3SlidingRopeBase);
     c.activation = Activation::gelu_tanh;
     c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
