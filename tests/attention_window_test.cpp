@@ -19,7 +19,8 @@ using test::Tokens;
 // Tokens [lo, hi) of one head, d floats each.
 Tokens slice(const Tokens& t, size_t lo, size_t hi, size_t d) {
   Tokens s;
-  s.keys.assign(t.keys.begin() + static_cast<std::ptrdiff_t>(lo * d), t.keys.begin() + static_cast<std::ptrdiff_t>(hi * d));
+  s.keys.assign(t.keys.begin() + static_cast<std::ptrdiff_t>(lo * d),
+                t.keys.begin() + static_cast<std::ptrdiff_t>(hi * d));
   s.values.assign(t.values.begin() + static_cast<std::ptrdiff_t>(lo * d),
                   t.values.begin() + static_cast<std::ptrdiff_t>(hi * d));
   return s;

@@ -20,7 +20,8 @@ const char* const kFetchGemma = "run scripts/fetch-models.sh gemma3";
 // From `python3 tests/reference/gemma3_reference.py`: BOS and the first tokens of its TEXT, and per position the
 // argmax, the logit range and the logits at kProbeIds.
 const std::vector<int> kIds = {2, 14946, 3324, 496, 990, 236764, 993, 691};
-const std::vector<int> kProbeIds = {0, 1, 2, 3, 107, 496, 691, 990, 993, 1000, 3324, 10000, 14946, 100000, 236764, 262143};
+const std::vector<int> kProbeIds = {0,    1,     2,     3,     107,    496,    691,   990,
+                                    993,  1000,  3324,  10000, 14946,  100000, 236764, 262143};
 struct ReferencePosition {
   int argmax;
   double max, min;

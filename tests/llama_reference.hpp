@@ -116,9 +116,10 @@ inline Matrix reference_logits(const LlamaModel& model, const std::vector<int>& 
       auto g = product(gate, h);
       const auto u = product(up, h);
       for (size_t i = 0; i < g.size(); ++i) {
+        const double x3 = g[i] * g[i] * g[i];
         const double a = c.activation == Activation::silu
                              ? g[i] / (1.0 + std::exp(-g[i]))
-                             : 0.5 * g[i] * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g[i] + 0.044715 * g[i] * g[i] * g[i])));
+                             : 0.5 * g[i] * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g[i] + 0.044715 * x3)));
         g[i] = a * u[i];
       }
       auto d = product(down, g);

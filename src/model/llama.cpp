@@ -219,7 +219,8 @@ void LlamaRunner::ffn_block(const LlamaLayerWeights& w, int n) {
     rmsnorm(&xb_[static_cast<size_t>(i) * c.dim], &x_[static_cast<size_t>(i) * c.dim], w.ffn_norm, c.dim,
             c.norm_eps);
   project({{&w.w_gate, gate_.data()}, {&w.w_up, up_.data()}}, xb_.data(), n);
-  for (size_t i = 0; i < static_cast<size_t>(n) * c.hidden_dim; ++i) gate_[i] = activate(gate_[i], c.activation) * up_[i];
+  for (size_t i = 0; i < static_cast<size_t>(n) * c.hidden_dim; ++i)
+    gate_[i] = activate(gate_[i], c.activation) * up_[i];
   project({{&w.w_down, proj_.data()}}, gate_.data(), n);
   rmsnorm_rows(proj_.data(), w.post_ffn_norm, n, c.dim, c.norm_eps);
   for (size_t i = 0; i < static_cast<size_t>(n) * c.dim; ++i) x_[i] += proj_[i];
