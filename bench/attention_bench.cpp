@@ -46,7 +46,10 @@ void decode_benchmark(benchmark::State& state, const std::string& k, const std::
 }
 
 void register_attention_benchmarks() {
-  const std::vector<std::pair<std::string, std::string>> pairs{{"f16", "f16"}, {"int4", "int4"}, {"int8", "int8"}};
+  const std::vector<std::pair<std::string, std::string>> pairs{
+      {"f16", "f16"},         {"int4", "int4"},          {"int8", "int8"},
+      {"kivi:2", "kivi:2"},   {"kivi:4", "kivi:4"},      {"turbo_mse:3", "turbo_mse:3"},
+      {"turbo_mse:2", "turbo_mse:2"}, {"turbo_mse:4", "turbo_mse:4"}, {"turbo_prod:3", "turbo_mse:3"}};
   for (const auto& [k, v] : pairs)
     for (const std::string isa : {"scalar", "avx2", "avx512"})
       benchmark::RegisterBenchmark(("attention/decode/" + k + "_" + v + "/" + isa).c_str(),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every test: the Release build (warnings are errors), then the same tests under
-# AddressSanitizer + UndefinedBehaviorSanitizer.
+# Sets up, builds and runs every test: the Release build (warnings are errors), the same tests under
+# AddressSanitizer + UndefinedBehaviorSanitizer, then the NEON kernels cross-built for AArch64 and run under qemu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -15,4 +15,17 @@ echo "kvq: release tests done in $(( $(date +%s) - start )) s"
 cmake --preset asan >/dev/null
 cmake --build --preset asan --target kvq_tests kvq_tool
 ctest --preset asan
+echo "kvq: sanitizer tests done in $(( $(date +%s) - start )) s"
+# AArch64: only the kernel tests (the whole suite under qemu takes far too long), in one qemu process: the fused
+# kernels of every instruction set against the scalar kernel and the reference, and the contracts of the codecs
+# whose blocks they read. Where the cross compiler or qemu is missing, skipped with a note.
+if command -v aarch64-linux-gnu-g++ >/dev/null && command -v qemu-aarch64 >/dev/null; then
+  cmake --preset aarch64 >/dev/null
+  cmake --build --preset aarch64 --target kvq_kernel_tests
+  codecs='*/CodecContract.*/f16_*:*/CodecContract.*/int8*:*/CodecContract.*/int4*:CodecRegistry.*:CodecSpec.*'
+  qemu-aarch64 -L /usr/aarch64-linux-gnu build/aarch64/tests/kvq_kernel_tests \
+    --gtest_filter="AttentionKernel*:IntGroup*:Half.*:Bitpack.*:$codecs"
+else
+  echo "kvq: no aarch64-linux-gnu-g++ or qemu-aarch64: the NEON kernel tests did not run"
+fi
 echo "kvq: all tests done in $(( $(date +%s) - start )) s"

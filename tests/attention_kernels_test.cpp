@@ -44,11 +44,12 @@ class IsaOverride {
   bool had_ = false;
 };
 
-// The SIMD instruction sets this CPU runs (the scalar kernel is the reference).
+// The SIMD instruction sets this CPU runs (the scalar kernel is the reference): avx2, avx512 and avx512vnni on x86,
+// neon on AArch64.
 std::vector<Isa> simd_isas() {
   std::vector<Isa> isas;
-  for (Isa isa : {Isa::avx2, Isa::avx512, Isa::avx512vnni})
-    if (detail::cpu_supports(isa)) isas.push_back(isa);
+  for (Isa isa : detail::kAllIsas)
+    if (isa != Isa::scalar && detail::cpu_supports(isa)) isas.push_back(isa);
   return isas;
 }
 
@@ -63,14 +64,27 @@ const std::vector<Pair>& fused_pairs() {
                                        {"int4:16", "f16", "fused_int4_f16"},
                                        {"f16", "int4:64", "fused_f16_int4"},
                                        {"int8:64", "int4:16", "fused_int8_int4"},
-                                       {"int4:64,rot=identity", "int8:16", "fused_int4_int8"}};
+                                       {"int4:64,rot=identity", "int8:16", "fused_int4_int8"},
+                                       {"kivi:2", "kivi:2", "fused_kivi_kivi"},
+                                       {"kivi:4", "kivi:4,g=16", "fused_kivi_kivi"},
+                                       {"kivi:2", "f16", "fused_kivi_f16"},
+                                       {"int4", "kivi:2,g=64", "fused_int4_kivi"},
+                                       {"f16", "kivi:4", "fused_f16_kivi"},
+                                       {"turbo_mse:3", "turbo_mse:3", "fused_turbo_mse_turbo_mse"},
+                                       {"turbo_mse:2", "turbo_mse:4", "fused_turbo_mse_turbo_mse"},
+                                       {"turbo_mse:4,rot=srft", "int4", "fused_turbo_mse_int4"},
+                                       {"int8", "turbo_mse:2", "fused_int8_turbo_mse"},
+                                       {"kivi:2", "turbo_mse:3", "fused_kivi_turbo_mse"},
+                                       {"turbo_prod:3", "turbo_mse:3", "fused_turbo_prod_turbo_mse"},
+                                       {"turbo_prod:3,rot=srft", "int4", "fused_turbo_prod_int4"}};
   return pairs;
 }
 
-// The kernel that runs for the pair under KVQ_ISA = isa: avx512vnni has int keys only, f16 keys fall back to avx512.
+// The kernel that runs for the pair under KVQ_ISA = isa: avx512vnni has int keys only, f16 and kivi keys fall back
+// to avx512.
 std::string kernel_name(const Pair& pair, Isa isa) {
-  const bool f16_keys = pair.kernel.rfind("fused_f16", 0) == 0;
-  return pair.kernel + "_" + detail::isa_name(isa == Isa::avx512vnni && f16_keys ? Isa::avx512 : isa);
+  const bool int_keys = pair.kernel.rfind("fused_int", 0) == 0;
+  return pair.kernel + "_" + detail::isa_name(isa == Isa::avx512vnni && !int_keys ? Isa::avx512 : isa);
 }
 
 // Decode under KVQ_ISA = isa; checks that the pair's fused kernel of that ISA runs.
@@ -159,7 +173,8 @@ TEST(AttentionKernels, F16ExtremesDecodeExactly) {
   }
 }
 
-// Causal prefill runs the same kernels: query rows n_pos x G in passes of up to 8, masks inside pages.
+// Causal prefill runs the same kernels: query rows n_pos x G in passes of up to 8, masks inside pages; kivi,
+// turbo_mse and turbo_prod blocks among them.
 TEST(AttentionKernels, PrefillOfEveryIsaMatchesCausalReference) {
   KVQ_FRESH_SEED();
   const size_t end = std::numeric_limits<size_t>::max();
@@ -172,6 +187,8 @@ TEST(AttentionKernels, PrefillOfEveryIsaMatchesCausalReference) {
     check_prefill({128, 128, 128, 2, 3, {333}, true}, "f16", "int4", seed + 1, {7, 100}, {5, 128, end});
     check_prefill({64, 64, 64, 1, 1, {150}, false}, "int4", "f16", seed + 2, {1, 64}, {0, end});
     check_prefill({128, 64, 0, 1, 2, {150}, true}, "int8", "int8", seed + 3, {7, 64}, {0, end});
+    check_prefill({64, 64, 0, 1, 4, {150}, true}, "kivi:2", "turbo_mse:3", seed + 4, {7, 64}, {0, 63, end});
+    check_prefill({128, 64, 64, 1, 2, {200}, true}, "turbo_prod:3", "kivi:4", seed + 5, {1, 100}, {5, end});
   }
 }
 
@@ -199,7 +216,7 @@ TEST(AttentionKernelsDispatch, KvqIsaChoosesTheKernel) {
     EXPECT_EQ(attention_isa(), detail::isa_name(detail::best_isa()));
     EXPECT_EQ(attention_kernel(sc.cache, 1), std::string("fused_int4_int4_") + detail::isa_name(detail::best_isa()));
   }
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512vnni}) {
+  for (Isa isa : detail::kAllIsas) {
     const IsaOverride env(detail::isa_name(isa));
     if (detail::cpu_supports(isa)) {
       EXPECT_EQ(attention_isa(), detail::isa_name(isa));
@@ -207,6 +224,23 @@ TEST(AttentionKernelsDispatch, KvqIsaChoosesTheKernel) {
     } else {
       EXPECT_THROW(attention_isa(), Error) << detail::isa_name(isa) << " is not on this CPU";
     }
+  }
+}
+
+// x86 and AArch64 each lack the other's instruction sets: asking for one is an error that names what this CPU has.
+TEST(AttentionKernelsDispatch, UnavailableIsaNamesTheOnesThisCpuHas) {
+  const Isa foreign = detail::cpu_supports(Isa::neon) ? Isa::avx2 : Isa::neon;
+  ASSERT_FALSE(detail::cpu_supports(foreign));
+  std::string has;
+  for (Isa isa : detail::kAllIsas)
+    if (detail::cpu_supports(isa)) has += (has.empty() ? "" : ", ") + std::string(detail::isa_name(isa));
+  try {
+    detail::resolve_isa(detail::isa_name(foreign));
+    FAIL() << detail::isa_name(foreign) << " resolved on a CPU without it";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(std::string("KVQ_ISA=") + detail::isa_name(foreign)), std::string::npos) << what;
+    EXPECT_NE(what.find("it has " + has + ")"), std::string::npos) << what;
   }
 }
 
@@ -229,7 +263,7 @@ TEST(AttentionKernelsDispatch, UnknownIsaIsAnError) {
 
 TEST(AttentionKernelsDispatch, PairsWithoutAFusedKernelRunTheGenericLoop) {
   for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
-           {"f32", "f16"}, {"f16", "bf16"}, {"int8", "f32"}, {"kivi:2", "int4"}, {"int4", "kivi:4"}}) {
+           {"f32", "f16"}, {"f16", "bf16"}, {"int8", "f32"}, {"turbo_mse:1", "f16"}, {"qjl", "kivi:4"}}) {
     CacheConfig cfg;
     cfg.key_codec = k;
     cfg.value_codec = v;

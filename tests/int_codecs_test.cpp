@@ -345,10 +345,10 @@ KiviShape kivi_shape(const Codec& codec) {
   return {codec.spec().args.at(0), std::stoi(codec.spec().option("g", "32")), codec.role() == Role::key};
 }
 
-// Code of element i = t d + c: b-bit indices packed LSB-first (b = 2, 4 never straddle a byte).
-int stored_kivi_code(const std::vector<uint8_t>& block, int bits, size_t i) {
-  const size_t bit = i * bits;
-  return (block[bit / 8] >> (bit % 8)) & ((1 << bits) - 1);
+// Code of token t, channel c: b-bit unsigned codes in the lanes of 64-byte tiles (b = 2, 4 never straddle a byte).
+int stored_kivi_code(const std::vector<uint8_t>& block, const layout::Kivi& l, int t, int c) {
+  const auto ut = static_cast<size_t>(t), uc = static_cast<size_t>(c);
+  return (block[l.code_byte(ut, uc)] >> l.code_shift(ut, uc)) & ((1 << l.bits) - 1);
 }
 
 // Checks an encoded block against the reference: each range [lo, hi] (per channel over the n tokens for keys, per
@@ -382,8 +382,10 @@ void check_kivi_block(const Codec& codec, const std::vector<float>& x, int n, co
       lo = std::min<double>(lo, x[static_cast<size_t>(t) * d + c]);
       hi = std::max<double>(hi, x[static_cast<size_t>(t) * d + c]);
     }
-    const double m = read_f16(block.data() + l.mins_offset() + 2 * p);
-    const double s = read_f16(block.data() + l.scales_offset() + 2 * p);
+    const auto [t0, c0] = ranges[p].front();
+    const size_t param = l.param(static_cast<size_t>(t0), static_cast<size_t>(c0));
+    const double m = read_f16(block.data() + l.mins_offset() + 2 * param);
+    const double s = read_f16(block.data() + l.scales_offset() + 2 * param);
     ASSERT_LE(m, lo) << "range " << p << ": the fp16 minimum must be rounded down";
     ASSERT_LE(lo - m, f16_step(lo)) << "range " << p;
     const double exact = (hi - m) / shape.levels();
@@ -392,7 +394,7 @@ void check_kivi_block(const Codec& codec, const std::vector<float>& x, int n, co
     for (auto [t, c] : ranges[p]) {
       const size_t i = static_cast<size_t>(t) * d + c;
       const double ref = s > 0 ? (x[i] - m) / s : 0.0;
-      const int code = stored_kivi_code(block, shape.bits, i);
+      const int code = stored_kivi_code(block, l, t, c);
       ASSERT_LE(ref, shape.levels() + 1e-6) << "no code may need clamping";
       ++tally.compared;
       if (near_tie(ref)) {

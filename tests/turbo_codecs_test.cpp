@@ -400,22 +400,37 @@ TEST(TurboMse, BlockLayoutPacksThreeBitCodes) {
     EXPECT_EQ(codec->block_bytes(), static_cast<size_t>(kT * 16 * b + kT * 2));
     EXPECT_DOUBLE_EQ(codec->bits_per_element(), b + 0.125);
   }
-  // 3 bits: 8 indices in 3 bytes, 48 bytes per token, then the fp16 norms at offset 64 * 48.
-  const auto codec = make_codec("turbo_mse:3", CodecParams{d, kT, seed, Role::key});
-  const auto x = gaussian_vectors(kT, d, seed + 1);
-  std::vector<uint8_t> block(codec->block_bytes());
-  codec->encode(x.data(), kT, block.data());
-  std::vector<float> y(static_cast<size_t>(kT) * d);
-  codec->decode_space(block.data(), kT, y.data());
-  const ScalarCodebook& book = sphere_lloyd_max(d, 3);
-  for (int t = 0; t < kT; ++t) {
-    uint8_t idx[128];
-    unpack_bits(block.data() + 48 * t, d, 3, idx);
-    uint16_t h;
-    std::memcpy(&h, block.data() + 64 * 48 + 2 * t, 2);
-    EXPECT_EQ(h, f32_to_f16(static_cast<float>(std::sqrt(dot(x.data() + t * d, x.data() + t * d, d)))));
-    for (int j = 0; j < d; ++j)
-      ASSERT_FLOAT_EQ(y[t * d + j], f16_to_f32(h) * static_cast<float>(book.centroids[idx[j]])) << t << "," << j;
+  // 3 bits in lane tiles (layout::LaneCodes), read here from the layout's description: per chunk of 32 elements the
+  // low 2 bits of element 8v + j at bits 2 (2j + v % 2) of tile v / 2, the high bit at bit 4j + (v + 2) % 4 of tile
+  // 2; keys: lane = token % 16, chunk (t / 16, c / 32); values: lane = channel % 16, chunk (t / 32, c / 16). Then the
+  // fp16 norms at offset 64 * 48.
+  for (Role role : {Role::key, Role::value}) {
+    const bool key = role == Role::key;
+    const auto codec = make_codec("turbo_mse:3", CodecParams{d, kT, seed, role});
+    const auto x = gaussian_vectors(kT, d, seed + 1);
+    std::vector<uint8_t> block(codec->block_bytes());
+    codec->encode(x.data(), kT, block.data());
+    std::vector<float> y(static_cast<size_t>(kT) * d);
+    codec->decode_space(block.data(), kT, y.data());
+    const ScalarCodebook& book = sphere_lloyd_max(d, 3);
+    const auto lane_bits = [&](int tile, int lane) {
+      uint32_t word;
+      std::memcpy(&word, block.data() + 64 * tile + 4 * lane, 4);
+      return word;
+    };
+    for (int t = 0; t < kT; ++t) {
+      uint16_t h;
+      std::memcpy(&h, block.data() + 64 * 48 + 2 * t, 2);
+      EXPECT_EQ(h, f32_to_f16(static_cast<float>(std::sqrt(dot(x.data() + t * d, x.data() + t * d, d)))));
+      for (int c = 0; c < d; ++c) {
+        const int lane = key ? t % 16 : c % 16, e = key ? c % 32 : t % 32, v = e / 8, j = e % 8;
+        const int tile0 = 3 * (key ? t / 16 * (d / 32) + c / 32 : t / 32 * (d / 16) + c / 16);
+        const uint32_t lo = (lane_bits(tile0 + v / 2, lane) >> (2 * (2 * j + v % 2))) & 3;
+        const uint32_t hi = (lane_bits(tile0 + 2, lane) >> (4 * j + (v + 2) % 4)) & 1;
+        ASSERT_FLOAT_EQ(y[t * d + c], f16_to_f32(h) * static_cast<float>(book.centroids[lo | hi << 2]))
+            << (key ? "key " : "value ") << t << "," << c;
+      }
+    }
   }
 }
 

@@ -65,11 +65,12 @@ void prefill_attention(const KVCache& cache, int layer, SeqId seq, size_t start,
 
 /// The page-loop kernel decode_attention and prefill_attention run for `layer` on this CPU: "generic" (through the
 /// codecs' Scorer and accumulate) or a kernel fused for the layer's codec pair, named fused_<key>_<value>_<isa>
-/// (e.g. "fused_int4_int4_avx512vnni"). The environment variable KVQ_ISA=scalar|avx2|avx512|avx512vnni caps the
-/// instruction set; an unknown value, or one this CPU lacks, makes this and every attention call throw kvq::Error.
+/// (e.g. "fused_int4_int4_avx512vnni"). The environment variable KVQ_ISA=scalar|avx2|avx512|avx512vnni (x86) or
+/// KVQ_ISA=scalar|neon (AArch64) caps the instruction set; an unknown value, or one this CPU lacks, makes this and
+/// every attention call throw kvq::Error.
 std::string attention_kernel(const KVCache& cache, int layer);
-/// The instruction set the attention kernels use on this CPU under KVQ_ISA: "scalar", "avx2", "avx512" or
-/// "avx512vnni".
+/// The instruction set the attention kernels use on this CPU under KVQ_ISA: "scalar", "avx2", "avx512",
+/// "avx512vnni" or "neon".
 std::string attention_isa();
 
 /// The oracle, one head, in double precision with plain loops. q: n_q x d; k, v: n_tokens x d; out: n_q x d.

@@ -77,18 +77,38 @@ static_assert(IntGroup{128, 64, 8, 32, false}.block_bytes() == 8704);  // 8.5
 // ---- kivi ------------------------------------------------------------------------------------------------------
 // Asymmetric b-bit codes (b = 2 or 4) with an fp16 minimum m and scale s: x ~ m + s * q, q in [0, 2^b - 1].
 // Keys: one (m, s) per channel over the tokens of the block. Values: one (m, s) per token and group of G channels.
-//   [codes: T tokens x d, token-major, b-bit indices packed LSB-first (bitpack.hpp: element 4i+j of a token at
-//    bits 2j..2j+1 of its byte i for b = 2, element 2i in the low nibble for b = 4)]
-//   [mins: P fp16]  [scales: P fp16]   with P = d (keys, channel order) or T x d/G (values, token-major)
-// Bits per element: keys b + 32/T (d=128, T=64: kivi:2 2.5, kivi:4 4.5); values b + 32/G (G=32: 3 and 5).
+//   [codes: unsigned b-bit q in the 64-byte tiles of IntGroup, E = 32 / b codes a 32-bit lane (element j at bits
+//    j b .. (j + 1) b - 1; a shift left then a logical shift right gives it back): keys "tokens in lanes" (16
+//    tokens x E channels a tile), values "channels in lanes" (E tokens x 16 channels a tile); the tiles cover T
+//    rounded up to 16 (keys) or E (values) tokens, the padding codes zero]
+//   [mins: P fp16]  [scales: P fp16]   keys: P = d, in channel order; values: P = d/G x T rounded up to 16, in tiles
+//    of 16 tokens like IntGroup's scales ([T/16][d/G groups][16 tokens]: the minima or scales of 16 tokens of one
+//    group are one vector), the padding zero.
+// Bits per element (T a multiple of 16): keys b + 32/T (d=128, T=64: kivi:2 2.5, kivi:4 4.5); values b + 32/G
+// (G=32: 3 and 5).
 struct Kivi {
   size_t d, T, bits, G;  // G: the value group size (keys ignore it)
   bool key;
-  constexpr size_t token_code_bytes() const { return d * bits / 8; }
-  constexpr size_t param_count() const { return key ? d : T * (d / G); }
-  constexpr size_t mins_offset() const { return align16(T * token_code_bytes()); }
+  constexpr size_t lane_elements() const { return 32 / bits; }  // E
+  constexpr size_t param_tokens() const { return (T + 15) / 16 * 16; }
+  constexpr size_t code_tokens() const {
+    return key ? param_tokens() : (T + lane_elements() - 1) / lane_elements() * lane_elements();
+  }
+  constexpr size_t param_count() const { return key ? d : param_tokens() * (d / G); }
+  constexpr size_t mins_offset() const { return align16(code_tokens() * d * bits / 8); }
   constexpr size_t scales_offset() const { return mins_offset() + align16(2 * param_count()); }
   constexpr size_t block_bytes() const { return scales_offset() + 2 * param_count(); }
+  /// The byte holding the code of token t, channel c, at bit code_shift(t, c).
+  constexpr size_t code_byte(size_t t, size_t c) const {
+    return IntGroup{d, T, bits, G, key}.code_byte(t, c);
+  }
+  constexpr unsigned code_shift(size_t t, size_t c) const { return IntGroup{d, T, bits, G, key}.code_shift(t, c); }
+  /// The code stored at bit `shift` of `byte`: 0 .. 2^b - 1.
+  constexpr unsigned code(unsigned byte, unsigned shift) const { return (byte >> shift) & ((1u << bits) - 1); }
+  /// The number of the (m, s) pair of token t, channel c: c (keys), or its place in the value tiles.
+  constexpr size_t param(size_t t, size_t c) const {
+    return key ? c : (t / 16 * (d / G) + c / G) * 16 + t % 16;
+  }
 };
 static_assert(Kivi{128, 64, 2, 32, true}.block_bytes() == 2560);   // 2.5 bits per element
 static_assert(Kivi{128, 64, 2, 32, false}.block_bytes() == 3072);  // 3
@@ -96,16 +116,61 @@ static_assert(Kivi{128, 64, 4, 32, false}.block_bytes() == 5120);  // 5
 
 
 // ---- turbo_mse / turbo_prod / qjl / turbo_rvq ------------------------------------------------------------------
-// Indices are packed per token in the bitpack.hpp order (3-bit: 8 indices in 3 bytes); d is a multiple of 16, so
-// every token's codes fill whole bytes. c is the Lloyd–Max codebook of a sphere coordinate in R^d (lloyd_max.hpp),
+// turbo_mse and turbo_prod indices lie in 64-byte lane tiles (LaneCodes); the others' indices are packed per token
+// in the bitpack.hpp order (3-bit: 8 indices in 3 bytes), d a multiple of 16, so every token's codes fill whole
+// bytes. c is the Lloyd–Max codebook of a sphere coordinate in R^d (lloyd_max.hpp),
 // R the codec's rotation, S its m x d Gaussian sketch, and sign bit i is set when (S v)_i >= 0.
 
-// turbo_mse:b   [codes: T x b*d/8, token t's d indices of b bits] [norms: T x fp16 ||x_t||]
-//   x_t = ||x_t|| R^T c[idx_t]; b + 16/d bits per element.
+// turbo_mse:b   [codes: LaneCodes] [norms: T x fp16 ||x_t||]
+//   x_t = ||x_t|| R^T c[idx_t]; b + 16/d bits per element (d a multiple of 32 for keys, T of 32 for values).
+//
+// LaneCodes: b-bit indices (b = 1..4) in 64-byte tiles of 16 little-endian 32-bit lanes, so that the fused kernels
+// load 16 tokens (keys, one lane per token) or 16 channels (values, one lane per channel) at once. A "chunk" of 32
+// elements of a lane (keys: channels 32k..32k+31 of one token; values: tokens 32a..32a+31 of one channel) takes b
+// lanes, one in each of b consecutive tiles, and is read as four nibble lanes of 8 elements each: element e = 8v + j
+// at bits 4j..4j+3 of nibble lane v, as idx = lo | hi << 2 (b <= 3) or the whole nibble (b = 4).
+//   b = 4: tiles 0..3 are nibble lanes 0..3.
+//   b = 2, 3: tile 0 holds the low 2 bits of elements 8v + j for v = 0, 1 at bits 2 (2j + v); tile 1 those of
+//     v = 2, 3 at bits 2 (2j + v - 2). Nibble lane v is (tile v/2 >> 2 (v % 2)) & 0x33333333.
+//   b = 1, 3: the last tile holds the high bit (b = 3) or the only bit (b = 1, idx = hi) of element 8v + j at bit
+//     4j + (v + 2) % 4, so that one shift and a mask 0x44444444 move it to bit 4j + 2 of nibble lane v.
+// Keys: tile (a, k, p) for tokens 16a..16a+15, channels 32k..32k+31, part p < b at byte 64 (b (a D/32 + k) + p),
+// D = d rounded up to 32. Values: tile (a, k, p) for tokens 32a..32a+31, channels 16k..16k+15 at byte
+// 64 (b (a d/16 + k) + p). The tiles cover T rounded up to 16 (keys) or 32 (values) tokens; the padding is zero.
+struct LaneCodes {
+  size_t d, T, bits;
+  bool key;
+  constexpr size_t code_tokens() const { return key ? (T + 15) / 16 * 16 : (T + 31) / 32 * 32; }
+  constexpr size_t code_channels() const { return key ? (d + 31) / 32 * 32 : d; }
+  constexpr size_t bytes() const { return code_tokens() * code_channels() * bits / 8; }
+  /// Where part p of the index of token t, channel c lies: bit `shift` of byte `byte`, `width` bits wide. Part 0 is
+  /// the low 2 bits (b = 2, 3), the nibble (b = 4) or the bit (b = 1); part 1 is the high bit (b = 3).
+  struct Place {
+    size_t byte;
+    unsigned shift, width;
+  };
+  constexpr size_t parts() const { return bits == 3 ? 2 : 1; }
+  constexpr Place place(size_t t, size_t c, size_t part) const {
+    const size_t lane = key ? t % 16 : c % 16, e = key ? c % 32 : t % 32, v = e / 8, j = e % 8;
+    const size_t tile0 = key ? bits * (t / 16 * (code_channels() / 32) + c / 32) : bits * (t / 32 * (d / 16) + c / 16);
+    size_t tile = tile0, bit = 0;
+    unsigned width = 0;
+    if (bits == 4) {
+      tile += v, bit = 4 * j, width = 4;
+    } else if (bits != 1 && part == 0) {
+      tile += v / 2, bit = 2 * (2 * j + v % 2), width = 2;
+    } else {
+      tile += bits - 1, bit = 4 * j + (v + 2) % 4, width = 1;
+    }
+    return {64 * tile + 4 * lane + bit / 8, static_cast<unsigned>(bit % 8), width};
+  }
+};
+
 struct TurboMse {
   size_t d, T, bits;
-  constexpr size_t code_bytes() const { return (bits * d + 7) / 8; }  // per token
-  constexpr size_t norms_offset() const { return align16(T * code_bytes()); }
+  bool key = true;
+  constexpr LaneCodes codes() const { return {d, T, bits, key}; }
+  constexpr size_t norms_offset() const { return align16(codes().bytes()); }
   constexpr size_t block_bytes() const { return norms_offset() + 2 * T; }
 };
 static_assert(TurboMse{128, 64, 3}.block_bytes() == 64 * 48 + 64 * 2);  // 3.125 bits per element
@@ -120,16 +185,26 @@ struct Qjl {
 };
 static_assert(Qjl{128, 64, 128}.block_bytes() == 64 * 16 + 64 * 2);  // 1.125 bits per element
 
-// turbo_prod:b   [turbo_mse:(b-1) codes] [norms: T x fp16 ||x_t||] [signs: T x m/8, sign(S r_t)]
+// turbo_prod:b   [turbo_mse:(b-1) codes (LaneCodes)] [norms: T x fp16 ||x_t||] [signs: sign(S r_t)]
 //                [residual norms: T x fp16 ||r_t||]
+//   signs in 64-byte tiles, "tokens in lanes": tile (a, k) holds tokens 16a..16a+15 x sketch rows 32k..32k+31, bit
+//   r of lane l set when row 32k + r of S r_t is >= 0 (t = 16a + l), at byte 64 (a M/32 + k), M = m rounded up to
+//   32; the tiles cover T rounded up to 16 tokens, the padding zero.
 //   x^mse_t = ||x_t|| R^T c[idx_t] (as decoded), r_t = x_t - x^mse_t, m = d;
 //   x_t ~= x^mse_t + sqrt(pi/2)/m ||r_t|| S^T sign(S r_t); (b-1) + 1 + 32/d bits per element.
 struct TurboProd {
   size_t d, T, bits, m;
-  constexpr TurboMse mse() const { return {d, T, bits - 1}; }
-  constexpr size_t sign_bytes() const { return m / 8; }  // per token
+  bool key = true;
+  constexpr TurboMse mse() const { return {d, T, bits - 1, key}; }
+  constexpr size_t sign_rows() const { return (m + 31) / 32 * 32; }  // M
   constexpr size_t signs_offset() const { return align16(mse().block_bytes()); }
-  constexpr size_t residual_norms_offset() const { return align16(signs_offset() + T * sign_bytes()); }
+  constexpr size_t residual_norms_offset() const {
+    return align16(signs_offset() + (T + 15) / 16 * 16 * sign_rows() / 8);
+  }
+  /// The byte (from the block's start) holding sign row r of token t, at bit r % 8.
+  constexpr size_t sign_byte(size_t t, size_t r) const {
+    return signs_offset() + 64 * (t / 16 * (sign_rows() / 32) + r / 32) + 4 * (t % 16) + r % 32 / 8;
+  }
   constexpr size_t block_bytes() const { return residual_norms_offset() + 2 * T; }
 };
 static_assert(TurboProd{128, 64, 3, 128}.block_bytes() == 64 * 32 + 128 + 64 * 16 + 128);  // 3.25 bits per element

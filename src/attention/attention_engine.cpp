@@ -177,7 +177,7 @@ void run_attention(const KVCache& cache, int layer, std::span<const QueryGroup> 
     w.scores.resize(static_cast<size_t>(max_q) * score_stride);
     w.out.resize(static_cast<size_t>(max_q) * ud);
     if (kernel.fn) {
-      w.q.resize(static_cast<size_t>(max_q) * ud);
+      w.q.resize(static_cast<size_t>(max_q) * static_cast<size_t>(kc.space_dim()));
       w.kernel.resize(kernel_scratch_bytes(max_q, d) + 64);
     }
     w.states.resize(static_cast<size_t>(max_q));

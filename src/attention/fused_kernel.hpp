@@ -1,6 +1,7 @@
-// The fused page loop over f16, int8 and int4 blocks, written once over an instruction set's vector traits V and
-// included only by the per-ISA translation units (kernels_avx2.cpp, kernels_avx512.cpp, kernels_avx512_vnni.cpp),
-// which compile it with their target flags. Everything here has internal linkage (kernel_args.hpp says why).
+// The fused page loop over f16, int8, int4, kivi, turbo_mse and turbo_prod blocks, written once over an instruction
+// set's vector traits V and included only by the per-ISA translation units (kernels_avx2.cpp, kernels_avx512.cpp,
+// kernels_avx512_vnni.cpp), which compile it with their target flags. Everything here has internal linkage
+// (kernel_args.hpp says why).
 //
 // Per page and pass of up to kMaxQ queries (the GQA group, or a slice of a prefill chunk's rows):
 //   1. scores of all the pass's queries in one sweep over the keys, every key element decoded once into a register
@@ -18,6 +19,15 @@
 //   f16 values: token-major rows, W channels a vector, the weight broadcast.
 //   int values: tiles of E tokens x 16 channels, one lane per channel; the weight of token t for channel group g is
 //     p_t * s_t,g, formed once per page and group.
+//   turbo_mse keys and values (x = ||x|| c[idx]): LaneCodes tiles, each chunk of 32 elements of a lane decoded into
+//     four nibble lanes (a shift and a bit select), each element by a shift and a 16-entry table lookup; then as the
+//     int formats with the norms as the per-token scales (one group of d channels).
+//   turbo_prod:3 keys: the turbo_mse:2 part as above, plus ||r_t|| sqrt(pi/2)/m <S q, sign_t> from sign tiles of
+//     16 tokens x 32 rows: the sum of (S q)_r over the set bits P (a masked add per row, off the FMA pipes), then
+//     <S q, sign_t> = 2 P - sum_r (S q)_r; the query rows are [R q | S q] (KernelArgs::key_space floats).
+//   kivi keys and values: the int tiles with unsigned codes q (x = m + s q). Keys: per page the queries times the
+//     channel scales s_c and the bias <q, m> (one per query), then the int key loop without token scales. Values:
+//     the int value loop with the weights p_t s_t,g, plus sum_t p_t m_t,g added to every channel of group g.
 // f16 elements become floats without vcvtph2ps where the head dimension allows (f16_split below).
 // An int code becomes a float in three operations: shift it to the top of its lane, shift it back arithmetically
 // (sign extension), convert.
@@ -37,7 +47,11 @@ namespace {
 //   fma1(a, const float* b, c) = a * broadcast(*b) + c, mul, sub, max;
 //   load_f16(p): W fp16 values; f16_split(p, even, odd): 2W fp16 values as two vectors (even and odd elements),
 //   each value times 2^-112; load_i(p): W 32-bit lanes; element<Bits, J>(x): element J (Bits wide) of each lane
-//   as a signed float;
+//   as a signed float; uelement<Bits, J>(x): the same element as an unsigned float (kivi codes);
+//   shr<N>(x), shl<N>(x): 32-bit lanes shifted logically (N = 0: x); select_bits(a, b, mask): a's bits where mask
+//   is set, else b's; Table, load_table(16 floats), lookup(table, x): the entry of each lane's low 4 bits (turbo);
+//   Mask, test_bit<R>(x): the lanes whose bit R is set, add_masked(acc, mask, const float* b): acc + broadcast(*b)
+//   in those lanes (turbo_prod's sign bits);
 //   hmax(x), hsum(x), first(x) (lane 0); exp(x) (0 below -87.3, for x <= 88); mask_tail(x, n): lanes >= n set to -inf;
 //   transpose_sum(v): lane t = the sum of the W lanes of v[t W .. t W + W - 1]; prefetch(p) into L2;
 //   kAccumulators: vectors a loop may keep accumulating in registers; kMaxQ: queries per pass (8 or 4);
@@ -53,7 +67,13 @@ inline void for_elements(Fn&& f) {
   (std::make_integer_sequence<int, E>{});
 }
 
-constexpr int bits_of(BlockFormat f) { return f == BlockFormat::int8 ? 8 : 4; }
+constexpr int bits_of(BlockFormat f) { return f == BlockFormat::int8 ? 8 : f == BlockFormat::kivi2 ? 2 : 4; }
+constexpr bool is_kivi(BlockFormat f) { return f == BlockFormat::kivi2 || f == BlockFormat::kivi4; }
+constexpr bool is_int(BlockFormat f) { return f == BlockFormat::int8 || f == BlockFormat::int4; }
+constexpr bool is_turbo(BlockFormat f) {
+  return f == BlockFormat::turbo2 || f == BlockFormat::turbo3 || f == BlockFormat::turbo4;
+}
+constexpr int turbo_bits(BlockFormat f) { return f == BlockFormat::turbo2 ? 2 : f == BlockFormat::turbo3 ? 3 : 4; }
 
 // Prefetches the next page's block at the pace the current one is read: step(u, n) after unit u of n.
 template <class V>
@@ -69,11 +89,16 @@ struct Prefetch {
 
 size_t key_block_bytes(const KernelArgs& a, BlockFormat f) {
   const size_t d = static_cast<size_t>(a.d), T = static_cast<size_t>(a.T);
-  return f == BlockFormat::f16 ? 2 * T * d : a.key_scales_offset + 2 * T * (d / static_cast<size_t>(a.key_group));
+  if (f == BlockFormat::f16) return 2 * T * d;
+  if (is_kivi(f)) return a.key_scales_offset + 2 * d;
+  if (is_turbo(f)) return a.key_scales_offset + 2 * T;
+  if (f == BlockFormat::prod3) return a.key_residual_norms_offset + 2 * T;
+  return a.key_scales_offset + 2 * T * (d / static_cast<size_t>(a.key_group));
 }
 
 size_t value_block_bytes(const KernelArgs& a, BlockFormat f) {
   const size_t d = static_cast<size_t>(a.d), T = static_cast<size_t>(a.T);
+  if (is_turbo(f)) return a.value_scales_offset + 2 * T;
   return f == BlockFormat::f16 ? 2 * T * d : a.value_scales_offset + 2 * T * (d / static_cast<size_t>(a.value_group));
 }
 
@@ -182,6 +207,144 @@ void key_scores_int(const KernelArgs& a, const float* q, const uint8_t* block, P
         const auto dg = V::add(dot[0][i], dot[1][i]);
         V::store(si, g == 0 ? V::mul(scale, dg) : V::fma(scale, dg, V::load(si)));
       }
+    }
+    pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
+  }
+}
+
+// kivi keys: <q, m + s q_t> = <q, m> + sum_c (q_c s_c) q_t,c, the scaled queries and the bias formed per page.
+template <class V, int NQ, int Bits>
+void key_scores_kivi(const KernelArgs& a, const float* q, const uint8_t* block, Prefetch<V>& pf, float* s) {
+  constexpr int W = V::W, E = 32 / Bits;
+  const int d = a.d, T = a.T, tiles = d / E, n_vec = T / W;
+  const uint8_t* mins = block + a.key_mins_offset;
+  const uint8_t* scales = block + a.key_scales_offset;
+  alignas(64) float qs[NQ * kMaxDim];
+  float bias[NQ];
+  for (int i = 0; i < NQ; ++i) {
+    auto b = V::zero();
+    for (int c = 0; c < d; c += W) {
+      const auto qc = V::load(q + i * d + c);
+      b = V::fma(qc, V::load_f16(mins + 2 * c), b);
+      V::store(qs + i * d + c, V::mul(qc, V::load_f16(scales + 2 * c)));
+    }
+    bias[i] = V::hsum(b);
+  }
+  for (int vec = 0; vec < n_vec; ++vec) {
+    const int tok = vec * W;
+    const uint8_t* lanes = block + static_cast<size_t>(tok / 16) * tiles * 64 + 4 * (tok % 16);
+    typename V::F dot[2][NQ];
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < NQ; ++i) dot[h][i] = V::zero();
+    for (int k = 0; k < tiles; ++k) {
+      const auto x = V::load_i(lanes + 64 * k);
+      for_elements<E>([&](auto j) {
+        const auto f = V::template uelement<Bits, j>(x);
+        for (int i = 0; i < NQ; ++i) dot[j % 2][i] = V::fma1(f, qs + i * d + E * k + j, dot[j % 2][i]);
+      });
+    }
+    for (int i = 0; i < NQ; ++i)
+      V::store(s + i * T + tok, V::add(V::set1(bias[i]), V::add(dot[0][i], dot[1][i])));
+    pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
+  }
+}
+
+// The four nibble lanes of a LaneCodes chunk (b lanes at p, p + 64, ...; layout::LaneCodes): element 8v + j at
+// bits 4j..4j+3 of n[v]; the bits above an element's index are other elements' bits, which the table ignores.
+template <class V, int Bits>
+void nibble_lanes(const uint8_t* p, typename V::I n[4]) {
+  if constexpr (Bits == 4) {
+    for (int v = 0; v < 4; ++v) n[v] = V::load_i(p + 64 * v);
+  } else {
+    const auto low0 = V::load_i(p), low1 = V::load_i(p + 64);
+    if constexpr (Bits == 2) {
+      n[0] = low0, n[1] = V::template shr<2>(low0), n[2] = low1, n[3] = V::template shr<2>(low1);
+    } else {
+      const auto high = V::load_i(p + 128);
+      constexpr uint32_t kLow = 0x33333333u;  // the low 2 bits of each nibble; the high bit goes to bit 2
+      n[0] = V::select_bits(low0, high, kLow);
+      n[1] = V::select_bits(V::template shr<2>(low0), V::template shr<1>(high), kLow);
+      n[2] = V::select_bits(low1, V::template shl<2>(high), kLow);
+      n[3] = V::select_bits(V::template shr<2>(low1), V::template shl<1>(high), kLow);
+    }
+  }
+}
+
+// turbo_mse keys: s = ||k_t|| sum_c q_c c[idx_t,c]; one token vector at a time, every chunk of 32 channels decoded
+// once for the pass's queries.
+template <class V, int NQ, int Bits>
+void key_scores_turbo(const KernelArgs& a, const float* q, const uint8_t* block, Prefetch<V>& pf, float* s) {
+  constexpr int W = V::W;
+  const int d = a.d, T = a.T, chunks = d / 32, n_vec = T / W;
+  const auto table = V::load_table(a.key_levels);
+  const uint8_t* norms = block + a.key_scales_offset;
+  for (int vec = 0; vec < n_vec; ++vec) {
+    const int tok = vec * W;
+    const uint8_t* lanes = block + static_cast<size_t>(tok / 16) * chunks * Bits * 64 + 4 * (tok % 16);
+    typename V::F dot[2][NQ];
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < NQ; ++i) dot[h][i] = V::zero();
+    for (int k = 0; k < chunks; ++k) {
+      typename V::I n[4];
+      nibble_lanes<V, Bits>(lanes + 64 * Bits * k, n);
+      for_elements<4>([&](auto v) {
+        for_elements<8>([&](auto j) {
+          const auto f = V::lookup(table, V::template shr<4 * j>(n[v]));
+          const float* qc = q + 32 * k + 8 * v + j;
+          for (int i = 0; i < NQ; ++i) dot[j % 2][i] = V::fma1(f, qc + i * d, dot[j % 2][i]);
+        });
+      });
+    }
+    const auto norm = V::load_f16(norms + 2 * tok);
+    for (int i = 0; i < NQ; ++i) V::store(s + i * T + tok, V::mul(norm, V::add(dot[0][i], dot[1][i])));
+    pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
+  }
+}
+
+// turbo_prod:3 keys: s = ||k_t|| <R q, c[idx_t]> + sqrt(pi/2)/m ||r_t|| <S q, sign_t>; q rows [R q | S q].
+template <class V, int NQ>
+void key_scores_turbo_prod(const KernelArgs& a, const float* q, const uint8_t* block, Prefetch<V>& pf, float* s) {
+  constexpr int W = V::W, Bits = 2;
+  const int d = a.d, T = a.T, qs = a.key_space, m = qs - d, chunks = d / 32, n_vec = T / W;
+  const auto table = V::load_table(a.key_levels);
+  const uint8_t* norms = block + a.key_scales_offset;
+  const uint8_t* residual_norms = block + a.key_residual_norms_offset;
+  float sketch_sum[NQ];  // sum_r (S q)_r
+  for (int i = 0; i < NQ; ++i) {
+    auto sum = V::zero();
+    for (int r = 0; r < m; r += W) sum = V::add(sum, V::load(q + i * qs + d + r));
+    sketch_sum[i] = V::hsum(sum);
+  }
+  for (int vec = 0; vec < n_vec; ++vec) {
+    const int tok = vec * W;
+    const uint8_t* lanes = block + static_cast<size_t>(tok / 16) * chunks * Bits * 64 + 4 * (tok % 16);
+    const uint8_t* signs =
+        block + a.key_signs_offset + static_cast<size_t>(tok / 16) * chunks * 64 + 4 * (tok % 16);
+    typename V::F dot[2][NQ], set[2][NQ];
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < NQ; ++i) dot[h][i] = V::zero(), set[h][i] = V::zero();
+    // Channel chunk k and sign tile k (m = d) side by side, so that the masked adds issue beside the FMAs.
+    for (int k = 0; k < chunks; ++k) {
+      typename V::I n[4];
+      nibble_lanes<V, Bits>(lanes + 64 * Bits * k, n);
+      const auto x = V::load_i(signs + 64 * k);
+      for_elements<4>([&](auto v) {
+        for_elements<8>([&](auto j) {
+          const auto f = V::lookup(table, V::template shr<4 * j>(n[v]));
+          const auto bit = V::template test_bit<8 * v + j>(x);
+          const float* qc = q + 32 * k + 8 * v + j;
+          for (int i = 0; i < NQ; ++i) {
+            dot[j % 2][i] = V::fma1(f, qc + i * qs, dot[j % 2][i]);
+            set[j % 2][i] = V::add_masked(set[j % 2][i], bit, qc + i * qs + d);
+          }
+        });
+      });
+    }
+    const auto norm = V::load_f16(norms + 2 * tok);
+    const auto magnitude = V::mul(V::load_f16(residual_norms + 2 * tok), V::set1(a.key_sketch_scale));
+    for (int i = 0; i < NQ; ++i) {
+      const auto signed_sum = V::sub(V::mul(V::set1(2.0f), V::add(set[0][i], set[1][i])), V::set1(sketch_sum[i]));
+      V::store(s + i * T + tok, V::fma(norm, V::add(dot[0][i], dot[1][i]), V::mul(magnitude, signed_sum)));
     }
     pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
   }
@@ -359,18 +522,19 @@ void values_f16_split(const KernelArgs& a, const float* p, const uint8_t* block,
 }
 
 // One vector of W channels over the page's tokens; even and odd tokens accumulate apart (2 NQ chains), every
-// weight used once.
-template <class V, int NQ, int Bits>
-void values_int_vector(const KernelArgs& a, const float* ws, const uint8_t* block, int vec, float* o) {
+// weight used once. Unsigned: kivi codes; bias (NQ floats, or null): added to every channel.
+template <class V, int NQ, int Bits, bool Unsigned = false>
+void values_int_vector(const KernelArgs& a, const float* ws, const uint8_t* block, int vec, float* o,
+                       const float* bias = nullptr) {
   constexpr int W = V::W, E = 32 / Bits;
   const int d = a.d, T = a.T, tiles = d / 16, ch = vec * W;
   const uint8_t* lanes = block + 64 * (ch / 16) + 4 * (ch % 16);
   typename V::F acc[2][NQ];
-  for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * d + ch), acc[1][i] = V::zero();
+  for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * d + ch), acc[1][i] = bias ? V::set1(bias[i]) : V::zero();
   for (int tile = 0; tile < T / E; ++tile) {
     const auto x = V::load_i(lanes + static_cast<size_t>(tile) * tiles * 64);
     for_elements<E>([&](auto j) {
-      const auto f = V::template element<Bits, j>(x);
+      const auto f = Unsigned ? V::template uelement<Bits, j>(x) : V::template element<Bits, j>(x);
       for (int i = 0; i < NQ; ++i) acc[j % 2][i] = V::fma1(f, ws + i * kMaxTokens + E * tile + j, acc[j % 2][i]);
     });
   }
@@ -390,6 +554,69 @@ void values_int(const KernelArgs& a, const float* p, const uint8_t* block, Prefe
     }
     for (int vec = g * G / W; vec < (g + 1) * G / W; ++vec) values_int_vector<V, NQ, Bits>(a, ws[0], block, vec, o);
     pf.step(static_cast<size_t>(g), static_cast<size_t>(groups));
+  }
+}
+
+// kivi values: o_c += sum_t (p_t s_t,g) q_t,c + sum_t p_t m_t,g (g the group of channel c).
+template <class V, int NQ, int Bits>
+void values_kivi(const KernelArgs& a, const float* p, const uint8_t* block, Prefetch<V>& pf, float* o) {
+  constexpr int W = V::W;
+  const int d = a.d, T = a.T, G = a.value_group, groups = d / G;
+  const uint8_t* mins = block + a.value_mins_offset;
+  const uint8_t* scales = block + a.value_scales_offset;
+  alignas(64) float ws[NQ][kMaxTokens];  // p_t s_t,g of the current group
+  for (int g = 0; g < groups; ++g) {
+    typename V::F pm[NQ];
+    for (int i = 0; i < NQ; ++i) pm[i] = V::zero();
+    for (int tok = 0; tok < T; tok += W) {
+      const size_t at = 2 * ((static_cast<size_t>(tok / 16) * groups + g) * 16 + tok % 16);
+      const auto scale = V::load_f16(scales + at), min = V::load_f16(mins + at);
+      for (int i = 0; i < NQ; ++i) {
+        const auto pi = V::load(p + i * T + tok);
+        V::store(ws[i] + tok, V::mul(scale, pi));
+        pm[i] = V::fma(min, pi, pm[i]);
+      }
+    }
+    float bias[NQ];
+    for (int i = 0; i < NQ; ++i) bias[i] = V::hsum(pm[i]);
+    for (int vec = g * G / W; vec < (g + 1) * G / W; ++vec)
+      values_int_vector<V, NQ, Bits, true>(a, ws[0], block, vec, o, bias);
+    pf.step(static_cast<size_t>(g), static_cast<size_t>(groups));
+  }
+}
+
+// turbo_mse values: o_c += sum_t (p_t ||v_t||) c[idx_t,c]; one vector of W channels at a time over the page's
+// chunks of 32 tokens.
+template <class V, int NQ, int Bits>
+void values_turbo(const KernelArgs& a, const float* p, const uint8_t* block, Prefetch<V>& pf, float* o) {
+  constexpr int W = V::W;
+  const int d = a.d, T = a.T, nv = d / W;
+  const auto table = V::load_table(a.value_levels);
+  const uint8_t* norms = block + a.value_scales_offset;
+  alignas(64) float ws[NQ][kMaxTokens];  // p_t ||v_t||
+  for (int tok = 0; tok < T; tok += W) {
+    const auto norm = V::load_f16(norms + 2 * tok);
+    for (int i = 0; i < NQ; ++i) V::store(ws[i] + tok, V::mul(norm, V::load(p + i * T + tok)));
+  }
+  const size_t chunk_stride = static_cast<size_t>(d / 16) * Bits * 64;  // 32 tokens further
+  for (int vec = 0; vec < nv; ++vec) {
+    const int ch = vec * W;
+    const uint8_t* lanes = block + 64 * Bits * (ch / 16) + 4 * (ch % 16);
+    typename V::F acc[2][NQ];
+    for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * d + ch), acc[1][i] = V::zero();
+    for (int c = 0; c < T / 32; ++c) {
+      typename V::I n[4];
+      nibble_lanes<V, Bits>(lanes + c * chunk_stride, n);
+      for_elements<4>([&](auto v) {
+        for_elements<8>([&](auto j) {
+          const auto f = V::lookup(table, V::template shr<4 * j>(n[v]));
+          const float* w = ws[0] + 32 * c + 8 * v + j;
+          for (int i = 0; i < NQ; ++i) acc[j % 2][i] = V::fma1(f, w + i * kMaxTokens, acc[j % 2][i]);
+        });
+      });
+    }
+    for (int i = 0; i < NQ; ++i) V::store(o + i * d + ch, V::add(acc[0][i], acc[1][i]));
+    pf.step(static_cast<size_t>(vec), static_cast<size_t>(nv));
   }
 }
 
@@ -457,7 +684,13 @@ void page_pass(const KernelArgs& a, const RunPrep& prep, int i0, size_t base, co
   float* o = a.o + static_cast<size_t>(i0) * d;
 
   Prefetch<V> pf{next_page ? next_page + a.key_offset : nullptr, key_block_bytes(a, K)};
-  if constexpr (K == BlockFormat::f16) {
+  if constexpr (is_kivi(K)) {
+    key_scores_kivi<V, NQ, bits_of(K)>(a, q, page + a.key_offset, pf, s);
+  } else if constexpr (is_turbo(K)) {
+    key_scores_turbo<V, NQ, turbo_bits(K)>(a, q, page + a.key_offset, pf, s);
+  } else if constexpr (K == BlockFormat::prod3) {
+    key_scores_turbo_prod<V, NQ>(a, a.q + static_cast<size_t>(i0) * a.key_space, page + a.key_offset, pf, s);
+  } else if constexpr (K == BlockFormat::f16) {
     if (prep.split_queries) {
       key_scores_f16_split<V, NQ>(a, prep.split_queries + static_cast<size_t>(i0) * d, page + a.key_offset, pf, s);
     } else {
@@ -476,6 +709,10 @@ void page_pass(const KernelArgs& a, const RunPrep& prep, int i0, size_t base, co
     } else {
       values_f16<V, NQ>(a, s, page + a.value_offset, pf, o);
     }
+  } else if constexpr (is_kivi(VF)) {
+    values_kivi<V, NQ, bits_of(VF)>(a, s, page + a.value_offset, pf, o);
+  } else if constexpr (is_turbo(VF)) {
+    values_turbo<V, NQ, turbo_bits(VF)>(a, s, page + a.value_offset, pf, o);
   } else {
     values_int<V, NQ, bits_of(VF)>(a, s, page + a.value_offset, pf, o);
   }
@@ -486,7 +723,7 @@ void attend(const KernelArgs& a) {
   const size_t T = static_cast<size_t>(a.T);
   const bool splits = a.d % (2 * V::W) == 0;
   RunPrep prep;
-  if constexpr (V::kVnni && K != BlockFormat::f16) prep.vq = prepare_vnni_queries<bits_of(K)>(a);
+  if constexpr (V::kVnni && is_int(K)) prep.vq = prepare_vnni_queries<bits_of(K)>(a);
   if constexpr (K == BlockFormat::f16) {
     const size_t n = static_cast<size_t>(a.n_q) * a.d;
     float qmax = 0;
@@ -527,13 +764,25 @@ KernelFn fused_kernel_with_keys(BlockFormat value) {
       return attend<V, K, F::int8>;
     case F::int4:
       return attend<V, K, F::int4>;
+    case F::kivi2:
+      return attend<V, K, F::kivi2>;
+    case F::kivi4:
+      return attend<V, K, F::kivi4>;
+    case F::turbo2:
+      return attend<V, K, F::turbo2>;
+    case F::turbo3:
+      return attend<V, K, F::turbo3>;
+    case F::turbo4:
+      return attend<V, K, F::turbo4>;
+    case F::prod3:  // keys only
     case F::other:
       break;
   }
   return nullptr;
 }
 
-// The kernel for every pair of f16, int8 and int4 blocks.
+// The kernel for every pair of f16, int8, int4, kivi:2, kivi:4 and turbo_mse:2..4 blocks; turbo_prod:3 keys with
+// any of these values.
 template <class V>
 KernelFn fused_kernel_for(BlockFormat key, BlockFormat value) {
   using F = BlockFormat;
@@ -544,6 +793,18 @@ KernelFn fused_kernel_for(BlockFormat key, BlockFormat value) {
       return fused_kernel_with_keys<V, F::int8>(value);
     case F::int4:
       return fused_kernel_with_keys<V, F::int4>(value);
+    case F::kivi2:
+      return fused_kernel_with_keys<V, F::kivi2>(value);
+    case F::kivi4:
+      return fused_kernel_with_keys<V, F::kivi4>(value);
+    case F::turbo2:
+      return fused_kernel_with_keys<V, F::turbo2>(value);
+    case F::turbo3:
+      return fused_kernel_with_keys<V, F::turbo3>(value);
+    case F::turbo4:
+      return fused_kernel_with_keys<V, F::turbo4>(value);
+    case F::prod3:
+      return fused_kernel_with_keys<V, F::prod3>(value);
     case F::other:
       break;
   }

@@ -6,6 +6,18 @@
 #include "kvq/error.hpp"
 
 namespace kvq::detail {
+namespace {
+
+// The names of the instruction sets for which `keep` holds, comma-separated.
+template <class Keep>
+std::string isa_names(Keep keep) {
+  std::string names;
+  for (Isa isa : kAllIsas)
+    if (keep(isa)) names += (names.empty() ? "" : ", ") + std::string(isa_name(isa));
+  return names;
+}
+
+}  // namespace
 
 const char* isa_name(Isa isa) {
   switch (isa) {
@@ -17,6 +29,8 @@ const char* isa_name(Isa isa) {
       return "avx512";
     case Isa::avx512vnni:
       return "avx512vnni";
+    case Isa::neon:
+      return "neon";
   }
   return "?";
 }
@@ -33,28 +47,47 @@ bool cpu_supports(Isa isa) {
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     case Isa::avx512vnni:
       return cpu_supports(Isa::avx512) && __builtin_cpu_supports("avx512vnni");
+    case Isa::neon:
+      return false;
   }
   return false;
+#elif defined(__aarch64__)
+  return isa == Isa::scalar || isa == Isa::neon;  // Advanced SIMD is part of every AArch64 CPU
 #else
   return isa == Isa::scalar;
 #endif
 }
 
 Isa best_isa() {
-  for (Isa isa : {Isa::avx512vnni, Isa::avx512, Isa::avx2})
+  for (Isa isa : {Isa::avx512vnni, Isa::avx512, Isa::avx2, Isa::neon})
     if (cpu_supports(isa)) return isa;
+  return Isa::scalar;
+}
+
+Isa narrower_isa(Isa isa) {
+  switch (isa) {
+    case Isa::avx512vnni:
+      return Isa::avx512;
+    case Isa::avx512:
+      return Isa::avx2;
+    case Isa::scalar:
+    case Isa::avx2:
+    case Isa::neon:
+      break;
+  }
   return Isa::scalar;
 }
 
 Isa resolve_isa(std::string_view request) {
   if (request.empty()) return best_isa();
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512vnni}) {
+  for (Isa isa : kAllIsas) {
     if (request != isa_name(isa)) continue;
-    KVQ_CHECK(cpu_supports(isa), "KVQ_ISA=", request, ": this CPU lacks the instruction set (best here: ",
-              isa_name(best_isa()), ")");
+    KVQ_CHECK(cpu_supports(isa), "KVQ_ISA=", request, ": this CPU lacks the instruction set (it has ",
+              isa_names(cpu_supports), ")");
     return isa;
   }
-  throw Error("KVQ_ISA=" + std::string(request) + ": unknown instruction set (use scalar, avx2, avx512 or avx512vnni)");
+  throw Error("KVQ_ISA=" + std::string(request) + ": unknown instruction set (use one of " +
+              isa_names([](Isa) { return true; }) + "; this CPU has " + isa_names(cpu_supports) + ")");
 }
 
 Isa active_isa() {

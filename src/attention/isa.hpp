@@ -5,18 +5,24 @@
 
 namespace kvq::detail {
 
-/// Kernel instruction sets, each a superset of the one before (on x86).
-/// avx2: AVX2 + FMA + F16C. avx512: AVX-512 F, BW, VL and DQ as well. avx512vnni: and AVX512-VNNI.
-enum class Isa { scalar, avx2, avx512, avx512vnni };
+/// Kernel instruction sets. x86: avx2 (AVX2 + FMA + F16C), avx512 (AVX-512 F, BW, VL and DQ as well), avx512vnni
+/// (and AVX512-VNNI), each a superset of the one before. AArch64: neon (baseline armv8-a Advanced SIMD).
+enum class Isa { scalar, avx2, avx512, avx512vnni, neon };
 
-/// "scalar", "avx2", "avx512" or "avx512vnni".
+/// Every instruction set, in the order of the enum.
+inline constexpr Isa kAllIsas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512vnni, Isa::neon};
+
+/// "scalar", "avx2", "avx512", "avx512vnni" or "neon".
 const char* isa_name(Isa isa);
-/// Whether this CPU runs kernels of `isa` (scalar always; never avx2/avx512 off x86).
+/// Whether this CPU runs kernels of `isa` (scalar always; the x86 ones only on x86, neon only on AArch64).
 bool cpu_supports(Isa isa);
 /// The widest instruction set this CPU supports.
 Isa best_isa();
+/// The instruction set a kernel of `isa` falls back to where it has none for a pair: the next narrower one that this
+/// `isa` implies (scalar for avx2 and neon; scalar itself for scalar).
+Isa narrower_isa(Isa isa);
 /// The instruction set named by a KVQ_ISA value: empty means best_isa(); an unknown name, or one this CPU lacks,
-/// throws kvq::Error.
+/// throws kvq::Error (naming the instruction sets this CPU has).
 Isa resolve_isa(std::string_view request);
 /// resolve_isa(KVQ_ISA from the environment), read at every call so that the variable can change between calls.
 Isa active_isa();

@@ -8,8 +8,9 @@
 
 namespace kvq::detail {
 
-/// Block formats a fused kernel reads.
-enum class BlockFormat { f16, int8, int4, other };
+/// Block formats a fused kernel reads: f16, int8 and int4 (layout::IntGroup), kivi:2 and kivi:4 (layout::Kivi),
+/// turbo_mse:2, 3 and 4 (layout::TurboMse), turbo_prod:3 keys (layout::TurboProd).
+enum class BlockFormat { f16, int8, int4, kivi2, kivi4, turbo2, turbo3, turbo4, prod3, other };
 
 /// One run of pages of one (sequence, kv head) for n_q queries. The kernel folds the run into the n_q partial
 /// states (m, l, o), which may already hold tokens (the online softmax rescales them).
@@ -25,9 +26,15 @@ struct KernelArgs {
   int T = 0;            ///< tokens per page, a multiple of 16, at most kMaxTokens
   int n_q = 0;          ///< queries
   int key_group = 0;    ///< int keys: channels per fp16 scale (a multiple of 8)
-  int value_group = 0;  ///< int values: channels per fp16 scale (a multiple of 16)
-  size_t key_scales_offset = 0, value_scales_offset = 0;  ///< int: layout::IntGroup::scales_offset() of the block
-  const float* q = nullptr;         ///< n_q x d queries in the key codec's space, softmax scale and key lambda folded
+  int value_group = 0;  ///< int and kivi values: channels per fp16 scale (a multiple of 16)
+  size_t key_scales_offset = 0, value_scales_offset = 0;  ///< int, kivi: scales_offset(); turbo: norms_offset()
+  size_t key_mins_offset = 0, value_mins_offset = 0;      ///< kivi: the block's mins_offset()
+  const float* key_levels = nullptr;    ///< turbo keys: the 16 nibble levels (TurboMseParams::nibble_levels)
+  const float* value_levels = nullptr;  ///< turbo values: the same
+  int key_space = 0;                    ///< floats per query row: d, or d + m (turbo_prod: [R q | S q])
+  size_t key_signs_offset = 0, key_residual_norms_offset = 0;  ///< turbo_prod keys: layout::TurboProd's offsets
+  float key_sketch_scale = 0;                                  ///< turbo_prod keys: sqrt(pi/2) / m
+  const float* q = nullptr;  ///< n_q x key_space queries in the key codec's space, softmax scale and key lambda folded
   const size_t* visible = nullptr;  ///< n_q causal limits: query i sees tokens t < visible[i]
   float* m = nullptr;               ///< n_q running maxima (-inf: no token yet)
   float* l = nullptr;               ///< n_q running sums of exp(s - m)
@@ -42,6 +49,8 @@ constexpr size_t kernel_scratch_bytes(int n_q, int d) {
 
 /// The largest page a fused kernel takes (its scratch lives on the stack).
 constexpr int kMaxTokens = 128;
+/// The largest head dimension a codec takes.
+constexpr int kMaxDim = 512;
 
 using KernelFn = void (*)(const KernelArgs&);
 
@@ -56,6 +65,9 @@ namespace avx512 {
 KernelFn fused_kernel(BlockFormat key, BlockFormat value);
 }
 namespace avx512vnni {
+KernelFn fused_kernel(BlockFormat key, BlockFormat value);
+}
+namespace neon {
 KernelFn fused_kernel(BlockFormat key, BlockFormat value);
 }
 

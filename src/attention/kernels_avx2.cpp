@@ -40,6 +40,46 @@ struct Avx2 {
     const I top = (J + 1) * Bits == 32 ? x : _mm256_slli_epi32(x, 32 - (J + 1) * Bits);
     return _mm256_cvtepi32_ps(_mm256_srai_epi32(top, 32 - Bits));
   }
+  // The same element, unsigned: shifted back logically.
+  template <int Bits, int J>
+  static F uelement(I x) {
+    const I top = (J + 1) * Bits == 32 ? x : _mm256_slli_epi32(x, 32 - (J + 1) * Bits);
+    return _mm256_cvtepi32_ps(_mm256_srli_epi32(top, 32 - Bits));
+  }
+
+  // Lane-code decoding (turbo_mse): logical shifts, a bit select and a 16-entry table lookup by the low 4 bits (two
+  // 8-entry permutes, chosen by bit 3).
+  template <int N>
+  static I shr(I x) {
+    return N == 0 ? x : _mm256_srli_epi32(x, N);
+  }
+  template <int N>
+  static I shl(I x) {
+    return N == 0 ? x : _mm256_slli_epi32(x, N);
+  }
+  static I select_bits(I a, I b, uint32_t mask) {  // a where mask is set, else b
+    const I m = _mm256_set1_epi32(static_cast<int>(mask));
+    return _mm256_or_si256(_mm256_and_si256(m, a), _mm256_andnot_si256(m, b));
+  }
+  struct Table {
+    F low, high;
+  };
+  static Table load_table(const float* t16) { return {_mm256_loadu_ps(t16), _mm256_loadu_ps(t16 + 8)}; }
+  static F lookup(const Table& t, I idx) {
+    const F high = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28));
+    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(t.low, idx), _mm256_permutevar8x32_ps(t.high, idx), high);
+  }
+
+  // Sign bits (turbo_prod): a lane mask of bit R (all ones where set), and a broadcast added under it.
+  using Mask = F;
+  template <int R>
+  static Mask test_bit(I x) {
+    const I bit = _mm256_set1_epi32(static_cast<int>(1u << R));
+    return _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(x, bit), bit));
+  }
+  static F add_masked(F acc, Mask k, const float* b) {
+    return _mm256_add_ps(acc, _mm256_and_ps(k, _mm256_broadcast_ss(b)));
+  }
 
   static float hmax(F x) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));

@@ -1,6 +1,8 @@
 #include "attention/page_kernel.hpp"
 
 #include "codec/int_group.hpp"
+#include "codec/kivi.hpp"
+#include "codec/turbo_mse.hpp"
 #include "kvq/block_layout.hpp"
 
 namespace kvq::detail {
@@ -10,7 +12,10 @@ struct Format {
   BlockFormat format = BlockFormat::other;
   const float* lambda = nullptr;
   int group = 0;
-  size_t scales_offset = 0;
+  size_t scales_offset = 0, mins_offset = 0;
+  const float* levels = nullptr;
+  size_t signs_offset = 0, residual_norms_offset = 0;  // turbo_prod
+  float sketch_scale = 0;
 };
 
 Format format_of(const Codec& codec, int T) {
@@ -19,6 +24,22 @@ Format format_of(const Codec& codec, int T) {
     const layout::IntGroup l{static_cast<size_t>(codec.dim()), static_cast<size_t>(T), static_cast<size_t>(p->bits),
                              static_cast<size_t>(p->group), codec.role() == Role::key};
     return {p->bits == 8 ? BlockFormat::int8 : BlockFormat::int4, p->lambda, p->group, l.scales_offset()};
+  }
+  if (const auto l = kivi_layout(codec))
+    return {l->bits == 2 ? BlockFormat::kivi2 : BlockFormat::kivi4, nullptr, static_cast<int>(l->G),
+            l->scales_offset(), l->mins_offset()};
+  if (const auto p = turbo_mse_params(codec)) {
+    const auto& l = p->layout;
+    const bool tiles_fit = l.key ? l.d % 32 == 0 : l.T % 32 == 0;  // whole 32-element chunks
+    if (l.bits < 2 || !tiles_fit) return {};
+    const BlockFormat f = l.bits == 2 ? BlockFormat::turbo2 : l.bits == 3 ? BlockFormat::turbo3 : BlockFormat::turbo4;
+    return {f, nullptr, 0, l.norms_offset(), 0, p->nibble_levels};
+  }
+  if (const auto p = turbo_prod_params(codec)) {
+    const auto& l = p->layout;
+    if (!l.key || l.bits != 3 || l.d % 32 != 0 || l.m != l.d) return {};
+    return {BlockFormat::prod3, nullptr, 0, l.mse().norms_offset(), 0, p->nibble_levels,
+            l.signs_offset(), l.residual_norms_offset(), p->sketch_scale};
   }
   return {};
 }
@@ -33,6 +54,8 @@ KernelFn fused_kernel(Isa isa, BlockFormat key, BlockFormat value) {
       return avx512::fused_kernel(key, value);
     case Isa::avx512vnni:
       return avx512vnni::fused_kernel(key, value);
+    case Isa::neon:
+      return neon::fused_kernel(key, value);
   }
   return nullptr;
 }
@@ -47,8 +70,7 @@ PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa i
     return kernel;
   // The widest instruction set up to `isa` that has a kernel for the pair.
   Isa used = isa;
-  while (!(kernel.fn = fused_kernel(used, k.format, v.format)) && used != Isa::scalar)
-    used = static_cast<Isa>(static_cast<int>(used) - 1);
+  while (!(kernel.fn = fused_kernel(used, k.format, v.format)) && used != Isa::scalar) used = narrower_isa(used);
   if (!kernel.fn) return kernel;
   kernel.name = "fused_" + key.spec().name + "_" + value.spec().name + "_" + isa_name(used);
   kernel.key_lambda = k.lambda;
@@ -57,12 +79,19 @@ PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa i
   kernel.value_group = v.group;
   kernel.key_scales_offset = k.scales_offset;
   kernel.value_scales_offset = v.scales_offset;
+  kernel.key_mins_offset = k.mins_offset;
+  kernel.value_mins_offset = v.mins_offset;
+  kernel.key_levels = k.levels;
+  kernel.key_signs_offset = k.signs_offset;
+  kernel.key_residual_norms_offset = k.residual_norms_offset;
+  kernel.key_sketch_scale = k.sketch_scale;
+  kernel.value_levels = v.levels;
   return kernel;
 }
 
 void prepare_kernel_queries(const PageKernel& kernel, const Codec& key, const float* q, int n_q, float* out) {
   key.to_space(q, n_q, out);
-  if (!kernel.key_lambda) return;
+  if (!kernel.key_lambda) return;  // only int codecs have one, and their space is d wide
   const size_t d = static_cast<size_t>(key.dim());
   for (size_t i = 0; i < static_cast<size_t>(n_q) * d; ++i) out[i] *= kernel.key_lambda[i % d];
 }

@@ -18,15 +18,21 @@ struct PageKernel {
   const float* value_lambda = nullptr;  ///< int values: per-channel scale, applied to the outputs after a run
   int key_group = 0, value_group = 0;
   size_t key_scales_offset = 0, value_scales_offset = 0;
+  size_t key_mins_offset = 0, value_mins_offset = 0;
+  const float* key_levels = nullptr;
+  const float* value_levels = nullptr;
+  size_t key_signs_offset = 0, key_residual_norms_offset = 0;
+  float key_sketch_scale = 0;
 };
 
-/// The kernel for blocks of T tokens of these codecs on `isa`: fused for f16, int8 or int4 keys with f16, int8 or
-/// int4 values (T a multiple of 16 up to kMaxTokens), from the widest instruction set up to `isa` that has one;
-/// else generic.
+/// The kernel for blocks of T tokens of these codecs on `isa`: fused for f16, int8, int4, kivi:2, kivi:4,
+/// turbo_mse:2..4 or turbo_prod:3 keys with f16, int8, int4, kivi or turbo_mse:2..4 values (T a multiple of 16 up to
+/// kMaxTokens; turbo keys need d, and turbo_mse values T, a multiple of 32), from the widest instruction set up to
+/// `isa` that has one; else generic.
 PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa isa);
 
-/// The queries a fused kernel takes: n_q x d rows (scaled already) mapped to the key codec's space and multiplied by
-/// key_lambda.
+/// The queries a fused kernel takes: n_q x d rows (scaled already) mapped to the key codec's space (n_q x
+/// key.space_dim() out) and multiplied by key_lambda.
 void prepare_kernel_queries(const PageKernel& kernel, const Codec& key, const float* q, int n_q, float* out);
 
 }  // namespace kvq::detail

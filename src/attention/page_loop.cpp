@@ -54,6 +54,14 @@ void attend_fused(const PageRun& run) {
   a.value_group = k.value_group;
   a.key_scales_offset = k.key_scales_offset;
   a.value_scales_offset = k.value_scales_offset;
+  a.key_mins_offset = k.key_mins_offset;
+  a.value_mins_offset = k.value_mins_offset;
+  a.key_levels = k.key_levels;
+  a.value_levels = k.value_levels;
+  a.key_space = run.key_codec->space_dim();
+  a.key_signs_offset = k.key_signs_offset;
+  a.key_residual_norms_offset = k.key_residual_norms_offset;
+  a.key_sketch_scale = k.key_sketch_scale;
   a.q = run.q;
   a.visible = run.visible;
   a.m = run.scores;  // n_q x T floats of scratch hold the n_q maxima and sums

@@ -2,10 +2,11 @@
 // compiled only there. Internal linkage: see kernel_args.hpp.
 #pragma once
 
-// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which -Wmaybe-uninitialized flags wherever they are
-// inlined (GCC bug 105593).
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which -Wmaybe-uninitialized and -Wuninitialized flag
+// wherever they are inlined (GCC bug 105593).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <immintrin.h>
 
@@ -49,6 +50,35 @@ struct Avx512 {
     const I top = (J + 1) * Bits == 32 ? x : _mm512_slli_epi32(x, 32 - (J + 1) * Bits);
     return _mm512_cvtepi32_ps(_mm512_srai_epi32(top, 32 - Bits));
   }
+  // The same element, unsigned: shifted back logically.
+  template <int Bits, int J>
+  static F uelement(I x) {
+    const I top = (J + 1) * Bits == 32 ? x : _mm512_slli_epi32(x, 32 - (J + 1) * Bits);
+    return _mm512_cvtepi32_ps(_mm512_srli_epi32(top, 32 - Bits));
+  }
+
+  // Lane-code decoding (turbo_mse): logical shifts, a bit select and a 16-entry table lookup by the low 4 bits.
+  template <int N>
+  static I shr(I x) {
+    return N == 0 ? x : _mm512_srli_epi32(x, N);
+  }
+  template <int N>
+  static I shl(I x) {
+    return N == 0 ? x : _mm512_slli_epi32(x, N);
+  }
+  static I select_bits(I a, I b, uint32_t mask) {  // a where mask is set, else b
+    return _mm512_ternarylogic_epi32(_mm512_set1_epi32(static_cast<int>(mask)), a, b, 0xCA);
+  }
+  using Table = F;
+  static Table load_table(const float* t16) { return _mm512_loadu_ps(t16); }
+  static F lookup(const Table& t, I idx) { return _mm512_permutexvar_ps(idx, t); }
+  // Sign bits (turbo_prod): a lane mask of bit R, and a broadcast added under it (the add pipes, not the FMA pipes).
+  using Mask = __mmask16;
+  template <int R>
+  static Mask test_bit(I x) {
+    return _mm512_test_epi32_mask(x, _mm512_set1_epi32(static_cast<int>(1u << R)));
+  }
+  static F add_masked(F acc, Mask k, const float* b) { return _mm512_mask_add_ps(acc, k, acc, _mm512_set1_ps(*b)); }
 
   static float hmax(F x) { return _mm512_reduce_max_ps(x); }
   static float hsum(F x) { return _mm512_reduce_add_ps(x); }

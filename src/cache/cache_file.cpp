@@ -30,7 +30,9 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "cache files are written in the host's byte order");
 
 constexpr std::array<char, 8> kMagic{'K', 'V', 'Q', 'C', 'A', 'C', 'H', 'E'};
-constexpr uint32_t kVersion = 1;
+// Version 2: kivi, turbo_mse and turbo_prod blocks in lane tiles (block_layout.hpp); version 1 files hold them in
+// the older token-major layout and are not read.
+constexpr uint32_t kVersion = 2, kOldestVersion = 2;
 constexpr size_t kHeaderBytes = 24;
 constexpr uint32_t kMaxSpecBytes = 1024;
 
@@ -260,6 +262,8 @@ KVCache KVCache::load(const std::string& path) {
   KVQ_CHECK(version != 0, "KVCache::load: '", path, "' has an invalid format version 0");
   KVQ_CHECK(version <= kVersion, "KVCache::load: '", path, "' has format version ", version,
             ", newer than this build reads (", kVersion, "): update kvq");
+  KVQ_CHECK(version >= kOldestVersion, "KVCache::load: '", path, "' has format version ", version,
+            ", older than this build reads (", kOldestVersion, "): its blocks use an earlier layout; write it again");
   KVQ_CHECK(payload == size - kHeaderBytes, "KVCache::load: '", path,
             "' is truncated or damaged: the header announces ", payload, " payload bytes, the file holds ",
             size - kHeaderBytes);

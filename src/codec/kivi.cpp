@@ -15,9 +15,10 @@
 #include <cstring>
 #include <vector>
 
+#include "codec/kivi.hpp"
+
 #include "codec/codec_factories.hpp"
 #include "codec/fp16_bounds.hpp"
-#include "kvq/bitpack.hpp"
 #include "kvq/block_layout.hpp"
 #include "kvq/error.hpp"
 #include "kvq/half.hpp"
@@ -40,11 +41,15 @@ class KiviCodec final : public Codec {
   int group() const { return static_cast<int>(layout_.G); }
   int groups() const { return dim() / group(); }  // value groups per token
 
+  const layout::Kivi& layout() const { return layout_; }
   /// Codes of tokens 0..n-1, n x d values in [0, 2^b - 1].
   void read_codes(const uint8_t* block, int n, uint8_t* q) const {
-    unpack_bits(block, static_cast<size_t>(n) * dim(), static_cast<int>(layout_.bits), q);
+    const size_t d = layout_.d;
+    for (size_t t = 0; t < static_cast<size_t>(n); ++t)
+      for (size_t c = 0; c < d; ++c)
+        q[t * d + c] = static_cast<uint8_t>(layout_.code(block[layout_.code_byte(t, c)], layout_.code_shift(t, c)));
   }
-  /// Minimum and scale number p (channel p for keys, token-major group p for values).
+  /// Minimum and scale number p (layout::Kivi::param).
   float min_at(const uint8_t* block, size_t p) const { return load_f16(block + layout_.mins_offset() + 2 * p); }
   float scale_at(const uint8_t* block, size_t p) const { return load_f16(block + layout_.scales_offset() + 2 * p); }
 
@@ -74,11 +79,13 @@ class KiviCodec final : public Codec {
         for (int g = 0; g < groups(); ++g) {
           const float* v = xs.data() + static_cast<size_t>(t) * d + g * G;
           const auto [lo, hi] = std::minmax_element(v, v + G);
-          const auto [m, s] = store_range(block, static_cast<size_t>(t) * groups() + g, *lo, *hi, g, t);
+          const auto [m, s] = store_range(block, param_index(t, g * G), *lo, *hi, g, t);
           for (int i = 0; i < G; ++i) q[static_cast<size_t>(t) * d + g * G + i] = code(v[i], m, s);
         }
     }
-    pack_bits(q.data(), q.size(), static_cast<int>(layout_.bits), block);
+    for (size_t t = 0; t < static_cast<size_t>(T); ++t)
+      for (size_t c = 0; c < static_cast<size_t>(d); ++c)
+        block[layout_.code_byte(t, c)] |= static_cast<uint8_t>(q[t * d + c] << layout_.code_shift(t, c));
   }
 
   void decode_block_space(const uint8_t* block, int n, float* y) const override {
@@ -114,7 +121,7 @@ class KiviCodec final : public Codec {
       }
       for (int t = 0; t < n; ++t)
         for (int g = 0; g < groups(); ++g) {
-          const size_t p = static_cast<size_t>(t) * groups() + g;
+          const size_t p = param_index(t, g * G);
           const float wm = wi[t] * min_at(block, p), ws = wi[t] * scale_at(block, p);
           const uint8_t* qt = q.data() + static_cast<size_t>(t) * d;
           for (int c = g * G; c < g * G + G; ++c) ai[c] += wm + ws * static_cast<float>(qt[c]);
@@ -132,9 +139,7 @@ class KiviCodec final : public Codec {
     std::memcpy(&h, p, 2);
     return f16_to_f32(h);
   }
-  size_t param_index(int t, int c) const {
-    return per_channel() ? static_cast<size_t>(c) : static_cast<size_t>(t) * groups() + c / group();
-  }
+  size_t param_index(int t, int c) const { return layout_.param(static_cast<size_t>(t), static_cast<size_t>(c)); }
 
   // Stores [lo, hi] as parameter p (outward fp16 rounding, see the top of the file). `index` and `token` name the
   // range in errors (token -1: a key channel).
@@ -201,7 +206,7 @@ class KiviScorer final : public Scorer {
         const uint8_t* kt = codes_.data() + static_cast<size_t>(t) * d;
         float total = 0;
         for (int g = 0; g < codec_.groups(); ++g) {
-          const size_t p = static_cast<size_t>(t) * codec_.groups() + g;
+          const size_t p = codec_.layout().param(static_cast<size_t>(t), static_cast<size_t>(g * G));
           float dot = 0;
           for (int c = g * G; c < g * G + G; ++c) dot += qi[c] * static_cast<float>(kt[c]);
           total += codec_.min_at(block, p) * sums[g] + codec_.scale_at(block, p) * dot;
@@ -235,6 +240,12 @@ int parse_group(const CodecSpec& spec) {
 }
 
 }  // namespace
+
+std::optional<layout::Kivi> kivi_layout(const Codec& codec) {
+  const auto* c = dynamic_cast<const KiviCodec*>(&codec);
+  if (!c) return std::nullopt;
+  return c->layout();
+}
 
 std::unique_ptr<Codec> make_kivi_codec(const CodecSpec& spec, const CodecParams& params) {
   check_spec_shape(spec, 1, "g");

@@ -3,6 +3,7 @@
 // codecs whose tokens decode to ||x|| times a level per coordinate.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "codec/lloyd_max.hpp"
+#include "kvq/block_layout.hpp"
 #include "kvq/codec.hpp"
 #include "kvq/half.hpp"
 #include "kvq/rotation.hpp"
@@ -49,6 +51,39 @@ uint16_t stored_norm(double norm, std::string_view codec);
 
 /// u = R x / ||x|| (all zero for x = 0), ||x|| computed in double. Returns stored_norm(||x||).
 uint16_t split_norm(const Rotation& rotation, const float* x, float* u, std::string_view codec);
+
+/// Writes token t's d indices into a zeroed LaneCodes section (the low bits in part 0, the rest in part 1).
+inline void write_lane_codes(const layout::LaneCodes& l, int t, const uint8_t* idx, uint8_t* codes) {
+  for (size_t c = 0; c < l.d; ++c) {
+    unsigned rest = idx[c];
+    for (size_t p = 0; p < l.parts(); ++p) {
+      const auto at = l.place(static_cast<size_t>(t), c, p);
+      codes[at.byte] |= static_cast<uint8_t>((rest & ((1u << at.width) - 1)) << at.shift);
+      rest >>= at.width;
+    }
+  }
+}
+
+/// Token t's d indices from a LaneCodes section.
+inline void read_lane_codes(const layout::LaneCodes& l, int t, const uint8_t* codes, uint8_t* idx) {
+  for (size_t c = 0; c < l.d; ++c) {
+    unsigned value = 0, low = 0;
+    for (size_t p = 0; p < l.parts(); ++p) {
+      const auto at = l.place(static_cast<size_t>(t), c, p);
+      value |= ((codes[at.byte] >> at.shift) & ((1u << at.width) - 1)) << low;
+      low += at.width;
+    }
+    idx[c] = static_cast<uint8_t>(value);
+  }
+}
+
+/// The level of each nibble 0..15 that a LaneCodes chunk of b-bit indices decodes to (layout::LaneCodes: the index
+/// is the nibble for b = 4, its low 3 bits for b = 2, 3, bit 2 for b = 1).
+inline std::array<float, 16> nibble_levels(int bits, const float* centroids) {
+  std::array<float, 16> table{};
+  for (int e = 0; e < 16; ++e) table[e] = centroids[bits == 4 ? e : bits == 1 ? (e >> 2) & 1 : e & ((1 << bits) - 1)];
+  return table;
+}
 
 /// Element i of a section of fp16 values (blocks carry no alignment promise).
 inline float load_f16(const uint8_t* section, size_t i) {

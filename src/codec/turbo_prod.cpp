@@ -6,12 +6,14 @@
 // Codec model: space [rotated (d) | sketch (m)], A q = [R q, S q], y = [||x|| c[idx], sqrt(pi/2)/m ||r|| sign(S r)],
 // decode = R^T a + S^T b. Layout: layout::TurboProd.
 #include <cmath>
+#include <cstring>
 #include <memory>
+
+#include "codec/turbo_mse.hpp"
 
 #include "codec/codec_factories.hpp"
 #include "codec/qjl_sketch.hpp"
 #include "codec/turbo_parts.hpp"
-#include "kvq/bitpack.hpp"
 #include "kvq/block_layout.hpp"
 #include "kvq/error.hpp"
 #include "kvq/random.hpp"
@@ -24,8 +26,9 @@ class TurboProdCodec final : public Codec {
   TurboProdCodec(const CodecSpec& spec, const CodecParams& params, int bits)
       : Codec(spec, params),
         layout_{static_cast<size_t>(params.dim), static_cast<size_t>(params.block_tokens), static_cast<size_t>(bits),
-                static_cast<size_t>(params.dim)},
+                static_cast<size_t>(params.dim), params.role == Role::key},
         codebook_(sphere_lloyd_max(params.dim, bits - 1)),
+        nibble_levels_(nibble_levels(bits - 1, codebook_.centroids())),
         sketch_(params.dim, params.dim, derive_seed(params.seed, 2)) {
     rotation_ = rotation_from_spec(spec, params);
     set_layout(layout_.block_bytes(), params.dim + sketch_.rows());
@@ -35,12 +38,20 @@ class TurboProdCodec final : public Codec {
   const float* centroids() const { return codebook_.centroids(); }
   /// Token t's MSE-stage indices (d bytes), and its stored norm.
   float unpack(const uint8_t* block, int t, uint8_t* idx) const {
-    unpack_bits(block + t * layout_.mse().code_bytes(), dim(), codebook_.bits(), idx);
+    read_lane_codes(layout_.mse().codes(), t, block, idx);
     return load_f16(block + layout_.mse().norms_offset(), t);
   }
-  /// Offset of token t's residual sign bits in the block.
-  size_t signs_at(int t) const { return layout_.signs_offset() + t * layout_.sign_bytes(); }
-  const uint8_t* signs(const uint8_t* block, int t) const { return block + signs_at(t); }
+  const layout::TurboProd& layout() const { return layout_; }
+  const float* nibble_level_table() const { return nibble_levels_.data(); }
+  float sketch_scale() const { return sketch_.scale(); }
+  /// Token t's residual sign bits (m bits, bitpack.hpp order) gathered from the sign tiles into `bits`.
+  const uint8_t* signs(const uint8_t* block, int t, uint8_t* bits) const {
+    std::memset(bits, 0, static_cast<size_t>(rows()) / 8);
+    for (size_t r = 0; r < static_cast<size_t>(rows()); ++r)
+      bits[r / 8] |= static_cast<uint8_t>(((block[layout_.sign_byte(static_cast<size_t>(t), r)] >> (r % 8)) & 1)
+                                          << (r % 8));
+    return bits;
+  }
   /// sqrt(pi/2)/m ||r_t||: the magnitude of token t's coordinates in the sketch space.
   float magnitude(const uint8_t* block, int t) const {
     return sketch_.scale() * load_f16(block + layout_.residual_norms_offset(), t);
@@ -53,11 +64,12 @@ class TurboProdCodec final : public Codec {
     float u[kMaxCodecDim], mse[kMaxCodecDim];
     uint8_t idx[kMaxCodecDim];
     double r[kMaxCodecDim];
+    std::memset(block, 0, block_bytes());
     for (int t = 0; t < block_tokens(); ++t) {
       const float* xt = t < n ? x + static_cast<size_t>(t) * d : zero;  // tokens past n: zero vectors
       const uint16_t norm = split_norm(*rotation_, xt, u, spec().str());
       for (int j = 0; j < d; ++j) idx[j] = codebook_.nearest(u[j]);
-      pack_bits(idx, d, codebook_.bits(), block + t * layout_.mse().code_bytes());
+      write_lane_codes(layout_.mse().codes(), t, idx, block);
       store_f16(block + layout_.mse().norms_offset(), t, norm);
 
       // The residual against the decoded MSE stage: the same float products and inverse rotation as decode.
@@ -69,7 +81,11 @@ class TurboProdCodec final : public Codec {
         r[j] = static_cast<double>(xt[j]) - mse[j];
         sum += r[j] * r[j];
       }
-      sketch_.sign_bits(r, block + signs_at(t));
+      uint8_t bits[kMaxCodecDim / 8];
+      sketch_.sign_bits(r, bits);
+      for (size_t i = 0; i < static_cast<size_t>(rows()); ++i)
+        block[layout_.sign_byte(static_cast<size_t>(t), i)] |= static_cast<uint8_t>(((bits[i / 8] >> (i % 8)) & 1)
+                                                                                   << (i % 8));
       store_f16(block + layout_.residual_norms_offset(), t, stored_norm(std::sqrt(sum), spec().str()));
     }
   }
@@ -81,20 +97,22 @@ class TurboProdCodec final : public Codec {
       float* yt = y + static_cast<size_t>(t) * m;
       const float norm = unpack(block, t, idx);
       for (int j = 0; j < d; ++j) yt[j] = norm * centroids()[idx[j]];
-      decode_signs(signs(block, t), magnitude(block, t), rows(), yt + d);
+      uint8_t bits[kMaxCodecDim / 8];
+      decode_signs(signs(block, t, bits), magnitude(block, t), rows(), yt + d);
     }
   }
 
   void accumulate_block(const float* w, int n_q, const uint8_t* block, int n, float* acc) const override {
-    uint8_t idx[kMaxCodecDim];
+    uint8_t idx[kMaxCodecDim], bits[kMaxCodecDim / 8];
     const int d = dim(), m = space_dim();
     for (int t = 0; t < n; ++t) {
       const float norm = unpack(block, t, idx), magnitude_t = magnitude(block, t);
+      signs(block, t, bits);
       for (int i = 0; i < n_q; ++i) {
         const float wt = w[static_cast<size_t>(i) * block_tokens() + t], a = wt * norm;
         float* ai = acc + static_cast<size_t>(i) * m;
         for (int j = 0; j < d; ++j) ai[j] += a * centroids()[idx[j]];
-        add_signs(signs(block, t), wt * magnitude_t, rows(), ai + d);
+        add_signs(bits, wt * magnitude_t, rows(), ai + d);
       }
     }
   }
@@ -123,6 +141,7 @@ class TurboProdCodec final : public Codec {
  private:
   layout::TurboProd layout_;
   FloatCodebook codebook_;
+  std::array<float, 16> nibble_levels_;
   QjlSketch sketch_;
 };
 
@@ -135,15 +154,16 @@ class TurboProdScorer final : public Scorer {
   }
 
   void scores(const uint8_t* block, int n, float* out) override {
-    uint8_t idx[kMaxCodecDim];
+    uint8_t idx[kMaxCodecDim], bits[kMaxCodecDim / 8];
     const int d = codec_.dim(), m = codec_.space_dim();
     const float* c = codec_.centroids();
     for (int t = 0; t < n; ++t) {
       const float norm = codec_.unpack(block, t, idx), magnitude = codec_.magnitude(block, t);
+      codec_.signs(block, t, bits);
       for (int i = 0; i < n_queries(); ++i) {
         const float* qi = q_.data() + static_cast<size_t>(i) * m;
         out[static_cast<size_t>(i) * block_tokens() + t] =
-            norm * level_dot(qi, c, idx, d) + magnitude * signed_sum(codec_.signs(block, t), qi + d, codec_.rows());
+            norm * level_dot(qi, c, idx, d) + magnitude * signed_sum(bits, qi + d, codec_.rows());
       }
     }
   }
@@ -158,6 +178,12 @@ std::unique_ptr<Scorer> TurboProdCodec::make_scorer(const float* q, int n_q) con
 }
 
 }  // namespace
+
+std::optional<TurboProdParams> turbo_prod_params(const Codec& codec) {
+  const auto* c = dynamic_cast<const TurboProdCodec*>(&codec);
+  if (!c) return std::nullopt;
+  return TurboProdParams{c->layout(), c->nibble_level_table(), c->sketch_scale()};
+}
 
 std::unique_ptr<Codec> make_turbo_prod_codec(const CodecSpec& spec, const CodecParams& params) {
   check_spec_shape(spec, 1, "rot");

@@ -1,5 +1,6 @@
-// The SSE2 path (every x86-64 CPU has it) converts 16 bytes at a time to floats in registers; other CPUs take a
-// plain loop. Both compute sum_j q[j] x[j] and sum_j x[j] per block and apply the block's scale (and min) after.
+// CPUs with AVX2 take ggml_dot_avx2.cpp for Q4_0, Q4_1 and Q8_0. The SSE2 path (every x86-64 CPU has it)
+// converts 16 bytes at a time to floats in registers; other CPUs take a plain loop. Both compute sum_j q[j] x[j]
+// and sum_j x[j] per block and apply the block's scale (and min) after.
 #include "model/ggml_dot_kernels.hpp"
 
 #include <cstddef>
@@ -8,6 +9,7 @@
 
 #include "kvq/ggml_quants.hpp"
 #include "kvq/half.hpp"
+#include "model/ggml_dot_avx2.hpp"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -102,6 +104,7 @@ float with_nibbles(const uint8_t* qs, const uint8_t* qh, const float* x, F scale
 }  // namespace
 
 float dot_row_q4_0(const uint8_t* row, const float* x, size_t blocks) {
+  if (avx2::available()) return avx2::dot_row_q4_0(row, x, blocks);
   float sum = 0;
   for (size_t i = 0; i < blocks; ++i, x += QK) {
     const uint8_t* b = row + i * sizeof(BlockQ4_0);
@@ -119,6 +122,7 @@ float dot_row_q4_0(const uint8_t* row, const float* x, size_t blocks) {
 }
 
 float dot_row_q4_1(const uint8_t* row, const float* x, size_t blocks) {
+  if (avx2::available()) return avx2::dot_row_q4_1(row, x, blocks);
   float sum = 0;
   for (size_t i = 0; i < blocks; ++i, x += QK) {
     const uint8_t* b = row + i * sizeof(BlockQ4_1);
@@ -158,6 +162,7 @@ float dot_row_q5_1(const uint8_t* row, const float* x, size_t blocks) {
 }
 
 float dot_row_q8_0(const uint8_t* row, const float* x, size_t blocks) {
+  if (avx2::available()) return avx2::dot_row_q8_0(row, x, blocks);
   float sum = 0;
   for (size_t i = 0; i < blocks; ++i, x += QK) {
     const uint8_t* b = row + i * sizeof(BlockQ8_0);

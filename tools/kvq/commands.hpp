@@ -6,6 +6,7 @@
 namespace kvq::cli {
 
 void add_distortion_command(CLI::App& app);
+void add_attention_error_command(CLI::App& app);
 void add_demo_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_ppl_command(CLI::App& app);

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   kvq::cli::add_demo_command(app);
   kvq::cli::add_distortion_command(app);
+  kvq::cli::add_attention_error_command(app);
   kvq::cli::add_generate_command(app);
   kvq::cli::add_ppl_command(app);
   kvq::cli::add_bench_command(app);

@@ -1,5 +1,5 @@
 // kvq ppl --model M [--tokenizer F] --text FILE --ctx N --max-tokens N [--k SPEC --v SPEC ...] [--residual R]
-//         [--chunk N] [--calib-tokens N] [--threads K] [--json]
+//         [--skip-tokens N] [--chunk N] [--calib-tokens N] [--threads K] [--json]
 // A compressed cache runs in lockstep with the f16/f16 cache on the same windows and chunks, which gives the
 // perplexity change, the KL divergence and the top-1 agreement of the codecs. Several --k/--v pairs run together
 // against one f16 pass (one line or JSON object each).
@@ -20,6 +20,7 @@ struct PplOptions {
   std::string model, tokenizer, text;
   int ctx = 256;
   size_t max_tokens = 1000;
+  size_t skip_tokens = 0;
   int chunk = 64;
   size_t calib_tokens = 0;
   int threads = 0;
@@ -41,6 +42,7 @@ void print(const PplOptions& o, const PerplexityResult& r, const CacheQuality& q
                                 {"ctx", o.ctx},
                                 {"chunk", o.chunk},
                                 {"calib_tokens", calib_tokens},
+                                {"skip_tokens", o.skip_tokens},
                                 {"tokens", r.tokens},
                                 {"mean_nll", q.mean_nll},
                                 {"ppl", q.ppl}};
@@ -76,7 +78,12 @@ void run_ppl(const PplOptions& o) {
   const auto tokenizer = load_tokenizer(model, o.tokenizer);
   const std::string text = read_text_file(o.text);
   size_t evaluated_bytes = 0;
-  const std::vector<int> tokens = tokenize_prefix(*tokenizer, text, o.max_tokens, &evaluated_bytes);
+  KVQ_CHECK(o.ctx > 0 && o.skip_tokens % static_cast<size_t>(o.ctx) == 0, "--skip-tokens (", o.skip_tokens,
+            ") must be a multiple of --ctx (", o.ctx, ") so that the windows are those of a run from the start");
+  std::vector<int> tokens = tokenize_prefix(*tokenizer, text, o.skip_tokens + o.max_tokens, &evaluated_bytes);
+  KVQ_CHECK(tokens.size() > o.skip_tokens, "the text has ", tokens.size(), " tokens, none after --skip-tokens ",
+            o.skip_tokens);
+  tokens.erase(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(o.skip_tokens));
   PerplexityOptions options;
   options.window = o.ctx;
   options.chunk = o.chunk;
@@ -114,6 +121,9 @@ void add_ppl_command(CLI::App& app) {
   cmd->add_option("--text", o->text, "UTF-8 text file")->required();
   cmd->add_option("--ctx", o->ctx, "tokens per window")->capture_default_str();
   cmd->add_option("--max-tokens", o->max_tokens, "score the first N tokens of the text")->capture_default_str();
+  cmd->add_option("--skip-tokens", o->skip_tokens,
+                  "start after the first N tokens (a multiple of --ctx): a long run evaluated in pieces")
+      ->capture_default_str();
   cmd->add_option("--chunk", o->chunk, "positions per forward pass (1 = token by token)")->capture_default_str();
   cmd->add_option("--calib-tokens", o->calib_tokens,
                   "train the codecs (vecinfer needs it; int8/int4 set channel scales) on the keys and values of the "

@@ -1,0 +1,28 @@
+// What a fused attention kernel needs to know of a turbo_mse or turbo_prod codec beyond its block layout.
+#pragma once
+
+#include <optional>
+
+#include "kvq/block_layout.hpp"
+#include "kvq/codec.hpp"
+
+namespace kvq {
+
+struct TurboMseParams {
+  layout::TurboMse layout;
+  const float* nibble_levels;  ///< the 16 levels a LaneCodes chunk's nibbles decode to; lives with the codec
+};
+
+/// The parameters of a turbo_mse codec; nullopt for any other codec.
+std::optional<TurboMseParams> turbo_mse_params(const Codec& codec);
+
+struct TurboProdParams {
+  layout::TurboProd layout;
+  const float* nibble_levels;  ///< of the turbo_mse:(b-1) part, as TurboMseParams::nibble_levels
+  float sketch_scale;          ///< sqrt(pi/2) / m
+};
+
+/// The parameters of a turbo_prod codec; nullopt for any other codec (defined in turbo_prod.cpp).
+std::optional<TurboProdParams> turbo_prod_params(const Codec& codec);
+
+}  // namespace kvq
