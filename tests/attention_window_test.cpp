@@ -1,6 +1,7 @@
 // Sliding-window attention (AttentionOptions::window): decode and prefill over the encoded pages and the fp32
-// window against the double-precision reference restricted to each query's window, for fused kernels (f16, int4)
-// and the generic loop (turbo_mse), at head dimensions 64 and 256 (Gemma 3).
+// window against the double-precision reference restricted to each query's window, for fused kernels (f16, int4,
+// kivi, turbo_mse; the pages a window cuts go through the generic loop) and the generic loop alone (bf16), at head
+// dimensions 64 and 256 (Gemma 3).
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -73,11 +74,13 @@ TEST(AttentionWindow, FusedKernelsMatchTheWindowedReference) {
   KVQ_FRESH_SEED();
   check_windows({64, 64, 0, 2, 2, {300}, true}, "f16", seed);
   check_windows({64, 64, 64, 1, 4, {300}, true}, "int4", seed + 1);
+  check_windows({64, 64, 0, 1, 4, {300}, true}, "kivi:4", seed + 2);
+  check_windows({64, 64, 0, 1, 4, {300}, true}, "turbo_mse:4", seed + 3);
 }
 
 TEST(AttentionWindow, GenericLoopMatchesTheWindowedReference) {
   KVQ_FRESH_SEED();
-  check_windows({64, 64, 0, 1, 4, {300}, true}, "turbo_mse:4", seed);
+  check_windows({64, 64, 0, 2, 2, {300}, true}, "bf16", seed);
 }
 
 // Gemma 3: heads of 256 channels, one kv head for four query heads.
