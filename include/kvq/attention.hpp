@@ -44,6 +44,9 @@ struct AttnState {
 struct AttentionOptions {
   float scale = 0;  ///< softmax scale; 0 means 1 / sqrt(head_dim)
   int splits = 0;   ///< split-K slices of the call's pages; 0 means one per worker of the pool
+  /// Sliding-window attention: the query at position p sees only positions p - window + 1 .. p (Gemma's local
+  /// layers, Mistral); 0 means every position up to p.
+  size_t window = 0;
 };
 
 /// Decode attention of one query token per sequence. q: [seqs.size()][n_q_heads][head_dim], n_q_heads a multiple

@@ -2,9 +2,18 @@
 // memory-mapped checkpoint (never copied or converted as a whole), and a runner holding the run state with one
 // forward(token, pos) that reads like the model.
 //
-// Checkpoints: GGUF (architecture "llama"; any computable ggml format, see ggml_quants.hpp) and llama2.c's .bin
-// (7 int32 {dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len}, a negative vocab_size meaning an
-// unshared classifier, then fp32 weights in llama2.c's order).
+// One forward pass serves the Llama family; the architectures differ only in config fields and in which optional
+// weights are present:
+//   llama   RoPE on adjacent pairs (llama.cpp's converter permutes q/k rows for it), SwiGLU;
+//   qwen2   q/k/v projection biases, RoPE on the two halves of each head (llama.cpp's "neox");
+//   gemma3  heads wider than dim / n_heads (256), RMS norms of each q and k head, norms after attention and after
+//           the feed-forward network, GeGLU (tanh GELU), token embeddings scaled by sqrt(dim), sliding-window layers
+//           with their own RoPE base between global ones. Gemma's RMSNorm multiplies by (1 + w); llama.cpp's
+//           converter stores 1 + w in the GGUF, so every norm here is the plain x / rms(x) * w.
+//
+// Checkpoints: GGUF (architectures llama, qwen2, gemma3; any computable ggml format, see ggml_quants.hpp) and
+// llama2.c's .bin (7 int32 {dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len}, a negative
+// vocab_size meaning an unshared classifier, then fp32 weights in llama2.c's order).
 #pragma once
 
 #include <cstddef>
@@ -24,6 +33,13 @@
 
 namespace kvq {
 
+/// Which channels RoPE rotates together: (2i, 2i+1) (llama.cpp's "normal" mode) or (i, i + rope_dim/2) ("neox",
+/// Hugging Face's rotate_half). Either way pair i turns by pos * theta^(-2i / rope_dim).
+enum class RopeStyle { adjacent_pairs, halves };
+
+/// The gate's nonlinearity in the gated feed-forward network: SiLU (SwiGLU) or GELU's tanh form (GeGLU).
+enum class Activation { silu, gelu_tanh };
+
 struct LlamaConfig {
   int dim = 0;           ///< residual stream width
   int hidden_dim = 0;    ///< feed-forward width
@@ -32,13 +48,28 @@ struct LlamaConfig {
   int n_kv_heads = 0;    ///< key/value heads (grouped-query attention: n_heads is a multiple)
   int vocab_size = 0;
   int max_seq_len = 0;   ///< the context the model was trained for
+  int head_size = 0;     ///< width of each q/k/v head; 0: dim / n_heads
   int rope_dim = 0;      ///< leading dimensions of each head that RoPE rotates (= head_dim for Llama)
-  float rope_theta = 10000.0f;
+  RopeStyle rope_style = RopeStyle::adjacent_pairs;
+  float rope_theta = 10000.0f;     ///< RoPE base (of the global layers where some layers slide)
+  float rope_theta_sliding = 0;    ///< RoPE base of the sliding-window layers; 0: rope_theta
+  int sliding_window = 0;          ///< positions a sliding-window layer sees, its own included; 0: no such layers
+  int sliding_period = 0;          ///< with a window: the last layer of every period is global, the others slide
+  Activation activation = Activation::silu;
+  float embedding_scale = 1.0f;    ///< token embeddings are multiplied by this (Gemma: sqrt(dim))
   float norm_eps = 1e-5f;
 
-  int head_dim() const { return dim / n_heads; }
+  int head_dim() const { return head_size > 0 ? head_size : dim / n_heads; }
   int q_dim() const { return n_heads * head_dim(); }
   int kv_dim() const { return n_kv_heads * head_dim(); }
+  /// Positions that `layer` attends to (its own included), or 0 for all of them.
+  int window(int layer) const {
+    return sliding_window > 0 && (sliding_period == 0 || layer % sliding_period != sliding_period - 1)
+               ? sliding_window : 0;
+  }
+  float rope_base(int layer) const {
+    return window(layer) > 0 && rope_theta_sliding > 0 ? rope_theta_sliding : rope_theta;
+  }
   /// kvq::Error naming the first inconsistent field.
   void validate() const;
 };
@@ -53,16 +84,24 @@ struct WeightMatrix {
   const std::byte* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
 };
 
+/// A layer's weights; the optional ones are null where the architecture has none.
 struct LlamaLayerWeights {
-  const float* attn_norm;  ///< [dim]
-  WeightMatrix wq;         ///< [q_dim][dim]
-  WeightMatrix wk;         ///< [kv_dim][dim]
-  WeightMatrix wv;         ///< [kv_dim][dim]
-  WeightMatrix wo;         ///< [dim][q_dim]
-  const float* ffn_norm;   ///< [dim]
-  WeightMatrix w_gate;     ///< [hidden_dim][dim]  (llama2.c: w1)
-  WeightMatrix w_down;     ///< [dim][hidden_dim]  (llama2.c: w2)
-  WeightMatrix w_up;       ///< [hidden_dim][dim]  (llama2.c: w3)
+  const float* attn_norm = nullptr;       ///< [dim]
+  WeightMatrix wq;                        ///< [q_dim][dim]
+  WeightMatrix wk;                        ///< [kv_dim][dim]
+  WeightMatrix wv;                        ///< [kv_dim][dim]
+  const float* bq = nullptr;              ///< [q_dim]  optional bias of wq (Qwen2)
+  const float* bk = nullptr;              ///< [kv_dim] optional
+  const float* bv = nullptr;              ///< [kv_dim] optional
+  const float* q_norm = nullptr;          ///< [head_dim] optional RMSNorm of every query head (Gemma 3)
+  const float* k_norm = nullptr;          ///< [head_dim] optional, of every key head
+  WeightMatrix wo;                        ///< [dim][q_dim]
+  const float* post_attn_norm = nullptr;  ///< [dim] optional RMSNorm of the attention output (Gemma 3)
+  const float* ffn_norm = nullptr;        ///< [dim]
+  WeightMatrix w_gate;                    ///< [hidden_dim][dim]  (llama2.c: w1)
+  WeightMatrix w_down;                    ///< [dim][hidden_dim]  (llama2.c: w2)
+  WeightMatrix w_up;                      ///< [hidden_dim][dim]  (llama2.c: w3)
+  const float* post_ffn_norm = nullptr;   ///< [dim] optional RMSNorm of the feed-forward output (Gemma 3)
 };
 
 struct LlamaWeights {
@@ -181,7 +220,10 @@ class LlamaRunner {
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<KvStore> kv_;
   std::vector<std::vector<float>> scratch_;  // [worker] dequantized weight tiles
-  std::vector<float> rope_cos_sin_;          // [context][rope_dim / 2][2]: cos, sin of pos * theta^(-2i / rope_dim)
+  // Per RoPE base: [context][rope_dim / 2][2], cos and sin of pos * theta^(-2i / rope_dim); layer l uses table
+  // rope_table_[l].
+  std::vector<std::vector<float>> rope_cos_sin_;
+  std::vector<int> rope_table_;
   KvSample* capture_ = nullptr;  // where attention blocks copy their keys and values during capture_kv
   // Activations of the current chunk, one row per position, sized for chunk_capacity_ positions.
   int chunk_capacity_ = 0;

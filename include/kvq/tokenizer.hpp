@@ -1,7 +1,8 @@
 // Text <-> token ids. Two families:
-//  - SentencePiece BPE (llama2.c tokenizer.bin; GGUF tokenizer.ggml.model = "llama"): a leading space is added,
-//    pieces are merged pairwise by highest score, characters missing from the vocabulary fall back to <0xXX>
-//    byte tokens; after BOS the leading space of the first piece is dropped when decoding.
+//  - SentencePiece BPE (llama2.c tokenizer.bin; GGUF tokenizer.ggml.model = "llama"): a leading space is added
+//    (unless the GGUF's add_space_prefix is false: Gemma), pieces are merged pairwise by highest score, characters
+//    missing from the vocabulary fall back to <0xXX> byte tokens; after BOS the leading space of the first piece is
+//    dropped when decoding. From GGUF, control and user-defined tokens written in the text are recognised first.
 //  - Byte-level BPE (GGUF tokenizer.ggml.model = "gpt2"): text is split by the pre-tokenizer named in
 //    tokenizer.ggml.pre, each piece's bytes are mapped to printable characters (GPT-2's byte-to-unicode map) and
 //    merged by merge rank; control tokens written in the text (e.g. <|im_start|>) are recognised as themselves.

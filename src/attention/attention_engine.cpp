@@ -20,7 +20,9 @@ struct GroupPlan {
   LayerView view;
   size_t row = 0;      // first row of the group in the gathered queries
   int n_q = 0;         // n_pos * G rows, ordered (pos, g)
-  size_t n_pages = 0;  // pages any of its queries sees
+  size_t first_page = 0;  // pages before it lie outside every query's window
+  size_t n_pages = 0;     // pages from first_page that any of its queries sees
+  size_t cut_below = 0;   // the largest window start of its queries
   size_t first_piece = 0;
   size_t n_pieces = 0;
 };
@@ -50,7 +52,7 @@ void for_each_task(ThreadPool* pool, size_t n, Fn&& fn) {
 
 // The fp32 residual window of one group, folded into states in the original space.
 void attend_window(const LayerView& view, int kv_head, int d, const float* q, int n_q, const size_t* visible,
-                   float* scores, size_t stride, AttnState* states) {
+                   const size_t* first, float* scores, size_t stride, AttnState* states) {
   const int r = view.residual_count;
   if (r == 0) return;
   const float* keys = view.residual_key(kv_head);
@@ -60,8 +62,9 @@ void attend_window(const LayerView& view, int kv_head, int d, const float* q, in
     const float* qi = q + static_cast<size_t>(i) * d;
     float* row = scores + static_cast<size_t>(i) * stride;
     const size_t seen = visible[i] > base ? std::min(visible[i] - base, static_cast<size_t>(r)) : 0;
+    const size_t hidden = first[i] > base ? first[i] - base : 0;  // before a sliding window
     for (int t = 0; t < r; ++t) {
-      if (static_cast<size_t>(t) >= seen) {
+      if (static_cast<size_t>(t) >= seen || static_cast<size_t>(t) < hidden) {
         row[t] = -std::numeric_limits<float>::infinity();
         continue;
       }
@@ -98,7 +101,7 @@ void run_attention(const KVCache& cache, int layer, std::span<const QueryGroup> 
   const float scale = options.scale > 0 ? options.scale : 1.f / std::sqrt(static_cast<float>(d));
   const PageKernel kernel = select_page_kernel(kc, vc, cfg.block_tokens, active_isa());
 
-  // Plan: gather the queries (scaled) and their causal limits, count the pages each group sees.
+  // Plan: gather the queries (scaled) and their causal limits (and window starts), count the pages each group sees.
   std::vector<GroupPlan> plan(groups.size());
   size_t rows = 0;
   int max_q = 0;
@@ -110,12 +113,12 @@ void run_attention(const KVCache& cache, int layer, std::span<const QueryGroup> 
     max_q = std::max(max_q, plan[g].n_q);
   }
   std::vector<float> queries(rows * ud);
-  std::vector<size_t> visible(rows);
+  std::vector<size_t> visible(rows), first(rows);
   for (size_t g = 0; g < groups.size(); ++g) {
     const QueryGroup& qg = groups[g];
     GroupPlan& gp = plan[g];
     const size_t length = gp.view.length();
-    size_t max_visible = 0;
+    size_t max_visible = 0, min_first = std::numeric_limits<size_t>::max();
     for (int pos = 0; pos < qg.n_pos; ++pos)
       for (int j = 0; j < G; ++j) {
         const size_t row = gp.row + static_cast<size_t>(pos * G + j);
@@ -126,9 +129,15 @@ void run_attention(const KVCache& cache, int layer, std::span<const QueryGroup> 
           queries[row * ud + c] = src[c] * scale;
         }
         visible[row] = std::min(qg.visible0 + static_cast<size_t>(pos), length);
+        // The query's own position is visible - 1 (a decode sees every token, a prefill query its own).
+        first[row] = options.window > 0 && visible[row] > options.window ? visible[row] - options.window : 0;
         max_visible = std::max(max_visible, visible[row]);
+        min_first = std::min(min_first, first[row]);
+        gp.cut_below = std::max(gp.cut_below, first[row]);
       }
-    gp.n_pages = std::min(gp.view.pages.size(), (max_visible + T - 1) / T);
+    const size_t seen_pages = std::min(gp.view.pages.size(), (max_visible + T - 1) / T);
+    gp.first_page = std::min(seen_pages, min_first / T);
+    gp.n_pages = seen_pages - gp.first_page;
   }
 
   // Split-K: the pages of all groups, in order, cut into equal slices; a slice breaks into one piece per group.
@@ -183,14 +192,15 @@ void run_attention(const KVCache& cache, int layer, std::span<const QueryGroup> 
     for (size_t p = slice_start[s]; p < slice_start[s + 1]; ++p) {
       const Piece& piece = pieces[p];
       const GroupPlan& gp = plan[piece.group];
+      const size_t first_token = (gp.first_page + piece.begin) * T;
       if (piece.group != prepared_group) {
-        if (kernel.fn) {
-          prepare_kernel_queries(kernel, kc, queries.data() + gp.row * ud, gp.n_q, w.q.data());
-        } else {
-          scorer = kc.prepare(queries.data() + gp.row * ud, gp.n_q);
-        }
+        if (kernel.fn) prepare_kernel_queries(kernel, kc, queries.data() + gp.row * ud, gp.n_q, w.q.data());
+        scorer.reset();
         prepared_group = piece.group;
       }
+      // The generic loop runs without a fused kernel, and on the pages a window cuts into (page_loop.hpp).
+      if (!scorer && (!kernel.fn || first_token < gp.cut_below))
+        scorer = kc.prepare(queries.data() + gp.row * ud, gp.n_q);
       PageRun run;
       run.cache = &cache;
       run.key_codec = &kc;
@@ -199,11 +209,15 @@ void run_attention(const KVCache& cache, int layer, std::span<const QueryGroup> 
       run.scorer = scorer.get();
       run.q = w.q.data();
       run.kernel_scratch = w.kernel.data() + (64 - reinterpret_cast<uintptr_t>(w.kernel.data()) % 64) % 64;
-      run.pages = gp.view.pages.subspan(piece.begin, piece.end - piece.begin);
-      run.first_token = piece.begin * T;
+      run.pages = gp.view.pages.subspan(gp.first_page + piece.begin, piece.end - piece.begin);
+      run.first_token = first_token;
       run.kv_head = groups[piece.group].kv_head;
       run.n_q = gp.n_q;
       run.visible = visible.data() + gp.row;
+      if (options.window > 0) {
+        run.first = first.data() + gp.row;
+        run.cut_below = gp.cut_below;
+      }
       run.scores = w.scores.data();
       run.states = piece_states.data() + piece.state_row;
       attend_pages(run);
@@ -228,7 +242,7 @@ void run_attention(const KVCache& cache, int layer, std::span<const QueryGroup> 
       }
     }
     attend_window(gp.view, qg.kv_head, d, queries.data() + gp.row * ud, gp.n_q, visible.data() + gp.row,
-                  w.scores.data(), score_stride, states);
+                  first.data() + gp.row, w.scores.data(), score_stride, states);
     for (int pos = 0; pos < qg.n_pos; ++pos)
       for (int j = 0; j < G; ++j) {
         AttnState& st = states[pos * G + j];

@@ -17,10 +17,13 @@ void attend_generic(const PageRun& run) {
     const PageId page = run.pages[j];
     const size_t base = run.first_token + j * stride;
     run.scorer->scores(run.cache->key_block(page, run.kv_head), T, run.scores);
-    // Causal mask: query i sees the first visible[i] - base tokens of this page.
+    // Causal mask: query i sees the first visible[i] - base tokens of this page; a window hides those before
+    // first[i].
     for (int i = 0; i < run.n_q; ++i) {
       const size_t seen = run.visible[i] > base ? std::min(run.visible[i] - base, stride) : 0;
       std::fill(run.scores + i * stride + seen, run.scores + (i + 1) * stride, kMasked);
+      if (run.first && run.first[i] > base)
+        std::fill(run.scores + i * stride, run.scores + i * stride + std::min(run.first[i] - base, seen), kMasked);
     }
     online_softmax_block(run.scores, stride, run.n_q, T, run.states);
     run.value_codec->accumulate(run.scores, run.n_q, run.cache->value_block(page, run.kv_head), T,
@@ -84,10 +87,26 @@ void attend_fused(const PageRun& run) {
 
 void attend_pages(const PageRun& run) {
   if (run.pages.empty()) return;
-  if (run.kernel && run.kernel->fn) {
-    attend_fused(run);
-  } else {
+  if (!run.kernel || !run.kernel->fn) {
     attend_generic(run);
+    return;
+  }
+  // Pages a window cuts into come first in token order; the fused kernel starts from empty states, so it runs on
+  // the others first and the generic loop folds the cut pages in after.
+  const size_t T = static_cast<size_t>(run.key_codec->block_tokens());
+  size_t cut = 0;
+  if (run.first)
+    while (cut < run.pages.size() && run.first_token + cut * T < run.cut_below) ++cut;
+  if (cut < run.pages.size()) {
+    PageRun rest = run;
+    rest.pages = run.pages.subspan(cut);
+    rest.first_token = run.first_token + cut * T;
+    attend_fused(rest);
+  }
+  if (cut > 0) {
+    PageRun cut_pages = run;
+    cut_pages.pages = run.pages.first(cut);
+    attend_generic(cut_pages);
   }
 }
 

@@ -26,6 +26,11 @@ struct PageRun {
   int kv_head = 0;
   int n_q = 0;
   const size_t* visible = nullptr;  ///< n_q causal limits: query i sees tokens t < visible[i]
+  /// Sliding windows: n_q lower limits, query i sees tokens t >= first[i]; null: no window.
+  const size_t* first = nullptr;
+  /// The largest first[i]: pages starting below it are cut by some query's window, and only the generic loop
+  /// applies that mask (fused kernels apply the causal one).
+  size_t cut_below = 0;
   float* scores = nullptr;          ///< scratch, n_q x T floats
   /// n_q empty states whose o are the consecutive rows of one n_q x space_dim array: the run's partial attention.
   AttnState* states = nullptr;
@@ -33,6 +38,7 @@ struct PageRun {
 
 /// For every page: scores -> mask -> online softmax -> accumulate the values with the weights, by the run's kernel:
 /// fused (the packed blocks read directly) or generic (the key codec's Scorer and the value codec's accumulate).
+/// Pages cut by a sliding window always run generic, after the fused ones: the scorer must be prepared for them.
 void attend_pages(const PageRun& run);
 
 }  // namespace kvq::detail

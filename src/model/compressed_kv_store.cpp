@@ -74,11 +74,13 @@ class CompressedKvStore final : public KvStore {
     const size_t floats = static_cast<size_t>(n) * shape_.n_heads * shape_.head_dim;
     const std::span<const float> qs(q, floats);
     const std::span<float> outs(out, floats);
+    AttentionOptions options;
+    if (!shape_.windows.empty()) options.window = static_cast<size_t>(shape_.windows[static_cast<size_t>(layer)]);
     if (n == 1) {
-      decode_attention(c.cache, layer, std::span<const SeqId>(&c.seq, 1), qs, outs, {}, pool_);
+      decode_attention(c.cache, layer, std::span<const SeqId>(&c.seq, 1), qs, outs, options, pool_);
     } else {
       const size_t start = c.cache.length(c.seq, layer) - static_cast<size_t>(n);
-      prefill_attention(c.cache, layer, c.seq, start, static_cast<size_t>(n), qs, outs, {}, pool_);
+      prefill_attention(c.cache, layer, c.seq, start, static_cast<size_t>(n), qs, outs, options, pool_);
     }
   }
 

@@ -31,7 +31,12 @@ class FloatKvStore final : public KvStore {
   void attend(int layer, const float* q, int n, float* out) override {
     const int d = s_.head_dim, group = s_.n_heads / s_.n_kv_heads, len = length_[layer];
     const size_t row = static_cast<size_t>(s_.n_heads) * d;
-    for (int i = 0; i < n; ++i) attend_one(layer, q + i * row, len - n + i + 1, out + i * row, d, group);
+    const int window = s_.windows.empty() ? 0 : s_.windows[static_cast<size_t>(layer)];
+    for (int i = 0; i < n; ++i) {
+      const int visible = len - n + i + 1;
+      attend_one(layer, q + i * row, window > 0 ? std::max(0, visible - window) : 0, visible, out + i * row, d,
+                 group);
+    }
   }
 
   int length(int layer) const override { return length_[layer]; }
@@ -44,14 +49,14 @@ class FloatKvStore final : public KvStore {
   void calibrate(int, const float*, const float*, size_t) override {}
 
  private:
-  // Attention of one query (all heads) over the first `visible` positions of `layer`.
-  void attend_one(int layer, const float* q, int visible, float* out, int d, int group) {
+  // Attention of one query (all heads) over positions first .. visible - 1 of `layer`.
+  void attend_one(int layer, const float* q, int first, int visible, float* out, int d, int group) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     for (int h = 0; h < s_.n_heads; ++h) {
       const float* qh = q + static_cast<size_t>(h) * d;
       const size_t kv_offset = static_cast<size_t>(h / group) * d;
       float max_score = -INFINITY;
-      for (int t = 0; t < visible; ++t) {
+      for (int t = first; t < visible; ++t) {
         const float* kt = key(layer, t) + kv_offset;
         float s = 0;
         for (int i = 0; i < d; ++i) s += qh[i] * kt[i];
@@ -59,10 +64,10 @@ class FloatKvStore final : public KvStore {
         max_score = std::max(max_score, scores_[t]);
       }
       float sum = 0;
-      for (int t = 0; t < visible; ++t) sum += scores_[t] = std::exp(scores_[t] - max_score);
+      for (int t = first; t < visible; ++t) sum += scores_[t] = std::exp(scores_[t] - max_score);
       float* oh = out + static_cast<size_t>(h) * d;
       std::fill(oh, oh + d, 0.0f);
-      for (int t = 0; t < visible; ++t) {
+      for (int t = first; t < visible; ++t) {
         const float w = scores_[t] / sum;
         const float* vt = value(layer, t) + kv_offset;
         for (int i = 0; i < d; ++i) oh[i] += w * vt[i];

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "kvq/model.hpp"
 
@@ -16,6 +17,7 @@ class ThreadPool;
 
 struct KvShape {
   int n_layers, n_kv_heads, n_heads, head_dim;
+  std::vector<int> windows;  ///< [n_layers]: positions each layer's queries see, their own included; 0: all
 };
 
 class KvStore {
@@ -25,7 +27,8 @@ class KvStore {
   virtual void append(int layer, const float* k, const float* v, int n) = 0;
   /// Causal attention of the n newest positions of `layer` (the ones appended last): query i, at position
   /// length - n + i, sees every stored position up to its own. q: [n][n_heads][head_dim] -> out: the same shape.
-  /// Query head h reads key/value head h / (n_heads / n_kv_heads); scores are scaled by 1/sqrt(head_dim).
+  /// Query head h reads key/value head h / (n_heads / n_kv_heads); scores are scaled by 1/sqrt(head_dim); a layer
+  /// with a window (KvShape::windows) shows the query at position p only positions p - window + 1 .. p.
   virtual void attend(int layer, const float* q, int n, float* out) = 0;
   /// Appends n positions and computes their attention as token-by-token decoding would: position i sees the
   /// store as it is right after position i is appended (for a KVCache, blocks completed by later positions of the

@@ -1,7 +1,8 @@
-// The Llama forward pass for a chunk of positions: RMSNorm, attention with RoPE (adjacent pairs) and grouped-query
-// heads, a SwiGLU feed-forward network, residual connections, a final RMSNorm and the classifier. One position
-// uses matrix-vector products that read the quantized weights in place (split over threads by output rows); a
-// chunk uses matrix-matrix products on dequantized weight tiles (chunk_matmul.hpp), split by tiles.
+// The forward pass of the Llama family for a chunk of positions: RMSNorm, attention with RoPE and grouped-query
+// heads, a gated feed-forward network, residual connections, a final RMSNorm and the classifier; the config and
+// the optional weights add what Qwen2 and Gemma 3 differ by (model.hpp). One position uses matrix-vector products
+// that read the quantized weights in place (split over threads by output rows); a chunk uses matrix-matrix
+// products on dequantized weight tiles (chunk_matmul.hpp), split by tiles.
 #include <algorithm>
 #include <cmath>
 #include <thread>
@@ -24,23 +25,50 @@ void rmsnorm(float* out, const float* x, const float* weight, int n, float eps) 
   for (int i = 0; i < n; ++i) out[i] = x[i] * inv * weight[i];
 }
 
-// Rotates the pairs (2i, 2i+1), i < pairs, of every head of x [n_heads][head_dim] by the angle whose cosine and
-// sine are cos_sin[2i], cos_sin[2i+1].
-void rope(float* x, int n_heads, int head_dim, const float* cos_sin, int pairs) {
+// Rotates pair i < pairs of every head of x [n_heads][head_dim] by the angle whose cosine and sine are
+// cos_sin[2i], cos_sin[2i+1]. The pair is (2i, 2i+1), or (i, i + pairs) for RopeStyle::halves.
+void rope(float* x, int n_heads, int head_dim, const float* cos_sin, int pairs, RopeStyle style) {
+  const int stride = style == RopeStyle::halves ? 1 : 2, offset = style == RopeStyle::halves ? pairs : 1;
   for (int h = 0; h < n_heads; ++h) {
     float* v = x + static_cast<size_t>(h) * head_dim;
     for (int i = 0; i < pairs; ++i) {
       const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
-      const float a = v[2 * i], b = v[2 * i + 1];
-      v[2 * i] = a * c - b * s;
-      v[2 * i + 1] = a * s + b * c;
+      float& a = v[stride * i];
+      float& b = v[stride * i + offset];
+      const float ra = a * c - b * s, rb = a * s + b * c;
+      a = ra, b = rb;
     }
   }
 }
 
+// The gate of a gated feed-forward network: SiLU(g) = g sigmoid(g), or GELU in its tanh form.
+float activate(float g, Activation a) {
+  if (a == Activation::silu) return g / (1.0f + std::exp(-g));
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  return 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
+}
+
+// x[i] += bias for each of the n rows of x [n][width]; no bias: nothing.
+void add_bias(float* x, const float* bias, int n, int width) {
+  if (!bias) return;
+  for (int i = 0; i < n; ++i)
+    for (int c = 0; c < width; ++c) x[static_cast<size_t>(i) * width + c] += bias[c];
+}
+
+// RMSNorm of each of the `rows` vectors of width `width` in x, in place; no weight: nothing.
+void rmsnorm_rows(float* x, const float* weight, int rows, int width, float eps) {
+  if (!weight) return;
+  for (int r = 0; r < rows; ++r) rmsnorm(x + static_cast<size_t>(r) * width, x + static_cast<size_t>(r) * width,
+                                         weight, width, eps);
+}
+
 int default_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
-KvShape kv_shape(const LlamaConfig& c) { return {c.n_layers, c.n_kv_heads, c.n_heads, c.head_dim()}; }
+KvShape kv_shape(const LlamaConfig& c) {
+  KvShape s{c.n_layers, c.n_kv_heads, c.n_heads, c.head_dim(), {}};
+  for (int l = 0; l < c.n_layers; ++l) s.windows.push_back(c.window(l));
+  return s;
+}
 
 std::unique_ptr<KvStore> make_kv_store(const LlamaConfig& c, int context, const KvCacheSpec& spec,
                                        ThreadPool* pool) {
@@ -68,14 +96,22 @@ LlamaRunner::LlamaRunner(const LlamaModel& model, int context, int threads, cons
   kv_ = make_kv_store(c, context, cache, pool_.get());
   scratch_.resize(static_cast<size_t>(pool_->size()));
   const int pairs = c.rope_dim / 2;
-  rope_cos_sin_.resize(static_cast<size_t>(context) * pairs * 2);
-  for (int i = 0; i < pairs; ++i) {
-    const float freq = static_cast<float>(std::pow(static_cast<double>(c.rope_theta), -2.0 * i / c.rope_dim));
-    for (int pos = 0; pos < context; ++pos) {
-      const double angle = static_cast<double>(pos) * freq;
-      float* cs = rope_cos_sin_.data() + (static_cast<size_t>(pos) * pairs + i) * 2;
-      cs[0] = static_cast<float>(std::cos(angle));
-      cs[1] = static_cast<float>(std::sin(angle));
+  std::vector<float> bases;  // one table per distinct RoPE base
+  for (int l = 0; l < c.n_layers; ++l) {
+    const float base = c.rope_base(l);
+    const auto it = std::find(bases.begin(), bases.end(), base);
+    rope_table_.push_back(static_cast<int>(it - bases.begin()));
+    if (it != bases.end()) continue;
+    bases.push_back(base);
+    std::vector<float>& table = rope_cos_sin_.emplace_back(static_cast<size_t>(context) * pairs * 2);
+    for (int i = 0; i < pairs; ++i) {
+      const float freq = static_cast<float>(std::pow(static_cast<double>(base), -2.0 * i / c.rope_dim));
+      for (int pos = 0; pos < context; ++pos) {
+        const double angle = static_cast<double>(pos) * freq;
+        float* cs = table.data() + (static_cast<size_t>(pos) * pairs + i) * 2;
+        cs[0] = static_cast<float>(std::cos(angle));
+        cs[1] = static_cast<float>(std::sin(angle));
+      }
     }
   }
   reserve_chunk(1);
@@ -154,11 +190,17 @@ void LlamaRunner::attention_block(const LlamaLayerWeights& w, int layer, int pos
     rmsnorm(&xb_[static_cast<size_t>(i) * c.dim], &x_[static_cast<size_t>(i) * c.dim], w.attn_norm, c.dim,
             c.norm_eps);
   project({{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}}, xb_.data(), n);
+  add_bias(q_.data(), w.bq, n, c.q_dim());
+  add_bias(k_.data(), w.bk, n, c.kv_dim());
+  add_bias(v_.data(), w.bv, n, c.kv_dim());
+  rmsnorm_rows(q_.data(), w.q_norm, n * c.n_heads, c.head_dim(), c.norm_eps);
+  rmsnorm_rows(k_.data(), w.k_norm, n * c.n_kv_heads, c.head_dim(), c.norm_eps);
   const int pairs = c.rope_dim / 2;
+  const std::vector<float>& table = rope_cos_sin_[static_cast<size_t>(rope_table_[layer])];
   for (int i = 0; i < n; ++i) {
-    const float* cs = rope_cos_sin_.data() + static_cast<size_t>(pos + i) * pairs * 2;
-    rope(&q_[static_cast<size_t>(i) * c.q_dim()], c.n_heads, c.head_dim(), cs, pairs);
-    rope(&k_[static_cast<size_t>(i) * c.kv_dim()], c.n_kv_heads, c.head_dim(), cs, pairs);
+    const float* cs = table.data() + static_cast<size_t>(pos + i) * pairs * 2;
+    rope(&q_[static_cast<size_t>(i) * c.q_dim()], c.n_heads, c.head_dim(), cs, pairs, c.rope_style);
+    rope(&k_[static_cast<size_t>(i) * c.kv_dim()], c.n_kv_heads, c.head_dim(), cs, pairs, c.rope_style);
   }
   if (capture_) {
     const auto floats = static_cast<std::ptrdiff_t>(n) * c.kv_dim();
@@ -167,6 +209,7 @@ void LlamaRunner::attention_block(const LlamaLayerWeights& w, int layer, int pos
   }
   kv_->append_attend(layer, k_.data(), v_.data(), q_.data(), n, att_.data());
   project({{&w.wo, proj_.data()}}, att_.data(), n);
+  rmsnorm_rows(proj_.data(), w.post_attn_norm, n, c.dim, c.norm_eps);
   for (size_t i = 0; i < static_cast<size_t>(n) * c.dim; ++i) x_[i] += proj_[i];
 }
 
@@ -177,8 +220,9 @@ void LlamaRunner::ffn_block(const LlamaLayerWeights& w, int n) {
             c.norm_eps);
   project({{&w.w_gate, gate_.data()}, {&w.w_up, up_.data()}}, xb_.data(), n);
   for (size_t i = 0; i < static_cast<size_t>(n) * c.hidden_dim; ++i)
-    gate_[i] = gate_[i] / (1.0f + std::exp(-gate_[i])) * up_[i];  // SiLU(g) u
+    gate_[i] = activate(gate_[i], c.activation) * up_[i];
   project({{&w.w_down, proj_.data()}}, gate_.data(), n);
+  rmsnorm_rows(proj_.data(), w.post_ffn_norm, n, c.dim, c.norm_eps);
   for (size_t i = 0; i < static_cast<size_t>(n) * c.dim; ++i) x_[i] += proj_[i];
 }
 
@@ -198,6 +242,8 @@ std::span<const float> LlamaRunner::forward_chunk(std::span<const int> tokens, i
   for (int i = 0; i < n; ++i)
     dequantize_row(w.token_embedding.type, w.token_embedding.row(tokens[i]), &x_[static_cast<size_t>(i) * c.dim],
                    c.dim);
+  if (c.embedding_scale != 1.0f)
+    for (size_t i = 0; i < static_cast<size_t>(n) * c.dim; ++i) x_[i] *= c.embedding_scale;
   for (int l = 0; l < c.n_layers; ++l) {
     attention_block(w.layers[l], l, pos, n);
     ffn_block(w.layers[l], n);

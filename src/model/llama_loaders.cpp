@@ -1,4 +1,5 @@
 // Checkpoint loading: the config from the file's header or metadata, the weights as views into the mapping.
+#include <cmath>
 #include <cstring>
 
 #include "kvq/error.hpp"
@@ -15,12 +16,19 @@ void LlamaConfig::validate() const {
   positive(n_kv_heads, "n_kv_heads");
   positive(vocab_size, "vocab_size");
   positive(max_seq_len, "max_seq_len");
-  KVQ_CHECK(dim % n_heads == 0, "model config: dim ", dim, " is not a multiple of n_heads ", n_heads);
+  KVQ_CHECK(head_size > 0 || dim % n_heads == 0, "model config: dim ", dim, " is not a multiple of n_heads ",
+            n_heads);
+  KVQ_CHECK(head_size >= 0 && head_size <= 4096, "model config: head_size ", head_size);
   KVQ_CHECK(n_heads % n_kv_heads == 0, "model config: n_heads ", n_heads, " is not a multiple of n_kv_heads ",
             n_kv_heads);
   KVQ_CHECK(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= head_dim(), "model config: rope_dim ", rope_dim,
             " must be even and at most head_dim ", head_dim());
-  KVQ_CHECK(rope_theta > 0 && norm_eps > 0, "model config: rope_theta ", rope_theta, ", norm_eps ", norm_eps);
+  KVQ_CHECK(rope_theta > 0 && rope_theta_sliding >= 0 && norm_eps > 0, "model config: rope_theta ", rope_theta,
+            ", rope_theta_sliding ", rope_theta_sliding, ", norm_eps ", norm_eps);
+  KVQ_CHECK(sliding_window >= 0 && sliding_period >= 0, "model config: sliding_window ", sliding_window,
+            ", sliding_period ", sliding_period);
+  KVQ_CHECK(embedding_scale > 0 && std::isfinite(embedding_scale), "model config: embedding_scale ",
+            embedding_scale);
 }
 
 namespace {
@@ -84,12 +92,23 @@ void load_llama2c(const MappedFile& file, LlamaConfig& c, LlamaWeights& w) {
 
 // --- GGUF --------------------------------------------------------------------------------------------------
 
+// The architectures kvq runs (model.hpp says how they differ).
+enum class Arch { llama, qwen2, gemma3 };
+
+Arch arch_from_name(const GgufFile& g, std::string_view name) {
+  if (name == "llama") return Arch::llama;
+  if (name == "qwen2") return Arch::qwen2;
+  if (name == "gemma3") return Arch::gemma3;
+  throw Error(detail::concat(g.path().string(), ": architecture \"", name,
+                             "\" is not supported (kvq runs llama, qwen2 and gemma3)"));
+}
+
 class GgufLlamaReader {
  public:
-  explicit GgufLlamaReader(const GgufFile& g) : g_(g), arch_(g.at("general.architecture").as_string()) {
-    KVQ_CHECK(arch_ == "llama", g.path().string(), ": architecture \"", arch_, "\" is not supported (kvq runs llama)");
-  }
+  explicit GgufLlamaReader(const GgufFile& g) : g_(g), arch_(g.at("general.architecture").as_string()) {}
 
+  const std::string& arch() const { return arch_; }
+  bool has(std::string_view key) const { return g_.find(detail::concat(arch_, '.', key)) != nullptr; }
   int count(std::string_view key) const {
     const uint64_t v = g_.at(detail::concat(arch_, '.', key)).as_uint();
     KVQ_CHECK(v > 0 && v <= (1u << 24), g_.path().string(), ": ", arch_, '.', key, " = ", v, " is implausible");
@@ -117,6 +136,10 @@ class GgufLlamaReader {
               " is not aligned for fp32 access");
     return reinterpret_cast<const float*>(t.data);
   }
+  /// vector(name, n) where the file has the tensor, else null.
+  const float* optional_vector(const std::string& name, int64_t n) const {
+    return g_.find_tensor(name) ? vector(name, n) : nullptr;
+  }
 
  private:
   static std::string shape_text(const GgufTensorInfo& t) {
@@ -129,19 +152,45 @@ class GgufLlamaReader {
   std::string arch_;
 };
 
+// llama.cpp's values for Gemma 3, which its GGUF files do not carry: the local layers' RoPE base (unless
+// rope.freq_base_swa gives it) and the period of global layers (every sixth).
+constexpr float kGemma3SlidingRopeBase = 10000.0f;
+constexpr int kGemma3SlidingPeriod = 6;
+
 void load_gguf_llama(const GgufFile& g, LlamaConfig& c, LlamaWeights& w) {
   const GgufLlamaReader r(g);
+  const Arch arch = arch_from_name(g, r.arch());
   c.dim = r.count("embedding_length");
   c.hidden_dim = r.count("feed_forward_length");
   c.n_layers = r.count("block_count");
   c.n_heads = r.count("attention.head_count");
-  c.n_kv_heads = g.find("llama.attention.head_count_kv") ? r.count("attention.head_count_kv") : c.n_heads;
+  c.n_kv_heads = r.has("attention.head_count_kv") ? r.count("attention.head_count_kv") : c.n_heads;
   c.max_seq_len = r.count("context_length");
-  KVQ_CHECK(c.dim % c.n_heads == 0, g.path().string(), ": embedding_length ", c.dim,
+  if (r.has("attention.key_length")) {
+    c.head_size = r.count("attention.key_length");
+    const int value_length = r.has("attention.value_length") ? r.count("attention.value_length") : c.head_size;
+    KVQ_CHECK(value_length == c.head_size, g.path().string(), ": attention.key_length ", c.head_size,
+              " and value_length ", value_length, " differ, which kvq does not support");
+  }
+  KVQ_CHECK(c.head_size > 0 || c.dim % c.n_heads == 0, g.path().string(), ": embedding_length ", c.dim,
             " is not a multiple of head_count ", c.n_heads);
-  c.rope_dim = g.find("llama.rope.dimension_count") ? r.count("rope.dimension_count") : c.dim / c.n_heads;
+  c.rope_dim = r.has("rope.dimension_count") ? r.count("rope.dimension_count") : c.head_dim();
   c.rope_theta = r.real("rope.freq_base", 10000.0f);
+  if (const GgufValue* scaling = g.find(detail::concat(r.arch(), ".rope.scaling.type"))) {
+    KVQ_CHECK(scaling->as_string() == "none", g.path().string(), ": RoPE scaling \"", scaling->as_string(),
+              "\" is not supported");
+  }
   c.norm_eps = r.real("attention.layer_norm_rms_epsilon", 1e-5f);
+  // llama.cpp's converter permutes the rows of llama's q and k so that RoPE rotates adjacent pairs; the other
+  // architectures keep Hugging Face's order, whose RoPE rotates the two halves of each head.
+  c.rope_style = arch == Arch::llama ? RopeStyle::adjacent_pairs : RopeStyle::halves;
+  if (arch == Arch::gemma3) {
+    c.sliding_window = r.count("attention.sliding_window");
+    c.sliding_period = kGemma3SlidingPeriod;
+    c.rope_theta_sliding = r.real("rope.freq_base_swa", kGemma3SlidingRopeBase);
+    c.activation = Activation::gelu_tanh;
+    c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
+  }
   const GgufTensorInfo& embedding = g.tensor("token_embd.weight");
   KVQ_CHECK(embedding.shape.size() == 2, g.path().string(), ": token_embd.weight is not a matrix");
   c.vocab_size = static_cast<int>(embedding.shape[1]);
@@ -150,10 +199,11 @@ void load_gguf_llama(const GgufFile& g, LlamaConfig& c, LlamaWeights& w) {
   w.token_embedding = r.matrix("token_embd.weight", c.vocab_size, c.dim);
   w.layers.resize(c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {
-    const auto name = [i](const char* what) { return detail::concat("blk.", i, '.', what, ".weight"); };
+    const auto name = [i](const char* what, const char* kind = "weight") {
+      return detail::concat("blk.", i, '.', what, '.', kind);
+    };
     LlamaLayerWeights& l = w.layers[i];
     l.attn_norm = r.vector(name("attn_norm"), c.dim);
-    // llama.cpp's converter permutes the rows of q and k so that RoPE rotates adjacent pairs (2i, 2i+1).
     l.wq = r.matrix(name("attn_q"), c.q_dim(), c.dim);
     l.wk = r.matrix(name("attn_k"), c.kv_dim(), c.dim);
     l.wv = r.matrix(name("attn_v"), c.kv_dim(), c.dim);
@@ -162,6 +212,21 @@ void load_gguf_llama(const GgufFile& g, LlamaConfig& c, LlamaWeights& w) {
     l.w_gate = r.matrix(name("ffn_gate"), c.hidden_dim, c.dim);
     l.w_down = r.matrix(name("ffn_down"), c.dim, c.hidden_dim);
     l.w_up = r.matrix(name("ffn_up"), c.hidden_dim, c.dim);
+    if (arch == Arch::qwen2) {
+      l.bq = r.vector(name("attn_q", "bias"), c.q_dim());
+      l.bk = r.vector(name("attn_k", "bias"), c.kv_dim());
+      l.bv = r.vector(name("attn_v", "bias"), c.kv_dim());
+    } else {
+      l.bq = r.optional_vector(name("attn_q", "bias"), c.q_dim());
+      l.bk = r.optional_vector(name("attn_k", "bias"), c.kv_dim());
+      l.bv = r.optional_vector(name("attn_v", "bias"), c.kv_dim());
+    }
+    if (arch == Arch::gemma3) {
+      l.q_norm = r.vector(name("attn_q_norm"), c.head_dim());
+      l.k_norm = r.vector(name("attn_k_norm"), c.head_dim());
+      l.post_attn_norm = r.vector(name("post_attention_norm"), c.dim);
+      l.post_ffn_norm = r.vector(name("post_ffw_norm"), c.dim);
+    }
   }
   w.final_norm = r.vector("output_norm.weight", c.dim);
   w.classifier = g.find_tensor("output.weight") ? r.matrix("output.weight", c.vocab_size, c.dim) : w.token_embedding;

@@ -123,6 +123,7 @@ std::unique_ptr<Tokenizer> load_gguf_tokenizer(const GgufFile& g) {
     v.unk = optional_id(g, "tokenizer.ggml.unknown_token_id", 0, n);
     v.add_bos = optional_bool(g, "tokenizer.ggml.add_bos_token", true);
     v.add_space_prefix = optional_bool(g, "tokenizer.ggml.add_space_prefix", true);
+    v.literal_specials = true;
     return make_sentencepiece_tokenizer(std::move(v));
   }
   if (model == "gpt2") {

@@ -21,6 +21,8 @@ struct SentencePieceVocab {
   int bos = 1, eos = 2, unk = 0;
   bool add_bos = true;
   bool add_space_prefix = true;
+  /// Control and user-defined tokens written in a text are recognised as themselves (GGUF; llama2.c does not).
+  bool literal_specials = false;
 };
 
 struct ByteLevelBpeVocab {
