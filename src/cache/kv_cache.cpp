@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #endif
 
+#include "cache/residual_window.hpp"
 #include "kvq/cache.hpp"
 #include "kvq/error.hpp"
 #include "kvq/random.hpp"
@@ -227,17 +228,8 @@ void KVCache::append(SeqId seq, int layer, const float* keys, const float* value
   for (size_t j = 0; j < n_pages; ++j) ls.pages.push_back(free_[free_.size() - 1 - j]);
   free_.resize(free_.size() - n_pages);
   const size_t encoded = n_pages * T;
-  for (size_t h = 0; h < H; ++h)
-    for (auto [window, fresh] : {std::pair{window_k, keys}, std::pair{window_v, values}}) {
-      float* w = window + h * slots * d;
-      size_t slot = 0;
-      if (encoded < u) {
-        std::memmove(w, w + encoded * d, (u - encoded) * d * sizeof(float));
-        slot = u - encoded;
-      }
-      for (size_t i = encoded > u ? encoded - u : 0; i < n_tokens; ++i, ++slot)
-        std::memcpy(w + slot * d, fresh + (i * H + h) * d, d * sizeof(float));
-    }
+  detail::advance_window(window_k, H, slots, d, u, encoded, keys, n_tokens);
+  detail::advance_window(window_v, H, slots, d, u, encoded, values, n_tokens);
   ls.residual_count = static_cast<int>(total - encoded);
 }
 

@@ -7,6 +7,7 @@
 #include <map>
 #include <utility>
 
+#include "cache/residual_window.hpp"
 #include "cuda/device_memory.hpp"
 #include "kvq/cuda.hpp"
 #include "kvq/cuda_cache.hpp"
@@ -261,17 +262,8 @@ void DeviceKVCache::append(SeqId seq, int layer, const float* keys, const float*
   m.free.resize(m.free.size() - n_pages);
 
   const size_t encoded = n_pages * T;
-  for (size_t h = 0; h < H; ++h)
-    for (auto [window, fresh] : {std::pair{window_k, keys}, std::pair{window_v, values}}) {
-      float* w = window + h * slots * d;
-      size_t slot = 0;
-      if (encoded < u) {
-        std::memmove(w, w + encoded * d, (u - encoded) * d * sizeof(float));
-        slot = u - encoded;
-      }
-      for (size_t i = encoded > u ? encoded - u : 0; i < n_tokens; ++i, ++slot)
-        std::memcpy(w + slot * d, fresh + (i * H + h) * d, d * sizeof(float));
-    }
+  kvq::detail::advance_window(window_k, H, slots, d, u, encoded, keys, n_tokens);
+  kvq::detail::advance_window(window_v, H, slots, d, u, encoded, values, n_tokens);
   ls.window_count = static_cast<int>(total - encoded);
   m.upload_window(ls);
 }
