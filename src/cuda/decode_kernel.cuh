@@ -5,7 +5,8 @@
 // Per page: the key and value blocks of the head are copied to shared memory with 16-byte cp.async (coalesced:
 // a block is one contiguous byte range), double-buffered so that the next page streams in during the arithmetic;
 // scores: D/8 lanes per token, each decoding 8 channels of the key in registers against the G queries held in
-// registers, a shuffle reduction per query; softmax: one warp per query head; values: each thread owns 2 channels
+// registers, a shuffle reduction per query (tokens-in-lanes int8/int4 keys: two lanes per token, queries in shared
+// memory, one shuffle); softmax: one warp per query head; values: each thread owns 2 channels
 // of a contiguous run of tokens, decodes 8 tokens at a time and accumulates G weighted sums in registers.
 // The codec pair and D, G are compile-time (codec_traits.cuh); T, group sizes and levels are run-time arguments.
 #pragma once
@@ -131,14 +132,15 @@ __global__ void __launch_bounds__(kThreads, G >= 8 ? 1 : 4) decode_split_kernel(
 
     // Scores of every token of the page for the G queries.
     if constexpr (K::kTokenLanes) {
-      // 16 tokens per warp, two lanes per token (T is a multiple of 16: the key tiles' token count).
-      for (int t = warp * 16 + (lane & 15); t < a.T; t += kWarps * 16) {
+      // 16 tokens per warp, two lanes per token, over the key tiles' 16-token rows (zero padding past T), so that
+      // whole warps take part in the shuffle.
+      for (int t = warp * 16 + (lane & 15); t < (a.T + 15) / 16 * 16; t += kWarps * 16) {
         float part[G];
         K::template score_half<D, G>(kblk, t, lane >> 4, reduce, part, a.key);
 #pragma unroll
         for (int g = 0; g < G; ++g) {
           part[g] += __shfl_xor_sync(0xffffffffu, part[g], 16);
-          if (lane < 16) scores[g * a.T + t] = part[g];
+          if (lane < 16 && t < a.T) scores[g * a.T + t] = part[g];
         }
       }
     } else {
