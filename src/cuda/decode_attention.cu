@@ -205,6 +205,11 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   const Codec& kc = cache.key_codec(layer);
   const Codec& vc = cache.value_codec(layer);
   p.launch = *find_launch(kc, vc);
+  if (const auto ip = int_group_params(kc)) {
+    const int lane_elements = kc.spec().name == "int4" ? 8 : 4;  // the key kernel reads one scale per 32-bit lane
+    KVQ_CHECK(ip->group % lane_elements == 0, "CUDA decode attention: key codec '", kc.spec().str(),
+              "' has groups of ", ip->group, " channels; the kernel needs a multiple of ", lane_elements);
+  }
   const int d = p.d, T = cfg.block_tokens;
 
   // The codecs' maps, once: Kt[j][c] = sigma_k[c] (A_k e_j)[c] and Vt[j][c] = sigma_v[j] (A_v^T e_j)[c].
@@ -275,11 +280,11 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
 
   int smem_limit = 0;
   KVQ_CUDA_CHECK(cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, p.device));
-  // The split kernel's dynamic shared memory (decode_kernel.cuh): page stages, scores [G][T], m, l, alpha [G],
-  // levels, and the final reduction [2 * kThreads / d][G][d].
+  // The split kernel's dynamic shared memory (decode_kernel.cuh): page stages, scores [G][T] rounded up to 16
+  // bytes, m, l, alpha [G], levels, and the final reduction [2 * kThreads / d][G][d].
   auto smem_for = [&](int stages) {
     return static_cast<size_t>(a.key_bytes + a.value_bytes) * stages +
-           sizeof(float) * (p.group * T + 3 * p.group + 2 * kMaxLevels) +
+           sizeof(float) * ((p.group * T + 3) / 4 * 4 + 3 * p.group + 2 * kMaxLevels) +
            sizeof(float) * (2 * kThreads / d) * p.group * d;
   };
   a.stages = smem_for(2) <= static_cast<size_t>(smem_limit) ? 2 : 1;

@@ -5,7 +5,8 @@
 // Per page: the key and value blocks of the head are copied to shared memory with 16-byte cp.async (coalesced:
 // a block is one contiguous byte range), double-buffered so that the next page streams in during the arithmetic;
 // scores: D/8 lanes per token, each decoding 8 channels of the key in registers against the G queries held in
-// registers, a shuffle reduction per query; softmax: one warp per query head; values: each thread owns 2 channels
+// registers, a shuffle reduction per query (tokens-in-lanes int8/int4 keys: two lanes per token, queries in shared
+// memory, one shuffle); softmax: one warp per query head; values: each thread owns 2 channels
 // of a contiguous run of tokens, decodes 8 tokens at a time and accumulates G weighted sums in registers.
 // The codec pair and D, G are compile-time (codec_traits.cuh); T, group sizes and levels are run-time arguments.
 #pragma once
@@ -54,7 +55,7 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 template <class K, class V, int D, int G>
-__global__ void __launch_bounds__(kThreads) decode_split_kernel(const SplitArgs a) {
+__global__ void __launch_bounds__(kThreads, G >= 8 ? 1 : 4) decode_split_kernel(const SplitArgs a) {
   static_assert(D == 64 || D == 128 || D == 256, "head dimensions 64, 128, 256");
   constexpr int kLanesPerToken = D / 8 < 32 ? D / 8 : 32;  // each lane decodes 8 key channels
   constexpr int kTokensPerWarp = 32 / kLanesPerToken;
@@ -64,12 +65,12 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const SplitArgs 
   extern __shared__ __align__(16) uint8_t smem[];
   const int stage_bytes = a.key_bytes + a.value_bytes;
   float* scores = reinterpret_cast<float*>(smem + static_cast<size_t>(stage_bytes) * a.stages);  // [G][T]
-  float* m_run = scores + G * a.T;
+  float* reduce = scores + (G * a.T + 3) / 4 * 4;  // [kGroups][G][D], 16-byte aligned; the queries until the end
+  float* m_run = reduce + kGroups * G * D;
   float* l_run = m_run + G;
   float* alpha = l_run + G;
   float* key_levels = alpha + G;
   float* value_levels = key_levels + kMaxLevels;
-  float* reduce = value_levels + kMaxLevels;  // [kGroups][G][D]
 
   const int split = blockIdx.x, h = blockIdx.y, s = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -85,13 +86,20 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const SplitArgs 
   if (tid < V::kLevels) value_levels[tid] = a.value.levels[tid];
 
   // The queries of the group, this lane's 8 channels, in base-2 score units.
+  // Tokens-in-lanes keys (K::kTokenLanes) read them from shared memory instead, times K::q_factor.
   const int sub = lane % kLanesPerToken, c0 = 8 * sub;
-  float q[G][8];
+  float q[G][K::kTokenLanes ? 1 : 8];
+  if constexpr (K::kTokenLanes) {
+    for (int i = tid; i < G * D; i += kThreads)
+      reduce[i] = a.q_space[(static_cast<size_t>(s) * a.n_q_heads + h * G + i / D) * D + i % D] * a.scale_log2 *
+                  K::q_factor(i % D);
+  } else {
 #pragma unroll
-  for (int g = 0; g < G; ++g)
+    for (int g = 0; g < G; ++g)
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
-      q[g][j] = a.q_space[(static_cast<size_t>(s) * a.n_q_heads + h * G + g) * D + c0 + j] * a.scale_log2;
+      for (int j = 0; j < 8; ++j)
+        q[g][j] = a.q_space[(static_cast<size_t>(s) * a.n_q_heads + h * G + g) * D + c0 + j] * a.scale_log2;
+  }
 
   const int vc = 2 * (tid % (D / 2)), vgroup = tid / (D / 2);
   const int run = a.T / kGroups;  // tokens of this thread's value run
@@ -123,17 +131,31 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const SplitArgs 
     const uint8_t* vblk = kblk + a.key_bytes;
 
     // Scores of every token of the page for the G queries.
-    for (int t = warp * kTokensPerWarp + lane / kLanesPerToken; t < a.T; t += kWarps * kTokensPerWarp) {
-      float k[8];
-      K::template key_slice<D>(kblk, t, c0, k, a.key, key_levels);
+    if constexpr (K::kTokenLanes) {
+      // 16 tokens per warp, two lanes per token, over the key tiles' 16-token rows (zero padding past T), so that
+      // whole warps take part in the shuffle.
+      for (int t = warp * 16 + (lane & 15); t < (a.T + 15) / 16 * 16; t += kWarps * 16) {
+        float part[G];
+        K::template score_half<D, G>(kblk, t, lane >> 4, reduce, part, a.key);
 #pragma unroll
-      for (int g = 0; g < G; ++g) {
-        float part = 0;
+        for (int g = 0; g < G; ++g) {
+          part[g] += __shfl_xor_sync(0xffffffffu, part[g], 16);
+          if (lane < 16 && t < a.T) scores[g * a.T + t] = part[g];
+        }
+      }
+    } else {
+      for (int t = warp * kTokensPerWarp + lane / kLanesPerToken; t < a.T; t += kWarps * kTokensPerWarp) {
+        float k[8];
+        K::template key_slice<D>(kblk, t, c0, k, a.key, key_levels);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) part = fmaf(q[g][j], k[j], part);
+        for (int g = 0; g < G; ++g) {
+          float part = 0;
 #pragma unroll
-        for (int off = kLanesPerToken / 2; off > 0; off /= 2) part += __shfl_xor_sync(0xffffffffu, part, off);
-        if (sub == 0) scores[g * a.T + t] = part;
+          for (int j = 0; j < 8; ++j) part = fmaf(q[g][j], k[j], part);
+#pragma unroll
+          for (int off = kLanesPerToken / 2; off > 0; off /= 2) part += __shfl_xor_sync(0xffffffffu, part, off);
+          if (sub == 0) scores[g * a.T + t] = part;
+        }
       }
     }
     __syncthreads();
@@ -173,19 +195,24 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const SplitArgs 
       float v[8][2];
       V::template value_chunk<D>(vblk, t0, vc, v, a.value, value_levels);
 #pragma unroll
-      for (int g = 0; g < G; ++g)
+      for (int g = 0; g < G; ++g) {
+        const float4 w0 = *reinterpret_cast<const float4*>(scores + g * a.T + t0);  // T, t0: multiples of 8
+        const float4 w1 = *reinterpret_cast<const float4*>(scores + g * a.T + t0 + 4);
+        const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-          const float w = scores[g * a.T + t0 + j];
-          acc[g][0] = fmaf(w, v[j][0], acc[g][0]);
-          acc[g][1] = fmaf(w, v[j][1], acc[g][1]);
+          acc[g][0] = fmaf(w[j], v[j][0], acc[g][0]);
+          acc[g][1] = fmaf(w[j], v[j][1], acc[g][1]);
         }
+      }
     }
     __syncthreads();  // the stage and the scores are rewritten next
     if (a.stages == 1 && p + 1 < p1) issue(p + 1, 0);
   }
 
-  // Sum the token groups' accumulators and write the split's state.
+  // Sum the token groups' accumulators and write the split's state (the loop's last barrier ended the reads of the
+  // queries that share `reduce`, when the split had pages).
+  if (p0 >= p1) __syncthreads();
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     reduce[(vgroup * G + g) * D + vc] = acc[g][0];
