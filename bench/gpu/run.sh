@@ -20,7 +20,7 @@ build/cuda-device/tests/kvq_gpu_tests --gtest_brief=1 2>&1 | tail -40
 echo "kvq-gpu: tests done at $(( $(date +%s) - start )) s"
 
 : >"$OUT/kvq.jsonl"
-pairs=(--k int4 --v int4 --k int8 --v int8 --k kivi:2 --v kivi:2 --k turbo_mse:3 --v turbo_mse:3 --k f16 --v f16)
+pairs=(--k int4 --v int4 --k int8 --v int8 --k f16 --v f16)
 batches=(1 8 32) ctxs=(4096 32768 131072)
 [ "${KVQ_GPU_QUICK:-0}" = 1 ] && batches=(8) ctxs=(32768)
 for b in "${batches[@]}"; do

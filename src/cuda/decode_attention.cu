@@ -7,7 +7,6 @@
 #include <optional>
 
 #include "codec/int_group.hpp"
-#include "codec/lloyd_max.hpp"
 #include "cuda/cuda_check.cuh"
 #include "cuda/decode_kernel.cuh"
 #include "cuda/decode_pairs.hpp"
@@ -138,7 +137,6 @@ CodecArgs host_codec_args(const Codec& c) {
   CodecArgs a;
   a.T = c.block_tokens();
   if (const auto ip = int_group_params(c)) a.group = ip->group;
-  if (c.spec().name == "kivi") a.group = std::stoi(c.spec().option("g", "32"));
   return a;
 }
 
@@ -182,7 +180,7 @@ struct DecodePlan::Impl {
   size_t smem = 0;
   DevicePtr<SeqPages> seqs;
   DevicePtr<WindowDesc> windows;
-  DevicePtr<float> key_map, value_map, key_levels, value_levels, q_space, partial_o, partial_ml;
+  DevicePtr<float> key_map, value_map, q_space, partial_o, partial_ml;
 };
 
 DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const SeqId> seqs, int n_q_heads,
@@ -226,14 +224,6 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   if (!is_identity(vt, d)) p.value_map = upload(vt, "the value codec's output map");
   p.split.key = host_codec_args(kc);
   p.split.value = host_codec_args(vc);
-  auto levels = [&](const Codec& c, DevicePtr<float>& dst) -> const float* {
-    if (c.spec().name != "turbo_mse") return nullptr;
-    const ScalarCodebook& book = sphere_lloyd_max(d, c.spec().arg(0, 0));
-    dst = upload(std::vector<float>(book.centroids.begin(), book.centroids.end()), "a codebook");
-    return dst.get();
-  };
-  p.split.key.levels = levels(kc, p.key_levels);
-  p.split.value.levels = levels(vc, p.value_levels);
 
   // Block tables and windows of the batch.
   std::vector<SeqPages> pages;

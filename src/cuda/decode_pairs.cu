@@ -9,8 +9,6 @@ const std::vector<PairKernel>& pair_kernels() {
       {"bf16", "bf16", &launch_split<Bf16, Bf16>},
       {"int4", "int4", &launch_split<Int4, Int4>},
       {"int8", "int8", &launch_split<Int8, Int8>},
-      {"kivi:2", "kivi:2", &launch_split<Kivi2, Kivi2>},
-      {"turbo_mse:3", "turbo_mse:3", &launch_split<TurboMse3, TurboMse3>},
   };
   return pairs;
 }

@@ -12,7 +12,7 @@ namespace kvq::cuda::detail {
 using Launch = bool (*)(const SplitArgs&, int d, int g, dim3 grid, size_t smem_bytes, cudaStream_t stream);
 
 struct PairKernel {
-  std::string key, value;  // codec ids: "f16", "int4", "kivi:2", "turbo_mse:3", ...
+  std::string key, value;  // codec ids: "f16", "bf16", "int4", "int8"
   Launch launch;
 };
 
@@ -23,14 +23,10 @@ using F16 = FloatTraits<false>;
 using Bf16 = FloatTraits<true>;
 using Int4 = IntTraits<4>;
 using Int8 = IntTraits<8>;
-using Kivi2 = KiviTraits<2>;
-using TurboMse3 = TurboMseTraits<3>;
 
 extern template bool launch_split<F16, F16>(const SplitArgs&, int, int, dim3, size_t, cudaStream_t);
 extern template bool launch_split<Bf16, Bf16>(const SplitArgs&, int, int, dim3, size_t, cudaStream_t);
 extern template bool launch_split<Int4, Int4>(const SplitArgs&, int, int, dim3, size_t, cudaStream_t);
 extern template bool launch_split<Int8, Int8>(const SplitArgs&, int, int, dim3, size_t, cudaStream_t);
-extern template bool launch_split<Kivi2, Kivi2>(const SplitArgs&, int, int, dim3, size_t, cudaStream_t);
-extern template bool launch_split<TurboMse3, TurboMse3>(const SplitArgs&, int, int, dim3, size_t, cudaStream_t);
 
 }  // namespace kvq::cuda::detail

@@ -1,8 +1,0 @@
-// The split decode kernel for turbo_mse3 keys and values (decode_kernel.cuh), every head dimension and GQA group.
-#include "cuda/decode_pairs.hpp"
-
-namespace kvq::cuda::detail {
-
-template bool launch_split<TurboMse3, TurboMse3>(const SplitArgs&, int, int, dim3, size_t, cudaStream_t);
-
-}  // namespace kvq::cuda::detail
