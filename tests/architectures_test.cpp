@@ -14,12 +14,15 @@
 #include "kvq/half.hpp"
 #include "kvq/model.hpp"
 #include "kvq/random.hpp"
+#include "reference_logits.hpp"
 #include "llama_reference.hpp"
 #include "temp_file.hpp"
 #include "test_seed.hpp"
 
 namespace kvq {
 namespace {
+
+using test::relative_error;
 
 // F32 (norm weights about 1, biases about `scale`), F16 or Q8_0 rows of entries about `scale`.
 std::vector<uint8_t> random_tensor(Rng& rng, GgmlType type, int64_t rows, int64_t cols, double scale, bool norm) {
@@ -111,15 +114,6 @@ class RandomModel {
   std::optional<LlamaModel> model_;
 };
 
-// Largest |ours - reference| over a logit vector, relative to the reference's range.
-double relative_error(std::span<const float> ours, const std::vector<double>& ref) {
-  double err = 0, lo = ref[0], hi = ref[0];
-  for (size_t i = 0; i < ref.size(); ++i) {
-    err = std::max(err, std::abs(ours[i] - ref[i]));
-    lo = std::min(lo, ref[i]), hi = std::max(hi, ref[i]);
-  }
-  return err / (hi - lo);
-}
 
 // Token by token and in chunks of 64, through the fp32 store and through an f32 KVCache (T = 16 pages).
 void expect_matches_reference(const LlamaModel& m, const std::vector<int>& ids) {

@@ -10,6 +10,7 @@
 #include "kvq/gguf.hpp"
 #include "kvq/model.hpp"
 #include "kvq/tokenizer.hpp"
+#include "reference_logits.hpp"
 #include "test_data.hpp"
 
 namespace kvq {
@@ -22,11 +23,7 @@ const char* const kFetchGemma = "run scripts/fetch-models.sh gemma3";
 const std::vector<int> kIds = {2, 14946, 3324, 496, 990, 236764, 993, 691};
 const std::vector<int> kProbeIds = {0,    1,     2,     3,     107,    496,    691,   990,
                                     993,  1000,  3324,  10000, 14946,  100000, 236764, 262143};
-struct ReferencePosition {
-  int argmax;
-  double max, min;
-  std::vector<double> probe;
-};
+using test::ReferencePosition;
 // clang-format off
 const std::vector<ReferencePosition> kReference = {
     {184, 14.5218, -14.8610, {-11.9834, 5.8293, -0.7566, -11.9599, 12.9831, 7.7027, 4.7283, 3.1700, 4.4729, -1.0447, 0.3074, -2.4059, 7.0890, -5.3326, 10.0180, -11.9943}},
@@ -100,18 +97,6 @@ TEST_F(Gemma3, ConfigFromTheMetadata) {
   EXPECT_EQ(m.weights().classifier.data, m.weights().token_embedding.data);
 }
 
-void expect_reference_logits(LlamaRunner& runner) {
-  for (size_t t = 0; t < kIds.size(); ++t) {
-    const auto logits = runner.forward(kIds[t], static_cast<int>(t));
-    const ReferencePosition& ref = kReference[t];
-    const double tolerance = 1e-3 * (ref.max - ref.min);
-    EXPECT_EQ(std::max_element(logits.begin(), logits.end()) - logits.begin(), ref.argmax) << "position " << t;
-    EXPECT_NEAR(*std::max_element(logits.begin(), logits.end()), ref.max, tolerance) << "position " << t;
-    EXPECT_NEAR(*std::min_element(logits.begin(), logits.end()), ref.min, tolerance) << "position " << t;
-    for (size_t i = 0; i < kProbeIds.size(); ++i)
-      EXPECT_NEAR(logits[kProbeIds[i]], ref.probe[i], tolerance) << "position " << t << " token " << kProbeIds[i];
-  }
-}
 
 TEST_F(Gemma3, LogitsMatchTheNumpyReference) {
   const LlamaModel m = LlamaModel::load(test::gemma3_path());
@@ -122,12 +107,12 @@ TEST_F(Gemma3, LogitsMatchTheNumpyReference) {
   ids.resize(kIds.size());
   EXPECT_EQ(ids, kIds);
   LlamaRunner fp32(m, 8, 2);
-  expect_reference_logits(fp32);
+  test::expect_reference_logits(fp32, kIds, kProbeIds, kReference);
   // The same through a KVCache (f32 pages), as every compressed cache runs.
   KvCacheSpec spec;
   spec.key_codec = spec.value_codec = "f32";
   LlamaRunner cached(m, 8, 2, spec);
-  expect_reference_logits(cached);
+  test::expect_reference_logits(cached, kIds, kProbeIds, kReference);
 }
 
 TEST_F(Gemma3, TokenizerMatchesHuggingFaceTokenizers) {

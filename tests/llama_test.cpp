@@ -17,25 +17,19 @@
 #include "kvq/random.hpp"
 #include "llama_reference.hpp"
 #include "temp_file.hpp"
+#include "reference_logits.hpp"
 #include "test_data.hpp"
 #include "test_seed.hpp"
 
 namespace kvq {
 namespace {
 
+using test::relative_error;
+
 using test::shared_data;
 
 const char* const kFetchShared = "the shared data folder lies beside the repository";
 
-// Largest |ours - reference| over a logit vector, relative to the reference's range.
-double relative_error(std::span<const float> ours, const std::vector<double>& ref) {
-  double err = 0, lo = ref[0], hi = ref[0];
-  for (size_t i = 0; i < ref.size(); ++i) {
-    err = std::max(err, std::abs(ours[i] - ref[i]));
-    lo = std::min(lo, ref[i]), hi = std::max(hi, ref[i]);
-  }
-  return err / (hi - lo);
-}
 
 void expect_matches_reference(const LlamaModel& model, const std::vector<int>& ids, int threads) {
   const auto ref = test::reference_logits(model, ids);
@@ -274,11 +268,7 @@ TEST(LlamaGguf, MissingTensorsAndWrongShapesAreNamed) {
 // logit range and the logits at kProbeIds.
 const std::vector<int> kIds = {6403, 1980, 253, 655, 28, 665, 436, 253};
 const std::vector<int> kProbeIds = {0, 1, 2, 28, 100, 253, 436, 655, 665, 1000, 1980, 6403, 10000, 49151};
-struct ReferencePosition {
-  int argmax;
-  double max, min;
-  std::vector<double> probe;
-};
+using test::ReferencePosition;
 const std::vector<ReferencePosition> kReference = {
     {29, 28.6500, -1.2017, {16.3993, 8.0636, 11.9435, 27.0103, 20.5450, 23.0310, 24.0604, 21.0635, 19.6976, 21.0179, 19.3582, 16.8839, 17.8208, 7.4857}},
     {260, 15.9163, -18.8156, {3.7137, -7.3858, -3.9601, 13.8548, 3.5379, 15.3226, 10.8709, 9.9832, 5.9954, 7.6771, 6.4205, -1.0635, 2.6570, -5.1969}},
@@ -299,16 +289,7 @@ TEST(LlamaSmolLM2, LogitsMatchTheNumpyReference) {
   const auto tok = load_tokenizer(m, "");
   EXPECT_EQ(tok->encode("Once upon a time, there was a"), kIds);
   LlamaRunner runner(m, 8, 2);
-  for (size_t t = 0; t < kIds.size(); ++t) {
-    const auto logits = runner.forward(kIds[t], static_cast<int>(t));
-    const ReferencePosition& ref = kReference[t];
-    const double tolerance = 1e-3 * (ref.max - ref.min);
-    EXPECT_EQ(std::max_element(logits.begin(), logits.end()) - logits.begin(), ref.argmax) << "position " << t;
-    EXPECT_NEAR(*std::max_element(logits.begin(), logits.end()), ref.max, tolerance) << "position " << t;
-    EXPECT_NEAR(*std::min_element(logits.begin(), logits.end()), ref.min, tolerance) << "position " << t;
-    for (size_t i = 0; i < kProbeIds.size(); ++i)
-      EXPECT_NEAR(logits[kProbeIds[i]], ref.probe[i], tolerance) << "position " << t << " token " << kProbeIds[i];
-  }
+  test::expect_reference_logits(runner, kIds, kProbeIds, kReference);
 }
 
 }  // namespace
