@@ -7,7 +7,8 @@
 #   device:   run(command="bash bench/gpu/run.sh", carry=[".gpu-deps"])
 # KVQ_GPU_QUICK=1 times two shapes only (1 x 4096, 32 x 131072); KVQ_SANITIZE_FILTER picks the sanitized tests,
 # KVQ_SANITIZE=0 skips them; KVQ_NCU="batch ctx codec kernel-regex" adds an ncu profile of one launch of that pair's split kernel
-# (ncu.txt; e.g. KVQ_NCU="32 32768 int4 IntTraitsILi4").
+# (ncu.txt; the regex matches the mangled name, e.g. KVQ_NCU="32 32768 int4 IntTraitsILi4EE3KeyENS4_5ValueELi128").
+# The split kernels' SASS opcode counts go to sass.txt (bench/gpu/sass_stats.py).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-build/gpu-out}
@@ -37,13 +38,16 @@ echo "kvq-gpu: SDPA timing done at $(( $(date +%s) - start )) s"
 
 if [ -n "${KVQ_NCU:-}" ] && command -v ncu >/dev/null; then
   read -r nb nc ncodec nregex <<<"$KVQ_NCU"
-  timeout 240 ncu --clock-control none -k "regex:$nregex" --launch-skip 5 --launch-count 1 \
+  timeout 240 ncu --clock-control none --kernel-name-base mangled -k "regex:$nregex" --launch-skip 5 --launch-count 1 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
     --section WarpStateStats --section ComputeWorkloadAnalysis build/cuda-device/kvq bench attention --device cuda \
     --batch "$nb" --ctx "$nc" --k "$ncodec" --v "$ncodec" --reps 10 >"$OUT/ncu.txt" 2>&1 ||
     echo "kvq-gpu: ncu failed"
   echo "kvq-gpu: ncu done at $(( $(date +%s) - start )) s"
 fi
+
+command -v cuobjdump >/dev/null &&
+  cuobjdump -sass build/cuda-device/tests/kvq_gpu_tests | python3 bench/gpu/sass_stats.py >"$OUT/sass.txt"
 
 if [ "${KVQ_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do

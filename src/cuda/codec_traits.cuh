@@ -11,7 +11,7 @@
 // sits at k = 2i, 2i+1, 2i+8, 2i+9) and 8-channel tiles whose columns map to channels by `channel`.
 //
 // The codes of a chunk come as 16-byte pieces: `piece(k)` is the byte offset of this lane's k-th piece in the
-// block; the kernel streams them into the lane's own shared-memory slots (slot k at codes[32 k]). Per-chunk
+// block's first chunk (chunk cc adds cc * chunk_bytes, the codes of C tokens); the kernel streams them into the lane's own shared-memory slots (slot k at codes[32 k]). Per-chunk
 // parameters (scales, minima, norms) are `ranges` of the block copied once per warp into shared memory (prm[r]).
 //
 // Codes become exact fp16 integers without conversions (the 2^10 mantissa trick: 0x6400 | u is 1024 + u), with a
@@ -31,6 +31,8 @@ struct CodecArgs {
   int T = 0;           ///< tokens per block
   int group = 0;       ///< int8/int4: channels per scale; kivi values: channels per (min, scale)
   int group_shift = 0; ///< int8/int4 keys: log2(group / 16), the k steps of 16 channels per scale
+  int group_log2 = 0;  ///< log2(group)
+  int groups = 0;      ///< d / group
   uint32_t sec0 = 0;   ///< int: scales; kivi: minima; turbo_mse: norms (byte offset in the block)
   uint32_t sec1 = 0;   ///< kivi: scales
   uint32_t table_hi[4] = {};  ///< turbo_mse: levels * 2^12 as fp16, low bytes of levels 0-3, 4-7, high bytes 0-3, 4-7
@@ -56,10 +58,7 @@ KVQ_HD uint4 run_scales(const uint8_t* prm, int groups, int i, int gr) {
 }
 
 /// Half j (0..7) of a uint4 as fp32.
-KVQ_HD float half_at(const uint4& p, int j) {
-  const float2 f = h2_to_float2(word(p, j >> 1));
-  return j & 1 ? f.y : f.x;
-}
+KVQ_HD float half_at(const uint4& p, int j) { return half_to_float(word(p, j >> 1), j & 1); }
 
 /// {h_a, h_b} from two uint4 of 8 halves: half a of p and half b of q (a, b of equal parity).
 KVQ_HD uint32_t half_pair(const uint4& p, const uint4& q, int a, int b) {
@@ -120,9 +119,13 @@ struct FloatTraits {
     }
     /// Piece m * 4 + jj: channels 8 (4m + i) .. + 7 of token 4n + jj.
     template <int D, int C>
-    KVQ_HD static uint32_t piece(const CodecArgs&, int cc, int lane, int k) {
-      const int t = C * cc + 4 * (lane >> 2) + (k & 3);
-      return 2u * static_cast<uint32_t>(t * D + 8 * (4 * (k >> 2) + (lane & 3)));
+    static constexpr uint32_t chunk_bytes() {
+      return 2 * C * D;
+    }
+    template <int D, int C>
+    KVQ_HD static int piece(const CodecArgs&, int lane, int k) {
+      const int t = 4 * (lane >> 2) + (k & 3);
+      return 2 * (t * D + 8 * (4 * (k >> 2) + (lane & 3)));
     }
     template <int D, int C>
     KVQ_HD static void range(const CodecArgs&, int, int, uint32_t&, uint32_t&) {}
@@ -135,8 +138,9 @@ struct FloatTraits {
       return log2_of(D / 16);
     }
     template <int D, int C>
-    KVQ_HD static void bfrag(const uint4* codes, int ks, int jj, const CodecArgs&, int, uint32_t& b0, uint32_t& b1) {
-      const uint4 p = codes[32 * ((ks >> 1) * 4 + jj)];
+    KVQ_HD static void bfrag(const uint4* codes, int ks, int jj, const CodecArgs&, int lane, uint32_t& b0,
+                             uint32_t& b1) {
+      const uint4 p = codes[32 * ((ks >> 1) * 4 + jj) + lane];
       b0 = ks & 1 ? p.z : p.x;
       b1 = ks & 1 ? p.w : p.y;
     }
@@ -156,36 +160,54 @@ KVQ_UNROLL
   struct Value {
     static constexpr bool kBf16 = kBf16Codes;
     static constexpr int kChunk = 32, kRanges = 0;
-    /// Piece y * 8 + u: channels pc + 8 (n + 8y) .. + 7 of token 8i + u.
+    /// Piece y * 8 + u: channels pc + 8 (n + 8y) .. + 7 of token 8i + u; value tile j is the 8 channels of block j.
     template <int D, int DP, int C>
     static constexpr int pieces() {
       static_assert(C == 32, "f16/bf16 values: chunks of 32 tokens");
       return DP / 64 * 8;
     }
+    template <int D, int C>
+    static constexpr uint32_t chunk_bytes() {
+      return 2 * C * D;
+    }
     template <int D, int DP, int C>
-    KVQ_HD static uint32_t piece(const CodecArgs&, int cc, int lane, int k, int pc) {
-      const int t = C * cc + 8 * (lane & 3) + (k & 7);
-      return 2u * static_cast<uint32_t>(t * D + pc + 8 * ((lane >> 2) + 8 * (k >> 3)));
+    KVQ_HD static int piece(const CodecArgs&, int lane, int k, int pc) {
+      const int t = 8 * (lane & 3) + (k & 7);
+      return 2 * (t * D + pc + 8 * ((lane >> 2) + 8 * (k >> 3)));
     }
     template <int D, int DP, int C>
     KVQ_HD static void range(const CodecArgs&, int, int, uint32_t&, uint32_t&) {}
-    KVQ_HD static constexpr int channel(int j, int col) { return 8 * (col + 8 * (j >> 3)) + (j & 7); }
+    KVQ_HD static constexpr int channel(int j, int col) { return 8 * j + col; }
     KVQ_HD static constexpr int token_at(int vs, int q) { return 4 * vs + q; }
     template <int C>
     KVQ_HD static void weights(const uint8_t* const*, int, float (&w)[C / 4]) {
 KVQ_UNROLL
       for (int t = 0; t < C / 4; ++t) w[t] = 1.0f;
     }
-    /// Tokens (4vs, 4vs + 1) and (4vs + 2, 4vs + 3) of channel j % 8 of the 8-channel piece j / 8: two halves of
-    /// two pieces joined by a byte permute.
+    /// The 16 bytes of channels 8 (j % 8 + 8 (j / 8)) .. + 7 of token 8i + u: slot 8 (j / 8) + u of lane (j % 8, i).
+    KVQ_HD static const uint8_t* row(const uint4* codes, int j, int i, int u) {
+      return reinterpret_cast<const uint8_t*>(codes + 32 * (8 * (j >> 3) + u) + 4 * (j & 7) + i);
+    }
+    /// Tile j for both value steps, by one ldmatrix.x4.trans: matrix m = 2 vs + h holds the tokens of k = 8h ..
+    /// 8h + 7 (k = 2i' + e: token 8i' + 4vs + 2h + e) as rows.
     template <int D, int DP, int C>
-    KVQ_HD static void bfrag(const uint4* codes, const uint8_t* const*, const CodecArgs&, int, int vs, int j, int,
-                             uint32_t& b0, uint32_t& b1) {
-      const int y = j >> 3, x = j & 7;
-      const uint32_t sel = x & 1 ? 0x7632u : 0x5410u;
-      const uint4* c = codes + 32 * 8 * y;
-      b0 = prmt(word(c[32 * token_at(vs, 0)], x >> 1), word(c[32 * token_at(vs, 1)], x >> 1), sel);
-      b1 = prmt(word(c[32 * token_at(vs, 2)], x >> 1), word(c[32 * token_at(vs, 3)], x >> 1), sel);
+    KVQ_HD static void bfrags(const uint4* codes, const uint8_t* const*, const CodecArgs&, int lane, int j, int,
+                              uint32_t (&b)[C / 16][2]) {
+#if defined(__CUDA_ARCH__)
+      const int m = lane >> 3, r = lane & 7;
+      ldmatrix_x4_trans(row(codes, j, r >> 1, 4 * (m >> 1) + 2 * (m & 1) + (r & 1)), b[0][0], b[0][1], b[1][0],
+                        b[1][1]);
+#else
+      for (int m = 0; m < 4; ++m) {
+        uint32_t w = 0;
+        for (int e = 0; e < 2; ++e) {
+          const int r = 2 * (lane & 3) + e;  // the row this lane receives, from lane 8m + r's address
+          const uint8_t* p = row(codes, j, r >> 1, 4 * (m >> 1) + 2 * (m & 1) + (r & 1)) + 2 * (lane >> 2);
+          w |= static_cast<uint32_t>(p[0] | p[1] << 8) << (16 * e);
+        }
+        b[m >> 1][m & 1] = w;
+      }
+#endif
     }
   };
 };
@@ -209,14 +231,18 @@ struct IntTraits {
       return D / E / 4;
     }
     template <int D, int C>
-    KVQ_HD static uint32_t piece(const CodecArgs&, int cc, int lane, int k) {
-      const int t = C * cc + 4 * (lane >> 2);
-      return static_cast<uint32_t>(64 * ((t >> 4) * (D / E) + 4 * k + (lane & 3)) + 4 * (t & 15));
+    static constexpr uint32_t chunk_bytes() {
+      return C * D * kBits / 8;
+    }
+    template <int D, int C>
+    KVQ_HD static int piece(const CodecArgs&, int lane, int k) {
+      const int t = 4 * (lane >> 2);
+      return 64 * ((t >> 4) * (D / E) + 4 * k + (lane & 3)) + 4 * (t & 15);
     }
     /// The chunk's scale tiles: [C/16][D/G][16] fp16.
     template <int D, int C>
     KVQ_HD static void range(const CodecArgs& a, int cc, int, uint32_t& offset, uint32_t& bytes) {
-      bytes = 2u * static_cast<uint32_t>(C * (D / a.group));
+      bytes = 2u * static_cast<uint32_t>(C * a.groups);
       offset = a.sec0 + static_cast<uint32_t>(cc) * bytes;
     }
     template <int D>
@@ -230,13 +256,14 @@ struct IntTraits {
       return a.group_shift;
     }
     template <int D, int C>
-    KVQ_HD static void bfrag(const uint4* codes, int ks, int jj, const CodecArgs&, int, uint32_t& b0, uint32_t& b1) {
+    KVQ_HD static void bfrag(const uint4* codes, int ks, int jj, const CodecArgs&, int lane, uint32_t& b0,
+                             uint32_t& b1) {
       if constexpr (kBits == 4) {
-        const uint32_t w = word(codes[32 * (ks >> 1)], jj);
+        const uint32_t w = word(codes[32 * (ks >> 1) + lane], jj);
         b0 = int4_pair(w, 2 * (ks & 1));      // elements (2σ, 2σ + 4)
         b1 = int4_pair(w, 2 * (ks & 1) + 1);  // elements (2σ + 1, 2σ + 5)
       } else {
-        const uint32_t w = word(codes[32 * ks], jj);
+        const uint32_t w = word(codes[32 * ks + lane], jj);
         b0 = int8_pair(w, 0);  // elements (0, 2)
         b1 = int8_pair(w, 1);  // elements (1, 3)
       }
@@ -246,7 +273,7 @@ struct IntTraits {
     template <int D, int C>
     KVQ_HD static void scale_group(const uint8_t* const* prm, const CodecArgs& a, int lane, int gr,
                                    const float (&acc)[C / 8][4], float (&s)[C / 8][2]) {
-      const uint4 sc = run_scales(prm[0], D / a.group, lane & 3, gr);
+      const uint4 sc = run_scales(prm[0], a.groups, lane & 3, gr);
 KVQ_UNROLL
       for (int jj = 0; jj < C / 8; ++jj) {
         s[jj][0] = fmaf(half_at(sc, jj), acc[jj][0] + acc[jj][2], s[jj][0]);
@@ -265,16 +292,20 @@ KVQ_UNROLL
       static_assert(C == 32, "int values: chunks of 32 tokens");
       return DP / 32 * kPiecesPerTile;
     }
+    template <int D, int C>
+    static constexpr uint32_t chunk_bytes() {
+      return C * D * kBits / 8;
+    }
     template <int D, int DP, int C>
-    KVQ_HD static uint32_t piece(const CodecArgs&, int cc, int lane, int k, int pc) {
+    KVQ_HD static int piece(const CodecArgs&, int lane, int k, int pc) {
       const int n = lane >> 2, i = lane & 3;
-      const int a = (C * cc + 8 * i) / E + (kBits == 8 ? (k & 1) : 0);
+      const int a = 8 * i / E + (kBits == 8 ? (k & 1) : 0);
       const int r = k / kPiecesPerTile;
-      return static_cast<uint32_t>(64 * (a * (D / 16) + lane_tile_k16(pc, r, n)) + 16 * (n & 3));
+      return 64 * (a * (D / 16) + lane_tile_k16(pc, r, n)) + 16 * (n & 3);
     }
     template <int D, int DP, int C>
     KVQ_HD static void range(const CodecArgs& a, int cc, int, uint32_t& offset, uint32_t& bytes) {
-      bytes = 2u * static_cast<uint32_t>(C * (D / a.group));
+      bytes = 2u * static_cast<uint32_t>(C * a.groups);
       offset = a.sec0 + static_cast<uint32_t>(cc) * bytes;
     }
     KVQ_HD static constexpr int channel(int j, int col) { return lane_tile_channel(j, col); }
@@ -288,18 +319,21 @@ KVQ_UNROLL
       for (int t = 0; t < C / 4; ++t) w[t] = 1.0f;
     }
     template <int D, int DP, int C>
-    KVQ_HD static void bfrag(const uint4* codes, const uint8_t* const* prm, const CodecArgs& a, int lane, int vs,
-                             int j, int pc, uint32_t& b0, uint32_t& b1) {
+    KVQ_HD static void bfrags(const uint4* codes, const uint8_t* const* prm, const CodecArgs& a, int lane, int j,
+                              int pc, uint32_t (&b)[C / 16][2]) {
       const int r = j >> 2, e = j & 3, n = lane >> 2;
-      const uint4 sc = run_scales(prm[0], D / a.group, lane & 3, (pc + 32 * r + 16 * (n >> 2)) / a.group);
-      if constexpr (kBits == 4) {
-        const uint32_t w = word(codes[32 * r], e);
-        b0 = h2_mul(int4_pair(w, 2 * vs), half_pair(sc, sc, 2 * vs, 2 * vs + 4));
-        b1 = h2_mul(int4_pair(w, 2 * vs + 1), half_pair(sc, sc, 2 * vs + 1, 2 * vs + 5));
-      } else {
-        const uint32_t w = word(codes[32 * (2 * r + vs)], e);
-        b0 = h2_mul(int8_pair(w, 0), half_pair(sc, sc, 4 * vs, 4 * vs + 2));
-        b1 = h2_mul(int8_pair(w, 1), half_pair(sc, sc, 4 * vs + 1, 4 * vs + 3));
+      const uint4 sc = run_scales(prm[0], a.groups, lane & 3, (pc + 32 * r + 16 * (n >> 2)) >> a.group_log2);
+KVQ_UNROLL
+      for (int vs = 0; vs < C / 16; ++vs) {
+        if constexpr (kBits == 4) {
+          const uint32_t w = word(codes[32 * r + lane], e);
+          b[vs][0] = h2_mul(int4_pair(w, 2 * vs), half_pair(sc, sc, 2 * vs, 2 * vs + 4));
+          b[vs][1] = h2_mul(int4_pair(w, 2 * vs + 1), half_pair(sc, sc, 2 * vs + 1, 2 * vs + 5));
+        } else {
+          const uint32_t w = word(codes[32 * (2 * r + vs) + lane], e);
+          b[vs][0] = h2_mul(int8_pair(w, 0), half_pair(sc, sc, 4 * vs, 4 * vs + 2));
+          b[vs][1] = h2_mul(int8_pair(w, 1), half_pair(sc, sc, 4 * vs + 1, 4 * vs + 3));
+        }
       }
     }
   };
@@ -322,9 +356,13 @@ struct KiviTraits {
       return D / 64 * (C / 32);
     }
     template <int D, int C>
-    KVQ_HD static uint32_t piece(const CodecArgs&, int cc, int lane, int k) {
-      const int t = C * cc + C / 8 * (lane >> 2) + 4 * (k % (C / 32));
-      return static_cast<uint32_t>(64 * ((t >> 4) * (D / 16) + 4 * (k / (C / 32)) + (lane & 3)) + 4 * (t & 15));
+    static constexpr uint32_t chunk_bytes() {
+      return C * D / 4;
+    }
+    template <int D, int C>
+    KVQ_HD static int piece(const CodecArgs&, int lane, int k) {
+      const int t = C / 8 * (lane >> 2) + 4 * (k % (C / 32));
+      return 64 * ((t >> 4) * (D / 16) + 4 * (k / (C / 32)) + (lane & 3)) + 4 * (t & 15);
     }
     /// The block's minima and scales (d fp16 each, the scales 16-byte aligned after the minima).
     template <int D, int C>
@@ -341,8 +379,9 @@ struct KiviTraits {
       return log2_of(D / 16);
     }
     template <int D, int C>
-    KVQ_HD static void bfrag(const uint4* codes, int ks, int jj, const CodecArgs&, int, uint32_t& b0, uint32_t& b1) {
-      const uint32_t w = word(codes[32 * ((ks >> 2) * (C / 32) + (jj >> 2))], jj & 3);
+    KVQ_HD static void bfrag(const uint4* codes, int ks, int jj, const CodecArgs&, int lane, uint32_t& b0,
+                             uint32_t& b1) {
+      const uint32_t w = word(codes[32 * ((ks >> 2) * (C / 32) + (jj >> 2)) + lane], jj & 3);
       b0 = u2_pair(w, 2 * (ks & 3));
       b1 = u2_pair(w, 2 * (ks & 3) + 1);
     }
@@ -397,15 +436,19 @@ KVQ_UNROLL
       static_assert(C == 64, "kivi:2 values: chunks of 64 tokens (16-token lanes)");
       return DP / 32;
     }
+    template <int D, int C>
+    static constexpr uint32_t chunk_bytes() {
+      return C * D / 4;
+    }
     template <int D, int DP, int C>
-    KVQ_HD static uint32_t piece(const CodecArgs&, int cc, int lane, int k, int pc) {
-      const int n = lane >> 2, a = (C * cc) / 16 + (lane & 3);
-      return static_cast<uint32_t>(64 * (a * (D / 16) + lane_tile_k16(pc, k, n)) + 16 * (n & 3));
+    KVQ_HD static int piece(const CodecArgs&, int lane, int k, int pc) {
+      const int n = lane >> 2, a = lane & 3;
+      return 64 * (a * (D / 16) + lane_tile_k16(pc, k, n)) + 16 * (n & 3);
     }
     /// The chunk's minima (r = 0) and scales (r = 1): [C/16][D/G][16] fp16 each.
     template <int D, int DP, int C>
     KVQ_HD static void range(const CodecArgs& a, int cc, int r, uint32_t& offset, uint32_t& bytes) {
-      bytes = 2u * static_cast<uint32_t>(C * (D / a.group));
+      bytes = 2u * static_cast<uint32_t>(C * a.groups);
       offset = (r == 0 ? a.sec0 : a.sec1) + static_cast<uint32_t>(cc) * bytes;
     }
     KVQ_HD static constexpr int channel(int j, int col) { return lane_tile_channel(j, col); }
@@ -416,18 +459,22 @@ KVQ_UNROLL
       for (int t = 0; t < C / 4; ++t) w[t] = 1.0f;
     }
     template <int D, int DP, int C>
-    KVQ_HD static void bfrag(const uint4* codes, const uint8_t* const* prm, const CodecArgs& a, int lane, int vs,
-                             int j, int pc, uint32_t& b0, uint32_t& b1) {
+    KVQ_HD static void bfrags(const uint4* codes, const uint8_t* const* prm, const CodecArgs& a, int lane, int j,
+                              int pc, uint32_t (&b)[C / 16][2]) {
       const int r = j >> 2, e = j & 3, n = lane >> 2, i = lane & 3;
-      const int groups = D / a.group, gr = (pc + 32 * r + 16 * (n >> 2)) / a.group;
+      const int groups = a.groups, gr = (pc + 32 * r + 16 * (n >> 2)) >> a.group_log2;
       const uint8_t* mrow = prm[0] + 32 * (i * groups + gr);
       const uint8_t* srow = prm[1] + 32 * (i * groups + gr);
       const uint4 m0 = load16(mrow), m1 = load16(mrow + 16), s0 = load16(srow), s1 = load16(srow + 16);
-      const uint32_t w = word(codes[32 * r], e);
+      const uint32_t w = word(codes[32 * r + lane], e);
       // pair x: tokens (x, x + 8) of the lane's 16
-      b0 = h2_fma(u2_pair(w, 2 * vs), half_pair(s0, s1, 2 * vs, 2 * vs), half_pair(m0, m1, 2 * vs, 2 * vs));
-      b1 = h2_fma(u2_pair(w, 2 * vs + 1), half_pair(s0, s1, 2 * vs + 1, 2 * vs + 1),
-                  half_pair(m0, m1, 2 * vs + 1, 2 * vs + 1));
+KVQ_UNROLL
+      for (int vs = 0; vs < C / 16; ++vs)
+KVQ_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          const int x = 2 * vs + h;
+          b[vs][h] = h2_fma(u2_pair(w, x), half_pair(s0, s1, x, x), half_pair(m0, m1, x, x));
+        }
     }
   };
 };
@@ -451,9 +498,13 @@ struct TurboMseTraits {
       return D / 32 * 2;
     }
     template <int D, int C>
-    KVQ_HD static uint32_t piece(const CodecArgs&, int cc, int lane, int k) {
-      const int t = C * cc + 4 * (lane >> 2), part = k & 1 ? 2 : (lane & 3) >> 1;
-      return static_cast<uint32_t>(64 * (3 * ((t >> 4) * (D / 32) + (k >> 1)) + part) + 4 * (t & 15));
+    static constexpr uint32_t chunk_bytes() {
+      return C * D * 3 / 8;
+    }
+    template <int D, int C>
+    KVQ_HD static int piece(const CodecArgs&, int lane, int k) {
+      const int t = 4 * (lane >> 2), part = k & 1 ? 2 : (lane & 3) >> 1;
+      return 64 * (3 * ((t >> 4) * (D / 32) + (k >> 1)) + part) + 4 * (t & 15);
     }
     /// The chunk's norms.
     template <int D, int C>
@@ -493,8 +544,8 @@ KVQ_UNROLL
    private:
     KVQ_HD static void decode(const uint4* codes, int ks, int jj, const uint32_t (&table)[4], int lane, uint32_t& b0,
                               uint32_t& b1) {
-      const uint32_t nib = lane3_nibbles(word(codes[32 * (2 * (ks >> 1))], jj),
-                                         word(codes[32 * (2 * (ks >> 1) + 1)], jj), lane & 3);
+      const uint32_t nib = lane3_nibbles(word(codes[32 * (2 * (ks >> 1)) + lane], jj),
+                                         word(codes[32 * (2 * (ks >> 1) + 1) + lane], jj), lane & 3);
       lookup4(ks & 1 ? nib >> 16 : nib, table, b0, b1);
     }
   };
@@ -509,10 +560,14 @@ KVQ_UNROLL
       static_assert(C == 32, "turbo_mse values: chunks of 32 tokens");
       return DP / 32 * 2;
     }
+    template <int D, int C>
+    static constexpr uint32_t chunk_bytes() {
+      return C * D * 3 / 8;
+    }
     template <int D, int DP, int C>
-    KVQ_HD static uint32_t piece(const CodecArgs&, int cc, int lane, int k, int pc) {
+    KVQ_HD static int piece(const CodecArgs&, int lane, int k, int pc) {
       const int n = lane >> 2, part = k & 1 ? 2 : (lane & 3) >> 1;
-      return static_cast<uint32_t>(64 * (3 * (cc * (D / 16) + lane_tile_k16(pc, k >> 1, n)) + part) + 16 * (n & 3));
+      return 64 * (3 * lane_tile_k16(pc, k >> 1, n) + part) + 16 * (n & 3);
     }
     template <int D, int DP, int C>
     KVQ_HD static void range(const CodecArgs& a, int cc, int, uint32_t& offset, uint32_t& bytes) {
@@ -529,11 +584,13 @@ KVQ_UNROLL
       for (int t = 0; t < C / 4; ++t) w[t] = half_at(nr, t) * 0x1p-12f;
     }
     template <int D, int DP, int C>
-    KVQ_HD static void bfrag(const uint4* codes, const uint8_t* const*, const CodecArgs& a, int lane, int vs, int j,
-                             int, uint32_t& b0, uint32_t& b1) {
+    KVQ_HD static void bfrags(const uint4* codes, const uint8_t* const*, const CodecArgs& a, int lane, int j, int,
+                              uint32_t (&b)[C / 16][2]) {
       const int r = j >> 2, e = j & 3;
-      const uint32_t nib = lane3_nibbles(word(codes[32 * 2 * r], e), word(codes[32 * (2 * r + 1)], e), lane & 3);
-      lookup4(vs ? nib >> 16 : nib, a.table_hi, b0, b1);
+      const uint32_t nib =
+          lane3_nibbles(word(codes[32 * 2 * r + lane], e), word(codes[32 * (2 * r + 1) + lane], e), lane & 3);
+      lookup4(nib, a.table_hi, b[0][0], b[0][1]);
+      lookup4(nib >> 16, a.table_hi, b[1][0], b[1][1]);
     }
   };
 };

@@ -199,12 +199,16 @@ CodecArgs host_codec_args(const Codec& c, bool key) {
               c.spec().str(), "' has groups of ", ip->group, " channels; the kernel needs a multiple of ", lane_groups);
     a.group = ip->group;
     for (int g = ip->group / 16; g > 1; g /= 2) ++a.group_shift;
+    for (int g = ip->group; g > 1; g /= 2) ++a.group_log2;
+    a.groups = c.dim() / ip->group;
     a.sec0 = static_cast<uint32_t>(
         layout::IntGroup{d, T, static_cast<size_t>(ip->bits), static_cast<size_t>(ip->group), key}.scales_offset());
   } else if (const auto kl = kivi_layout(c)) {
     KVQ_CHECK(key || kl->G % 16 == 0, "CUDA decode attention: value codec '", c.spec().str(), "' has groups of ",
               kl->G, " channels; the kernel needs a multiple of 16");
     a.group = static_cast<int>(kl->G);
+    for (int g = a.group; g > 1; g /= 2) ++a.group_log2;
+    a.groups = c.dim() / a.group;
     a.sec0 = static_cast<uint32_t>(kl->mins_offset());
     a.sec1 = static_cast<uint32_t>(kl->scales_offset());
   } else if (const auto tm = turbo_mse_params(c)) {

@@ -59,6 +59,8 @@ struct SplitShape {
   static constexpr int kKeyPieces = K::template pieces<D, C>();
   static constexpr int kValuePieces = V::template pieces<D, DP, C>();
   static constexpr int kCodeBytes = 512 * (kKeyPieces + kValuePieces);  // per warp and stage
+  static constexpr int kKeyChunkBytes = static_cast<int>(K::template chunk_bytes<D, C>());  // C tokens' codes
+  static constexpr int kValueChunkBytes = static_cast<int>(V::template chunk_bytes<D, C>());
   static constexpr int kStages = C == 32 && kCodeBytes <= 4608 ? 3 : 2;  // pipeline depth per warp
   static constexpr int kWarps = kStages * (kCodeBytes + 512) <= 17408 ? 4 : 2;
   static constexpr int kThreads = 32 * kWarps;
@@ -151,13 +153,15 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
     const uint8_t* page = a.pool + static_cast<size_t>(__shfl_sync(0xffffffffu, pid, p & 31)) * a.page_bytes;
     const uint8_t* kb = page + a.key_offset + static_cast<size_t>(h) * a.key_stride;
     const uint8_t* vb = page + a.value_offset + static_cast<size_t>(h) * a.value_stride;
-    uint8_t* st = ring + stage * a.stage_bytes;
+    const uint8_t* kc = kb + cc * S::kKeyChunkBytes;
+    const uint8_t* vc = vb + cc * S::kValueChunkBytes;
+    uint8_t* st = ring + stage * a.stage_bytes + 16 * lane;
 #pragma unroll
-    for (int k = 0; k < S::kKeyPieces; ++k)
-      cp_async_cg(st + 16 * (32 * k + lane), kb + K::template piece<D, C>(a.key, cc, lane, k));
+    for (int k = 0; k < S::kKeyPieces; ++k) cp_async_cg(st + 512 * k, kc + K::template piece<D, C>(a.key, lane, k));
 #pragma unroll
     for (int k = 0; k < S::kValuePieces; ++k)
-      cp_async_cg(st + 16 * (32 * (S::kKeyPieces + k) + lane), vb + V::template piece<D, DP, C>(a.value, cc, lane, k, pc));
+      cp_async_cg(st + 512 * (S::kKeyPieces + k), vc + V::template piece<D, DP, C>(a.value, lane, k, pc));
+    st -= 16 * lane;
     uint8_t* prm = st + S::kCodeBytes;
     for (int r = 0; r < K::kRanges; ++r) {
       uint32_t off, bytes;
@@ -185,14 +189,13 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
     if (q0 + st < q1) issue(q0 + st, st);
     cp_async_commit();
   }
-  for (int q = q0; q < q1; ++q) {
-    const int it = q - q0;
-    if (q + kStages - 1 < q1) issue(q + kStages - 1, (it + kStages - 1) % kStages);
+  for (int q = q0, stage = 0; q < q1; ++q, stage = stage == kStages - 1 ? 0 : stage + 1) {
+    if (q + kStages - 1 < q1) issue(q + kStages - 1, stage == 0 ? kStages - 1 : stage - 1);
     cp_async_commit();
     cp_async_wait<kStages - 1>();
     __syncwarp();
-    const uint8_t* st = ring + (it % kStages) * a.stage_bytes;
-    const uint4* kcodes = reinterpret_cast<const uint4*>(st) + lane;
+    const uint8_t* st = ring + stage * a.stage_bytes;
+    const uint4* kcodes = reinterpret_cast<const uint4*>(st);
     const uint4* vcodes = kcodes + 32 * S::kKeyPieces;
     const uint8_t* kprm[2] = {st + kpo[0], st + kpo[1]};
     const uint8_t* vprm[2] = {st + vpo[0], st + vpo[1]};
@@ -265,17 +268,18 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
     // O += P V over the chunk's value steps.
     float w[C / 4];
     V::template weights<C>(vprm, lane, w);
+    uint4 pa[VS];
 #pragma unroll
-    for (int vs = 0; vs < VS; ++vs) {
-      const uint4 pa = split_fragment<V::kBf16>(
+    for (int vs = 0; vs < VS; ++vs)
+      pa[vs] = split_fragment<V::kBf16>(
           p[V::token_at(vs, 0)] * w[V::token_at(vs, 0)], p[V::token_at(vs, 1)] * w[V::token_at(vs, 1)],
           p[V::token_at(vs, 2)] * w[V::token_at(vs, 2)], p[V::token_at(vs, 3)] * w[V::token_at(vs, 3)]);
 #pragma unroll
-      for (int j = 0; j < NJ; ++j) {
-        uint32_t b0, b1;
-        V::template bfrag<D, DP, C>(vcodes, vprm, a.value, lane, vs, j, pc, b0, b1);
-        mma<V::kBf16>(o[j], pa, b0, b1);
-      }
+    for (int j = 0; j < NJ; ++j) {
+      uint32_t b[VS][2];
+      V::template bfrags<D, DP, C>(vcodes, vprm, a.value, lane, j, pc, b);
+#pragma unroll
+      for (int vs = 0; vs < VS; ++vs) mma<V::kBf16>(o[j], pa[vs], b[vs][0], b[vs][1]);
     }
     __syncwarp();  // every lane is done with the stage before it is refilled
   }

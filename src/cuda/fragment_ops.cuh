@@ -75,30 +75,85 @@ KVQ_HD __nv_bfloat162 as_bf2(uint32_t w) {
   return __nv_bfloat162(r);
 }
 
-KVQ_HD float2 h2_to_float2(uint32_t w) { return __half22float2(as_h2(w)); }
-KVQ_HD uint32_t float2_to_h2(float lo, float hi) { return h2_bits(__floats2half2_rn(lo, hi)); }
+// Packed fp16 pairs in 32-bit words; the device paths are single PTX instructions on the words.
+KVQ_HD float2 h2_to_float2(uint32_t w) {
+#if defined(__CUDA_ARCH__)
+  float lo, hi;
+  asm("{.reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}" : "=f"(lo), "=f"(hi) : "r"(w));
+  return make_float2(lo, hi);
+#else
+  return __half22float2(as_h2(w));
+#endif
+}
+/// The fp16 in the low (hi = false) or high half of w as fp32.
+KVQ_HD float half_to_float(uint32_t w, bool high) {
+#if defined(__CUDA_ARCH__)
+  float f;
+  if (high)
+    asm("{.reg .f16 l, h;\n mov.b32 {l, h}, %1;\n cvt.f32.f16 %0, h;\n}" : "=f"(f) : "r"(w));
+  else
+    asm("{.reg .f16 l, h;\n mov.b32 {l, h}, %1;\n cvt.f32.f16 %0, l;\n}" : "=f"(f) : "r"(w));
+  return f;
+#else
+  const float2 f = __half22float2(as_h2(w));
+  return high ? f.y : f.x;
+#endif
+}
+KVQ_HD uint32_t float2_to_h2(float lo, float hi) {
+#if defined(__CUDA_ARCH__)
+  uint32_t w;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+  return w;
+#else
+  return h2_bits(__floats2half2_rn(lo, hi));
+#endif
+}
 
-/// a * b + c on packed fp16 pairs (one rounding on the device; the host emulation rounds once from fp32).
+/// a * b + c, a - b, a * b on packed fp16 pairs (one rounding; the host emulation rounds once from fp32).
 KVQ_HD uint32_t h2_fma(uint32_t a, uint32_t b, uint32_t c) {
 #if defined(__CUDA_ARCH__)
-  return h2_bits(__hfma2(as_h2(a), as_h2(b), as_h2(c)));
+  uint32_t d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
 #else
   const float2 x = h2_to_float2(a), y = h2_to_float2(b), z = h2_to_float2(c);
   return float2_to_h2(x.x * y.x + z.x, x.y * y.y + z.y);
 #endif
 }
-KVQ_HD uint32_t h2_sub(uint32_t a, uint32_t b) { return h2_bits(__hsub2(as_h2(a), as_h2(b))); }
-KVQ_HD uint32_t h2_mul(uint32_t a, uint32_t b) { return h2_bits(__hmul2(as_h2(a), as_h2(b))); }
+KVQ_HD uint32_t h2_sub(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  return h2_bits(__hsub2(as_h2(a), as_h2(b)));
+#endif
+}
+KVQ_HD uint32_t h2_mul(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  return h2_bits(__hmul2(as_h2(a), as_h2(b)));
+#endif
+}
 
 /// Two fp32 operands as (hi, lo) 16-bit pairs with hi + lo = x to about 2^-22 relative: the hi word holds
 /// {hi(x0), hi(x1)}, the lo word {lo(x0), lo(x1)} (fp16 or bf16 by kBf16).
 template <bool kBf16>
 KVQ_HD void split_pair(float x0, float x1, uint32_t& hi, uint32_t& lo) {
   if constexpr (kBf16) {
+#if defined(__CUDA_ARCH__)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(hi) : "f"(x1), "f"(x0));
+    const float b0 = __uint_as_float(hi << 16), b1 = __uint_as_float(hi & 0xffff0000u);
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(lo) : "f"(x1 - b1), "f"(x0 - b0));
+#else
     const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
     const float2 back = __bfloat1622float2(h);
     hi = bf2_bits(h);
     lo = bf2_bits(__floats2bfloat162_rn(x0 - back.x, x1 - back.y));
+#endif
   } else {
     hi = float2_to_h2(x0, x1);
     const float2 back = h2_to_float2(hi);
@@ -130,6 +185,16 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint4& a, uint32_t b0, 
         "{%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+}
+
+/// ldmatrix.x4.trans: lane l gives the shared address of row l % 8 of 8 x 8 matrix l / 8 (16 bytes of 16-bit
+/// elements); lane (n, i) receives {M[2i][n], M[2i+1][n]} of each matrix: B fragments of row-major [k][n] tiles.
+__device__ __forceinline__ void ldmatrix_x4_trans(const void* row, uint32_t& r0, uint32_t& r1, uint32_t& r2,
+                                                  uint32_t& r3) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(s));
 }
 
 /// 16-byte asynchronous copy global -> shared through L2 only (.cg): the pages are read once.

@@ -103,7 +103,8 @@ void key_stage(const Block& b, int cc, Stage& st) {
   st.codes.assign(32 * P, uint4{});
   for (int lane = 0; lane < 32; ++lane)
     for (int k = 0; k < P; ++k)
-      std::memcpy(&st.codes[32 * k + lane], b.bytes.data() + K::template piece<D, C>(b.args, cc, lane, k), 16);
+      std::memcpy(&st.codes[32 * k + lane],
+                  b.bytes.data() + cc * K::template chunk_bytes<D, C>() + K::template piece<D, C>(b.args, lane, k), 16);
   uint32_t at = 0;
   for (int r = 0; r < K::kRanges; ++r) {
     uint32_t off, bytes;
@@ -122,7 +123,9 @@ void value_stage(const Block& b, int cc, int pc, Stage& st) {
   st.codes.assign(32 * P, uint4{});
   for (int lane = 0; lane < 32; ++lane)
     for (int k = 0; k < P; ++k)
-      std::memcpy(&st.codes[32 * k + lane], b.bytes.data() + V::template piece<D, DP, C>(b.args, cc, lane, k, pc), 16);
+      std::memcpy(&st.codes[32 * k + lane],
+                  b.bytes.data() + cc * V::template chunk_bytes<D, C>() + V::template piece<D, DP, C>(b.args, lane, k, pc),
+                  16);
   uint32_t at = 0;
   for (int r = 0; r < V::kRanges; ++r) {
     uint32_t off, bytes;
@@ -182,11 +185,11 @@ void check_keys(const Block& b, int T, uint64_t seed) {
       for (int jj = 0; jj < NT; ++jj) {
         uint32_t b0[32], b1[32];
         for (int lane = 0; lane < 32; ++lane)
-          K::template bfrag<D, C>(&st.codes[static_cast<size_t>(lane)], ks, jj, b.args, lane, b0[lane], b1[lane]);
+          K::template bfrag<D, C>(st.codes.data(), ks, jj, b.args, lane, b0[lane], b1[lane]);
         emulate_mma<K::kBf16>(atab[ks], b0, b1, acc[jj]);
         if constexpr (K::kSplitB) {
           for (int lane = 0; lane < 32; ++lane)
-            K::template bfrag_lo<D, C>(&st.codes[static_cast<size_t>(lane)], ks, jj, b.args, lane, b0[lane], b1[lane]);
+            K::template bfrag_lo<D, C>(st.codes.data(), ks, jj, b.args, lane, b0[lane], b1[lane]);
           emulate_mma<K::kBf16>(atab[ks], b0, b1, acc[jj]);
         }
       }
@@ -241,25 +244,31 @@ void check_values(const Block& b, int T, uint64_t seed) {
       for (auto& row : p)
         for (float& x : row) x = unit(rng);
       double o[NJ][32][4] = {};
-      for (int vs = 0; vs < VS; ++vs) {
-        uint4 a[32];
-        for (int lane = 0; lane < 32; ++lane) {
-          const int g = lane >> 2, i = lane & 3;
-          float w[C / 4];
-          V::template weights<C>(st.prm, lane, w);
+      uint4 a[VS][32];
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, i = lane & 3;
+        float w[C / 4];
+        V::template weights<C>(st.prm, lane, w);
+        for (int vs = 0; vs < VS; ++vs) {
           float x[4];
           for (int v = 0; v < 4; ++v) {
             const int t = V::token_at(vs, v);
             x[v] = p[g][C / 4 * i + t] * w[t];
           }
-          a[lane] = split_fragment<V::kBf16>(x[0], x[1], x[2], x[3]);
+          a[vs][lane] = split_fragment<V::kBf16>(x[0], x[1], x[2], x[3]);
         }
-        for (int j = 0; j < NJ; ++j) {
+      }
+      for (int j = 0; j < NJ; ++j) {
+        uint32_t bf[32][VS][2];
+        for (int lane = 0; lane < 32; ++lane)
+          V::template bfrags<D, DP, C>(st.codes.data(), st.prm, b.args, lane, j, pc, bf[lane]);
+        for (int vs = 0; vs < VS; ++vs) {
           uint32_t b0[32], b1[32];
-          for (int lane = 0; lane < 32; ++lane)
-            V::template bfrag<D, DP, C>(&st.codes[static_cast<size_t>(lane)], st.prm, b.args, lane, vs, j, pc, b0[lane],
-                                        b1[lane]);
-          emulate_mma<V::kBf16>(a, b0, b1, o[j]);
+          for (int lane = 0; lane < 32; ++lane) {
+            b0[lane] = bf[lane][vs][0];
+            b1[lane] = bf[lane][vs][1];
+          }
+          emulate_mma<V::kBf16>(a[vs], b0, b1, o[j]);
         }
       }
       double worst = 0;
