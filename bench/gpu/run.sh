@@ -6,8 +6,8 @@
 #   here:     bash bench/gpu/pack-deps.sh
 #   device:   run(command="bash bench/gpu/run.sh", carry=[".gpu-deps"])
 # KVQ_GPU_QUICK=1 times two shapes only (1 x 4096, 32 x 131072); KVQ_SANITIZE_FILTER picks the sanitized tests,
-# KVQ_SANITIZE=0 skips them; KVQ_NCU="batch ctx codec kernel-regex" adds an ncu profile of one launch of that pair's split kernel
-# (ncu.txt; the regex matches the mangled name, e.g. KVQ_NCU="32 32768 int4 IntTraitsILi4EE3KeyENS4_5ValueELi128").
+# KVQ_SANITIZE=0 skips them; KVQ_NCU="batch ctx codec kernel-regex[;...]" adds an ncu profile of one launch of each
+# pair's split kernel (ncu-<codec>.txt; the regex matches the mangled name, e.g. "32 32768 int4 IntTraitsILi4EE3Key").
 # The split kernels' SASS opcode counts go to sass.txt (bench/gpu/sass_stats.py).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -37,12 +37,17 @@ PYTHONUNBUFFERED=1 timeout 180 python3 bench/gpu/sdpa_bench.py --shapes "${shape
 echo "kvq-gpu: SDPA timing done at $(( $(date +%s) - start )) s"
 
 if [ -n "${KVQ_NCU:-}" ] && command -v ncu >/dev/null; then
-  read -r nb nc ncodec nregex <<<"$KVQ_NCU"
-  timeout 240 ncu --clock-control none --kernel-name-base mangled -k "regex:$nregex" --launch-skip 5 --launch-count 1 \
-    --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
-    --section WarpStateStats --section ComputeWorkloadAnalysis build/cuda-device/kvq bench attention --device cuda \
-    --batch "$nb" --ctx "$nc" --k "$ncodec" --v "$ncodec" --reps 10 >"$OUT/ncu.txt" 2>&1 ||
-    echo "kvq-gpu: ncu failed"
+  IFS=';' read -ra profiles <<<"$KVQ_NCU"
+  for profile in "${profiles[@]}"; do
+    read -r nb nc ncodec nregex <<<"$profile"
+    timeout 240 ncu --clock-control none --kernel-name-base mangled -k "regex:$nregex" --launch-skip 5 --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+      --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section ComputeWorkloadAnalysis \
+      --section SchedulerStats --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+      --metrics lts__t_sectors_srcunit_tex_op_read.sum,lts__t_requests_srcunit_tex_op_read.sum,dram__bytes_read.sum \
+      build/cuda-device/kvq bench attention --device cuda --batch "$nb" --ctx "$nc" --k "$ncodec" --v "$ncodec" \
+      --reps 10 >"$OUT/ncu-${ncodec%%:*}.txt" 2>&1 || echo "kvq-gpu: ncu $ncodec failed"
+  done
   echo "kvq-gpu: ncu done at $(( $(date +%s) - start )) s"
 fi
 

@@ -19,9 +19,10 @@ for name, ins in kernels.items():
     if "decode_split_kernel" not in name:
         continue
     ops = collections.Counter(op.split(".")[0] for op, _ in ins)
-    short = re.sub(r".*?(Float|Int|Kivi|TurboMse)TraitsIL(?:b|i)(\w+?)EE3Key.*Li(\d+)EEEv.*", r"\1\2 d=\3", name)
+    short = re.sub(r".*?(Float|Int|Kivi|TurboMse)TraitsIL(?:b|i)(\w+?)EE3Key.*Li(\d+)ELi(\d+)EEEv.*", r"\1\2 d=\3 g=\4",
+                   name)
     print(f"{short:16s} {len(ins):6d} " + " ".join(f"{o}:{c}" for o, c in ops.most_common(28)))
 for name, ins in kernels.items():
-    if "IntTraitsILi4EE3KeyENS4_5ValueELi128E" in name:
+    if "IntTraitsILi4EE3KeyENS4_5ValueELi128ELi1E" in name:
         print("\n" + name)
         print("\n".join(line for _, line in ins))

@@ -70,21 +70,27 @@ KVQ_HD uint32_t half_pair(const uint4& p, const uint4& q, int a, int b) {
 // times 1/16 minus 72 for the nibbles at bits 4..7.
 KVQ_HD uint32_t int4_pair(uint32_t w, int x) {
   const uint32_t src = x < 2 ? w : w >> 8;
-  if ((x & 1) == 0) return h2_sub((src & 0x000F000Fu) ^ kHalf1032, kHalf1032);
-  return h2_fma((src & 0x00F000F0u) ^ 0x64806480u, kHalfSixteenth, kHalfMinus72);
+  if ((x & 1) == 0) return h2_sub(and_xor<0x000F000Fu, kHalf1032>(src), kHalf1032);
+  return h2_fma(and_xor<0x00F000F0u, 0x64806480u>(src), kHalfSixteenth, kHalfMinus72);
 }
 // int8 lanes: 4 two's-complement bytes. Pair x (0, 1) holds bytes (x, x + 2).
 KVQ_HD uint32_t int8_pair(uint32_t w, int x) {
   const uint32_t src = x == 0 ? w : w >> 8;
-  return h2_sub((src & 0x00FF00FFu) ^ kHalf1152, kHalf1152);
+  return h2_sub(and_xor<0x00FF00FFu, kHalf1152>(src), kHalf1152);
 }
 // 2-bit lanes (kivi): 16 unsigned codes, element j at bits 2j. Pair x (0..7) holds elements (x, x + 8).
 KVQ_HD uint32_t u2_pair(uint32_t w, int x) {
   const uint32_t src = x < 4 ? w : w >> 8;
-  const int s = 2 * (x & 3);
-  constexpr uint32_t kScale[4] = {0x3C003C00u, 0x34003400u, 0x2C002C00u, 0x24002400u};   // 4^-s/2
-  constexpr uint32_t kOffset[4] = {0xE400E400u, 0xDC00DC00u, 0xD400D400u, 0xCC00CC00u};  // -1024 4^-s/2
-  return h2_fma((src & (0x00030003u << s)) | 0x64006400u, kScale[x & 3], kOffset[x & 3]);
+  constexpr uint32_t kScale[4] = {0x3C003C00u, 0x34003400u, 0x2C002C00u, 0x24002400u};   // 4^-(x % 4)
+  constexpr uint32_t kOffset[4] = {0xE400E400u, 0xDC00DC00u, 0xD400D400u, 0xCC00CC00u};  // -1024 4^-(x % 4)
+  uint32_t h;
+  switch (x & 3) {
+    case 0: h = and_or<0x00030003u, 0x64006400u>(src); break;
+    case 1: h = and_or<0x000C000Cu, 0x64006400u>(src); break;
+    case 2: h = and_or<0x00300030u, 0x64006400u>(src); break;
+    default: h = and_or<0x00C000C0u, 0x64006400u>(src); break;
+  }
+  return h2_fma(h, kScale[x & 3], kOffset[x & 3]);
 }
 // 3-bit LaneCodes (turbo_mse): nibble lane v of a 32-element chunk from its 2-bit plane word (tile v / 2) and its
 // 1-bit plane word (tile 2): index j at bits 4j .. 4j + 2.
@@ -133,19 +139,18 @@ struct FloatTraits {
     KVQ_HD static constexpr int channel(int ks, int k) {
       return 8 * (4 * (ks >> 1) + ((k & 7) >> 1)) + 4 * (ks & 1) + (k & 1) + 2 * (k >> 3);
     }
-    template <int D>
-    KVQ_HD static int group_shift(const CodecArgs&) {
-      return log2_of(D / 16);
+    static constexpr bool kGroups = false;  // one factor per token, after all k steps
+    template <int D, int C>
+    KVQ_HD static void bfrags(const uint4* codes, int ks, const CodecArgs&, int lane, uint32_t (&b)[C / 8][2]) {
+KVQ_UNROLL
+      for (int jj = 0; jj < C / 8; ++jj) {
+        const uint4 p = codes[32 * ((ks >> 1) * 4 + jj) + lane];
+        b[jj][0] = ks & 1 ? p.z : p.x;
+        b[jj][1] = ks & 1 ? p.w : p.y;
+      }
     }
     template <int D, int C>
-    KVQ_HD static void bfrag(const uint4* codes, int ks, int jj, const CodecArgs&, int lane, uint32_t& b0,
-                             uint32_t& b1) {
-      const uint4 p = codes[32 * ((ks >> 1) * 4 + jj) + lane];
-      b0 = ks & 1 ? p.z : p.x;
-      b1 = ks & 1 ? p.w : p.y;
-    }
-    template <int D, int C>
-    KVQ_HD static void bfrag_lo(const uint4*, int, int, const CodecArgs&, int, uint32_t&, uint32_t&) {}
+    KVQ_HD static void bfrags_lo(const uint4*, int, const CodecArgs&, int, uint32_t (&)[C / 8][2]) {}
     template <int D, int C>
     KVQ_HD static void scale_group(const uint8_t* const*, const CodecArgs&, int, int, const float (&acc)[C / 8][4],
                                    float (&s)[C / 8][2]) {
@@ -251,25 +256,24 @@ struct IntTraits {
       if constexpr (kBits == 4) return 8 * (4 * (ks >> 1) + i) + 2 * (ks & 1) + (k >> 3) + 4 * (k & 1);
       else return 16 * ks + 4 * i + (k >> 3) + 2 * (k & 1);
     }
-    template <int D>
-    KVQ_HD static int group_shift(const CodecArgs& a) {
-      return a.group_shift;
-    }
+    static constexpr bool kGroups = true;  // a scale per group of 2^group_shift k steps
+    static constexpr int kMinGroupShift = kBits == 4 ? 1 : 0;  // int4: a lane word feeds two k steps
     template <int D, int C>
-    KVQ_HD static void bfrag(const uint4* codes, int ks, int jj, const CodecArgs&, int lane, uint32_t& b0,
-                             uint32_t& b1) {
-      if constexpr (kBits == 4) {
-        const uint32_t w = word(codes[32 * (ks >> 1) + lane], jj);
-        b0 = int4_pair(w, 2 * (ks & 1));      // elements (2σ, 2σ + 4)
-        b1 = int4_pair(w, 2 * (ks & 1) + 1);  // elements (2σ + 1, 2σ + 5)
-      } else {
-        const uint32_t w = word(codes[32 * ks + lane], jj);
-        b0 = int8_pair(w, 0);  // elements (0, 2)
-        b1 = int8_pair(w, 1);  // elements (1, 3)
+    KVQ_HD static void bfrags(const uint4* codes, int ks, const CodecArgs&, int lane, uint32_t (&b)[C / 8][2]) {
+      const uint4 p = codes[32 * (kBits == 4 ? ks >> 1 : ks) + lane];  // tokens 4n .. 4n + 3: tiles jj
+KVQ_UNROLL
+      for (int jj = 0; jj < C / 8; ++jj) {
+        if constexpr (kBits == 4) {
+          b[jj][0] = int4_pair(word(p, jj), 2 * (ks & 1));      // elements (2σ, 2σ + 4)
+          b[jj][1] = int4_pair(word(p, jj), 2 * (ks & 1) + 1);  // elements (2σ + 1, 2σ + 5)
+        } else {
+          b[jj][0] = int8_pair(word(p, jj), 0);  // elements (0, 2)
+          b[jj][1] = int8_pair(word(p, jj), 1);  // elements (1, 3)
+        }
       }
     }
     template <int D, int C>
-    KVQ_HD static void bfrag_lo(const uint4*, int, int, const CodecArgs&, int, uint32_t&, uint32_t&) {}
+    KVQ_HD static void bfrags_lo(const uint4*, int, const CodecArgs&, int, uint32_t (&)[C / 8][2]) {}
     template <int D, int C>
     KVQ_HD static void scale_group(const uint8_t* const* prm, const CodecArgs& a, int lane, int gr,
                                    const float (&acc)[C / 8][4], float (&s)[C / 8][2]) {
@@ -374,19 +378,21 @@ struct KiviTraits {
     KVQ_HD static constexpr int channel(int ks, int k) {
       return 16 * (4 * (ks >> 2) + ((k & 7) >> 1)) + 2 * (ks & 3) + (k >> 3) + 8 * (k & 1);
     }
-    template <int D>
-    KVQ_HD static int group_shift(const CodecArgs&) {
-      return log2_of(D / 16);
+    static constexpr bool kGroups = false;  // one factor per token, after all k steps
+    template <int D, int C>
+    KVQ_HD static void bfrags(const uint4* codes, int ks, const CodecArgs&, int lane, uint32_t (&b)[C / 8][2]) {
+KVQ_UNROLL
+      for (int h = 0; h < C / 32; ++h) {
+        const uint4 p = codes[32 * ((ks >> 2) * (C / 32) + h) + lane];  // tokens (C/8) n + 4h ..: tiles 4h ..
+KVQ_UNROLL
+        for (int x = 0; x < 4; ++x) {
+          b[4 * h + x][0] = u2_pair(word(p, x), 2 * (ks & 3));
+          b[4 * h + x][1] = u2_pair(word(p, x), 2 * (ks & 3) + 1);
+        }
+      }
     }
     template <int D, int C>
-    KVQ_HD static void bfrag(const uint4* codes, int ks, int jj, const CodecArgs&, int lane, uint32_t& b0,
-                             uint32_t& b1) {
-      const uint32_t w = word(codes[32 * ((ks >> 2) * (C / 32) + (jj >> 2)) + lane], jj & 3);
-      b0 = u2_pair(w, 2 * (ks & 3));
-      b1 = u2_pair(w, 2 * (ks & 3) + 1);
-    }
-    template <int D, int C>
-    KVQ_HD static void bfrag_lo(const uint4*, int, int, const CodecArgs&, int, uint32_t&, uint32_t&) {}
+    KVQ_HD static void bfrags_lo(const uint4*, int, const CodecArgs&, int, uint32_t (&)[C / 8][2]) {}
     /// The chunk's query fragments q o s into atab[32 ks + lane]; returns this lane's part of <q, m> (row n).
     /// qf: the queries' fp32 values at the fragment's k (2i, 2i+1, 2i+8, 2i+9) per (k step, lane).
     template <int D>
@@ -516,19 +522,14 @@ struct TurboMseTraits {
     KVQ_HD static constexpr int channel(int ks, int k) {
       return 32 * (ks >> 1) + 8 * ((k & 7) >> 1) + 4 * (ks & 1) + (k & 1) + 2 * (k >> 3);
     }
-    template <int D>
-    KVQ_HD static int group_shift(const CodecArgs&) {
-      return log2_of(D / 16);
+    static constexpr bool kGroups = false;  // one factor per token, after all k steps
+    template <int D, int C>
+    KVQ_HD static void bfrags(const uint4* codes, int ks, const CodecArgs& a, int lane, uint32_t (&b)[C / 8][2]) {
+      decode<C>(codes, ks, a.table_hi, lane, b);
     }
     template <int D, int C>
-    KVQ_HD static void bfrag(const uint4* codes, int ks, int jj, const CodecArgs& a, int lane, uint32_t& b0,
-                             uint32_t& b1) {
-      decode(codes, ks, jj, a.table_hi, lane, b0, b1);
-    }
-    template <int D, int C>
-    KVQ_HD static void bfrag_lo(const uint4* codes, int ks, int jj, const CodecArgs& a, int lane, uint32_t& b0,
-                                uint32_t& b1) {
-      decode(codes, ks, jj, a.table_lo, lane, b0, b1);
+    KVQ_HD static void bfrags_lo(const uint4* codes, int ks, const CodecArgs& a, int lane, uint32_t (&b)[C / 8][2]) {
+      decode<C>(codes, ks, a.table_lo, lane, b);
     }
     template <int D, int C>
     KVQ_HD static void scale_group(const uint8_t* const* prm, const CodecArgs&, int lane, int,
@@ -542,11 +543,14 @@ KVQ_UNROLL
     }
 
    private:
-    KVQ_HD static void decode(const uint4* codes, int ks, int jj, const uint32_t (&table)[4], int lane, uint32_t& b0,
-                              uint32_t& b1) {
-      const uint32_t nib = lane3_nibbles(word(codes[32 * (2 * (ks >> 1)) + lane], jj),
-                                         word(codes[32 * (2 * (ks >> 1) + 1) + lane], jj), lane & 3);
-      lookup4(ks & 1 ? nib >> 16 : nib, table, b0, b1);
+    template <int C>
+    KVQ_HD static void decode(const uint4* codes, int ks, const uint32_t (&table)[4], int lane, uint32_t (&b)[C / 8][2]) {
+      const uint4 low = codes[32 * (2 * (ks >> 1)) + lane], high = codes[32 * (2 * (ks >> 1) + 1) + lane];
+KVQ_UNROLL
+      for (int jj = 0; jj < C / 8; ++jj) {
+        const uint32_t nib = lane3_nibbles(word(low, jj), word(high, jj), lane & 3);
+        lookup4(ks & 1 ? nib >> 16 : nib, table, b[jj][0], b[jj][1]);
+      }
     }
   };
 

@@ -87,7 +87,8 @@ KVQ_HD uint32_t param_bytes(const CodecArgs& key, const CodecArgs& value) {
   return total;
 }
 
-template <class K, class V, int D>
+/// GS: log2 of the k steps per key scale group (int8/int4 keys), log2(D / 16) for the codecs without groups.
+template <class K, class V, int D, int GS>
 __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V, D>::kMinBlocks)
     decode_split_kernel(const SplitArgs a) {
   using S = SplitShape<K, V, D>;
@@ -157,22 +158,24 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
     const uint8_t* vc = vb + cc * S::kValueChunkBytes;
     uint8_t* st = ring + stage * a.stage_bytes + 16 * lane;
 #pragma unroll
-    for (int k = 0; k < S::kKeyPieces; ++k) cp_async_cg(st + 512 * k, kc + K::template piece<D, C>(a.key, lane, k));
+    for (int k = 0; k < S::kKeyPieces; ++k) cp_async16(st + 512 * k, kc + K::template piece<D, C>(a.key, lane, k));
 #pragma unroll
     for (int k = 0; k < S::kValuePieces; ++k)
-      cp_async_cg(st + 512 * (S::kKeyPieces + k), vc + V::template piece<D, DP, C>(a.value, lane, k, pc));
+      cp_async16(st + 512 * (S::kKeyPieces + k), vc + V::template piece<D, DP, C>(a.value, lane, k, pc));
     st -= 16 * lane;
     uint8_t* prm = st + S::kCodeBytes;
     for (int r = 0; r < K::kRanges; ++r) {
       uint32_t off, bytes;
       K::template range<D, C>(a.key, cc, r, off, bytes);
-      for (uint32_t o = 16 * lane; o < bytes; o += 512) cp_async_cg(prm + o, kb + off + o);
+#pragma unroll 1
+      for (uint32_t o = 16 * lane; o < bytes; o += 512) cp_async16(prm + o, kb + off + o);
       prm += bytes;
     }
     for (int r = 0; r < V::kRanges; ++r) {
       uint32_t off, bytes;
       V::template range<D, DP, C>(a.value, cc, r, off, bytes);
-      for (uint32_t o = 16 * lane; o < bytes; o += 512) cp_async_cg(prm + o, vb + off + o);
+#pragma unroll 1
+      for (uint32_t o = 16 * lane; o < bytes; o += 512) cp_async16(prm + o, vb + off + o);
       prm += bytes;
     }
   };
@@ -181,8 +184,6 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
   float o[NJ][4];
 #pragma unroll
   for (int j = 0; j < NJ; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
-  const int gshift = K::template group_shift<D>(a.key);
-  const int gmask = (1 << gshift) - 1;
 
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
@@ -212,41 +213,40 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
       cst += __shfl_xor_sync(0xffffffffu, cst, 2);
       A = atab;
     }
+    constexpr int kGroupSteps = 1 << GS;
     float acc[NT][4];
-#pragma unroll
-    for (int jj = 0; jj < NT; ++jj) acc[jj][0] = acc[jj][1] = acc[jj][2] = acc[jj][3] = 0;
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) {
       const uint4 af = A[32 * ks + lane];
+      uint32_t b[NT][2];
+      K::template bfrags<D, C>(kcodes, ks, a.key, lane, b);
 #pragma unroll
       for (int jj = 0; jj < NT; ++jj) {
-        uint32_t b0, b1;
-        K::template bfrag<D, C>(kcodes, ks, jj, a.key, lane, b0, b1);
-        mma<K::kBf16>(acc[jj], af, b0, b1);
-        if constexpr (K::kSplitB) {
-          K::template bfrag_lo<D, C>(kcodes, ks, jj, a.key, lane, b0, b1);
-          mma<K::kBf16>(acc[jj], af, b0, b1);
-        }
+        if (ks % kGroupSteps == 0) mma_first<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);
+        else mma<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);
       }
-      if (((ks + 1) & gmask) == 0) {
-        K::template scale_group<D, C>(kprm, a.key, lane, ks >> gshift, acc, sc);
+      if constexpr (K::kSplitB) {
+        K::template bfrags_lo<D, C>(kcodes, ks, a.key, lane, b);
 #pragma unroll
-        for (int jj = 0; jj < NT; ++jj) acc[jj][0] = acc[jj][1] = acc[jj][2] = acc[jj][3] = 0;
+        for (int jj = 0; jj < NT; ++jj) mma<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);
       }
+      if (ks % kGroupSteps == kGroupSteps - 1) K::template scale_group<D, C>(kprm, a.key, lane, ks >> GS, acc, sc);
     }
 
     // Online softmax over the chunk (row n's maximum shared by its 4 lanes).
     float mx = -INFINITY;
 #pragma unroll
     for (int jj = 0; jj < NT; ++jj) {
-      sc[jj][0] += cst;
-      sc[jj][1] += cst;
+      if constexpr (K::kChunkA) {
+        sc[jj][0] += cst;
+        sc[jj][1] += cst;
+      }
       mx = fmaxf(mx, fmaxf(sc[jj][0], sc[jj][1]));
     }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(m_run, mx);
-    const float alpha = exp2f(m_run - m_new);  // 0 for the first chunk (m_run = -inf)
+    const float alpha = exp2_fast(m_run - m_new);  // 0 for the first chunk (m_run = -inf)
     m_run = m_new;
     l_run *= alpha;
     if (__any_sync(0xffffffffu, alpha != 1.0f)) {
@@ -259,8 +259,8 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
     float p[C / 4];
 #pragma unroll
     for (int jj = 0; jj < NT; ++jj) {
-      p[jj] = exp2f(sc[jj][0] - m_off);
-      p[NT + jj] = exp2f(sc[jj][1] - m_off);
+      p[jj] = exp2_fast(sc[jj][0] - m_off);
+      p[NT + jj] = exp2_fast(sc[jj][1] - m_off);
     }
 #pragma unroll
     for (int t = 0; t < C / 4; ++t) l_run += p[t];
@@ -314,10 +314,26 @@ struct SplitKernel {
 };
 
 template <class K, class V, int D>
+const void* split_kernel_fn(int group_shift) {
+  if constexpr (K::kGroups) {
+    switch (group_shift) {
+      case 0:
+        if constexpr (K::kMinGroupShift == 0) return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 0>);
+        return nullptr;
+      case 1: return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 1>);
+      case 2: return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 2>);
+      default: return nullptr;
+    }
+  } else {
+    return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, log2_of(D / 16)>);
+  }
+}
+
+template <class K, class V, int D>
 SplitKernel split_kernel_at(const CodecArgs& key, const CodecArgs& value) {
   using S = SplitShape<K, V, D>;
   SplitKernel k;
-  k.fn = reinterpret_cast<const void*>(&decode_split_kernel<K, V, D>);
+  k.fn = split_kernel_fn<K, V, D>(key.group_shift);
   k.threads = S::kThreads;
   k.warps = S::kWarps;
   k.parts = S::kParts;
@@ -331,7 +347,7 @@ SplitKernel split_kernel_at(const CodecArgs& key, const CodecArgs& value) {
 }
 
 /// The split kernel of the pair (K, V) for head dimension d (decode_pairs.cu instantiates each pair); fn is null
-/// when d has no instantiation.
+/// when d or the key groups have no instantiation.
 template <class K, class V>
 SplitKernel split_kernel(int d, const CodecArgs& key, const CodecArgs& value) {
   switch (d) {

@@ -46,6 +46,36 @@ KVQ_HD uint32_t prmt(uint32_t a, uint32_t b, uint32_t s) {
 #endif
 }
 
+/// (a & b) ^ c with constant b and c in one LOP3 (the compiler splits the C++ form into two instructions).
+template <uint32_t b, uint32_t c>
+KVQ_HD uint32_t and_xor(uint32_t a) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0x6a;" : "=r"(d) : "r"(a), "n"(b), "n"(c));
+  return d;
+#else
+  return (a & b) ^ c;
+#endif
+}
+/// (a & b) | c with constant b and c in one LOP3.
+template <uint32_t b, uint32_t c>
+KVQ_HD uint32_t and_or(uint32_t a) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(a), "n"(b), "n"(c));
+  return d;
+#else
+  return (a & b) | c;
+#endif
+}
+
+/// 2^x, fast (MUFU.EX2; inputs below -126 flush to 0, as the softmax wants).
+__device__ __forceinline__ float exp2_fast(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 KVQ_HD uint32_t rotl(uint32_t x, int n) {
 #if defined(__CUDA_ARCH__)
   return __funnelshift_l(x, x, static_cast<unsigned>(n));
@@ -172,6 +202,22 @@ KVQ_HD uint4 split_fragment(float x0, float x1, float x2, float x3) {
 }
 
 #if defined(__CUDACC__)
+/// C = A B (no accumulator input), mma.m16n8k16 with fp32 results, fp16 or bf16 operands.
+template <bool kBf16>
+__device__ __forceinline__ void mma_first(float (&c)[4], const uint4& a, uint32_t b0, uint32_t b1) {
+  const float z = 0;
+  if constexpr (kBf16)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%10,%10,%10};\n"
+        : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1), "f"(z));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%10,%10,%10};\n"
+        : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1), "f"(z));
+}
+
 /// C += A B, mma.m16n8k16 with fp32 accumulators, fp16 or bf16 operands.
 template <bool kBf16>
 __device__ __forceinline__ void mma(float (&c)[4], const uint4& a, uint32_t b0, uint32_t b1) {
@@ -197,10 +243,11 @@ __device__ __forceinline__ void ldmatrix_x4_trans(const void* row, uint32_t& r0,
                : "r"(s));
 }
 
-/// 16-byte asynchronous copy global -> shared through L2 only (.cg): the pages are read once.
-__device__ __forceinline__ void cp_async_cg(void* smem, const void* gmem) {
+/// 16-byte asynchronous copy global -> shared through L1 (.ca), where the lanes' 16-byte requests of one sector
+/// merge (bypassing L1, each went to L2 on its own: twice the L2 requests of the bytes).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>

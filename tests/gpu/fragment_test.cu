@@ -159,7 +159,9 @@ void check_keys(const Block& b, int T, uint64_t seed) {
     for (int k = 0; k < 16; ++k) ++hits[static_cast<size_t>(K::template channel<D>(ks, k))];
   for (int c = 0; c < D; ++c) ASSERT_EQ(hits[static_cast<size_t>(c)], 1) << "channel " << c;
 
-  const int gshift = K::template group_shift<D>(b.args), gmask = (1 << gshift) - 1;
+  int gshift = log2_of(D / 16);
+  if constexpr (K::kGroups) gshift = b.args.group_shift;
+  const int gmask = (1 << gshift) - 1;
   for (int cc = 0; cc < T / C; ++cc) {
     SCOPED_TRACE("chunk " + std::to_string(cc));
     Stage st;
@@ -182,14 +184,17 @@ void check_keys(const Block& b, int T, uint64_t seed) {
     double acc[NT][32][4] = {};
     float sc[32][NT][2] = {};
     for (int ks = 0; ks < KS; ++ks) {
-      for (int jj = 0; jj < NT; ++jj) {
-        uint32_t b0[32], b1[32];
-        for (int lane = 0; lane < 32; ++lane)
-          K::template bfrag<D, C>(st.codes.data(), ks, jj, b.args, lane, b0[lane], b1[lane]);
-        emulate_mma<K::kBf16>(atab[ks], b0, b1, acc[jj]);
-        if constexpr (K::kSplitB) {
-          for (int lane = 0; lane < 32; ++lane)
-            K::template bfrag_lo<D, C>(st.codes.data(), ks, jj, b.args, lane, b0[lane], b1[lane]);
+      uint32_t bf[32][NT][2];
+      for (int lane = 0; lane < 32; ++lane) K::template bfrags<D, C>(st.codes.data(), ks, b.args, lane, bf[lane]);
+      for (int pass = 0; pass < (K::kSplitB ? 2 : 1); ++pass) {
+        if (pass == 1)
+          for (int lane = 0; lane < 32; ++lane) K::template bfrags_lo<D, C>(st.codes.data(), ks, b.args, lane, bf[lane]);
+        for (int jj = 0; jj < NT; ++jj) {
+          uint32_t b0[32], b1[32];
+          for (int lane = 0; lane < 32; ++lane) {
+            b0[lane] = bf[lane][jj][0];
+            b1[lane] = bf[lane][jj][1];
+          }
           emulate_mma<K::kBf16>(atab[ks], b0, b1, acc[jj]);
         }
       }
