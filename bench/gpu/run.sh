@@ -43,8 +43,8 @@ if [ -n "${KVQ_NCU:-}" ] && command -v ncu >/dev/null; then
     timeout 240 ncu --clock-control none --kernel-name-base mangled -k "regex:$nregex" --launch-skip 5 --launch-count 1 \
       --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
       --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section ComputeWorkloadAnalysis \
-      --section SchedulerStats --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
-      --metrics lts__t_sectors_srcunit_tex_op_read.sum,lts__t_requests_srcunit_tex_op_read.sum,dram__bytes_read.sum \
+      --section SchedulerStats --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,\
+lts__t_sectors_srcunit_tex_op_read.sum,lts__t_requests_srcunit_tex_op_read.sum,dram__bytes_read.sum" \
       build/cuda-device/kvq bench attention --device cuda --batch "$nb" --ctx "$nc" --k "$ncodec" --v "$ncodec" \
       --reps 10 >"$OUT/ncu-${ncodec%%:*}.txt" 2>&1 || echo "kvq-gpu: ncu $ncodec failed"
   done

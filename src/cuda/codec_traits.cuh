@@ -116,7 +116,7 @@ KVQ_HD int lane_tile_k16(int pc, int r, int n) { return (pc + 32 * r + 16 * (n >
 template <bool kBf16Codes>
 struct FloatTraits {
   struct Key {
-    static constexpr bool kBf16 = kBf16Codes, kSplitB = false, kChunkA = false;
+    static constexpr bool kBf16 = kBf16Codes, kSplitB = false, kChunkA = false, kDense = false;
     static constexpr int kChunk = 32, kRanges = 0;
     template <int D, int C>
     static constexpr int pieces() {
@@ -163,7 +163,7 @@ KVQ_UNROLL
   };
 
   struct Value {
-    static constexpr bool kBf16 = kBf16Codes;
+    static constexpr bool kBf16 = kBf16Codes, kDense = false;
     static constexpr int kChunk = 32, kRanges = 0;
     /// Piece y * 8 + u: channels pc + 8 (n + 8y) .. + 7 of token 8i + u; value tile j is the 8 channels of block j.
     template <int D, int DP, int C>
@@ -226,7 +226,7 @@ struct IntTraits {
   static constexpr int E = 32 / kBits;  // elements per 32-bit lane
 
   struct Key {
-    static constexpr bool kBf16 = false, kSplitB = false, kChunkA = false;
+    static constexpr bool kBf16 = false, kSplitB = false, kChunkA = false, kDense = kBits == 4;
     static constexpr int kChunk = 32, kRanges = 1;
     static constexpr int kWordsPerStep = kBits == 4 ? 2 : 1;  // k steps one lane word feeds
     /// Piece m: tokens 4n .. 4n + 3 of the lane word 4m + i (int4: channels 8 (4m + i) ..; int8: 4 (4m + i) ..).
@@ -287,7 +287,7 @@ KVQ_UNROLL
   };
 
   struct Value {
-    static constexpr bool kBf16 = false;
+    static constexpr bool kBf16 = false, kDense = kBits == 4;  // int4: 128 registers suffice
     static constexpr int kChunk = 32, kRanges = 1;
     static constexpr int kPiecesPerTile = kBits == 4 ? 1 : 2;  // pieces of 4 channels x 8 tokens
     /// Piece r * kPiecesPerTile + h: channels lane_tile_channel(4r + e, n) of tokens 8i .. 8i + 7 (int8: 8i + 4h ..).
@@ -352,7 +352,7 @@ struct KiviTraits {
   static_assert(kBits == 2, "kivi:2 has a kernel");
 
   struct Key {
-    static constexpr bool kBf16 = false, kSplitB = false, kChunkA = true;
+    static constexpr bool kBf16 = false, kSplitB = false, kChunkA = true, kDense = false;
     static constexpr int kChunk = 32, kRanges = 1;
     /// Piece m * (C / 32) + h: tokens (C/8) n + 4h .. + 3 of the lane word 4m + i (channels 16 (4m + i) ..).
     template <int D, int C>
@@ -434,7 +434,7 @@ KVQ_UNROLL
   };
 
   struct Value {
-    static constexpr bool kBf16 = false;
+    static constexpr bool kBf16 = false, kDense = false;
     static constexpr int kChunk = 64, kRanges = 2;
     /// Piece r: channels lane_tile_channel(4r + e, n) of the lane's 16 tokens 16i .. 16i + 15.
     template <int D, int DP, int C>
@@ -494,7 +494,7 @@ struct TurboMseTraits {
   static_assert(kBits == 3, "turbo_mse:3 has a kernel");
 
   struct Key {
-    static constexpr bool kBf16 = false, kSplitB = true, kChunkA = false;
+    static constexpr bool kBf16 = false, kSplitB = true, kChunkA = false, kDense = false;
     static constexpr int kChunk = 32, kRanges = 1;
     /// Piece 2 kk + h: tokens 4n .. 4n + 3 of the 32-channel chunk kk, the 2-bit plane holding nibble lane i
     /// (h = 0) or the 1-bit plane (h = 1).
@@ -555,7 +555,7 @@ KVQ_UNROLL
   };
 
   struct Value {
-    static constexpr bool kBf16 = false;
+    static constexpr bool kBf16 = false, kDense = false;
     static constexpr int kChunk = 32, kRanges = 1;
     /// Piece 2r + h: channels lane_tile_channel(4r + e, n) of the chunk's 32-token lanes, the 2-bit plane holding
     /// nibble lane i (tokens 8i .. 8i + 7; h = 0) or the 1-bit plane (h = 1).

@@ -61,10 +61,15 @@ struct SplitShape {
   static constexpr int kCodeBytes = 512 * (kKeyPieces + kValuePieces);  // per warp and stage
   static constexpr int kKeyChunkBytes = static_cast<int>(K::template chunk_bytes<D, C>());  // C tokens' codes
   static constexpr int kValueChunkBytes = static_cast<int>(V::template chunk_bytes<D, C>());
-  static constexpr int kStages = C == 32 && kCodeBytes <= 4608 ? 3 : 2;  // pipeline depth per warp
-  static constexpr int kWarps = kStages * (kCodeBytes + 512) <= 17408 ? 4 : 2;
+  // Float pairs stream the most bytes per instruction: fewer, deeper warps (3 stages, 2 warps a block). The int4
+  // pair fits 128 registers: 16 warps per SM with 2 stages (4 blocks of 41 KB). The others: 12 warps per SM, 3
+  // stages where a stage is small.
+  static constexpr bool kDense = K::kDense && V::kDense;
+  static constexpr bool kWide = kCodeBytes >= 12288;
+  static constexpr int kStages = kWide || (C == 32 && kCodeBytes <= 4608 && !kDense) ? 3 : 2;
+  static constexpr int kWarps = kWide ? 2 : 4;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kMinBlocks = (D > 128 ? 256 : 384) / kThreads;  // 12 warps per SM (168 registers), 8 at d = 256
+  static constexpr int kMinBlocks = (D > 128 ? 256 : kDense ? 512 : 384) / kThreads;  // registers: 128, 168, 255
   static constexpr int kTableBytes = KS * 32 * 16;                              // one [KS][32] fragment table
   static constexpr int kBlockBytes = kTableBytes * (K::kChunkA ? 2 : 1);        // queries (+ their fp32 values)
   static constexpr int kWarpBytes = K::kChunkA ? kTableBytes : 0;               // per-chunk query fragments
