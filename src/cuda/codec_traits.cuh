@@ -13,6 +13,8 @@
 // The codes of a chunk come as 16-byte pieces: `piece(k)` is the byte offset of this lane's k-th piece in the
 // block's first chunk (chunk cc adds cc * chunk_bytes, the codes of C tokens); the kernel streams them into the lane's own shared-memory slots (slot k at codes[32 k]). Per-chunk
 // parameters (scales, minima, norms) are `ranges` of the block copied once per warp into shared memory (prm[r]).
+// Codecs with kBulk instead take the chunk's codes whole, as they lie in the block (chunk_bytes at cc *
+// chunk_bytes), by the copy engine; their fragments read that layout.
 //
 // Codes become exact fp16 integers without conversions (the 2^10 mantissa trick: 0x6400 | u is 1024 + u), with a
 // per-group or per-token factor applied in fp32 to the score tiles (keys) or in fp16 to the decoded value (values,
@@ -113,25 +115,28 @@ KVQ_HD constexpr int lane_tile_channel(int j, int col) { return 32 * (j >> 2) + 
 KVQ_HD int lane_tile_k16(int pc, int r, int n) { return (pc + 32 * r + 16 * (n >> 2)) >> 4; }
 
 // ---- f16 / bf16: [T x d] token-major ---------------------------------------------------------------------------
+// The chunk's rows come whole (kBulk: the kernel copies the C x d keys and the C x d values with the copy engine,
+// as they lie in the block), so the fragments read the block's own layout. Keys: lane (n, i) reads 16 bytes of
+// token 4n + jj (channels 8 (4m + i) ..), two k steps. Values: ldmatrix.trans of token rows, tile j = channels
+// 8j .. 8j + 7 of the part.
 template <bool kBf16Codes>
 struct FloatTraits {
   struct Key {
-    static constexpr bool kBf16 = kBf16Codes, kSplitB = false, kChunkA = false, kDense = false;
+    static constexpr bool kBf16 = kBf16Codes, kSplitB = false, kChunkA = false, kDense = false, kBulk = true;
+    static constexpr bool kGroups = false;  // one factor per token, after all k steps
     static constexpr int kChunk = 32, kRanges = 0;
     template <int D, int C>
     static constexpr int pieces() {
       static_assert(C == 32, "f16/bf16 keys: chunks of 32 tokens");
-      return D / 32 * 4;
+      return 0;
     }
-    /// Piece m * 4 + jj: channels 8 (4m + i) .. + 7 of token 4n + jj.
     template <int D, int C>
     static constexpr uint32_t chunk_bytes() {
       return 2 * C * D;
     }
     template <int D, int C>
-    KVQ_HD static int piece(const CodecArgs&, int lane, int k) {
-      const int t = 4 * (lane >> 2) + (k & 3);
-      return 2 * (t * D + 8 * (4 * (k >> 2) + (lane & 3)));
+    KVQ_HD static int piece(const CodecArgs&, int, int) {
+      return 0;
     }
     template <int D, int C>
     KVQ_HD static void range(const CodecArgs&, int, int, uint32_t&, uint32_t&) {}
@@ -139,12 +144,12 @@ struct FloatTraits {
     KVQ_HD static constexpr int channel(int ks, int k) {
       return 8 * (4 * (ks >> 1) + ((k & 7) >> 1)) + 4 * (ks & 1) + (k & 1) + 2 * (k >> 3);
     }
-    static constexpr bool kGroups = false;  // one factor per token, after all k steps
+    /// codes: the chunk's C x D values.
     template <int D, int C>
     KVQ_HD static void bfrags(const uint4* codes, int ks, const CodecArgs&, int lane, uint32_t (&b)[C / 8][2]) {
 KVQ_UNROLL
       for (int jj = 0; jj < C / 8; ++jj) {
-        const uint4 p = codes[32 * ((ks >> 1) * 4 + jj) + lane];
+        const uint4 p = codes[(4 * (lane >> 2) + jj) * (D / 8) + 4 * (ks >> 1) + (lane & 3)];
         b[jj][0] = ks & 1 ? p.z : p.x;
         b[jj][1] = ks & 1 ? p.w : p.y;
       }
@@ -163,22 +168,20 @@ KVQ_UNROLL
   };
 
   struct Value {
-    static constexpr bool kBf16 = kBf16Codes, kDense = false;
+    static constexpr bool kBf16 = kBf16Codes, kDense = false, kBulk = true;
     static constexpr int kChunk = 32, kRanges = 0;
-    /// Piece y * 8 + u: channels pc + 8 (n + 8y) .. + 7 of token 8i + u; value tile j is the 8 channels of block j.
     template <int D, int DP, int C>
     static constexpr int pieces() {
       static_assert(C == 32, "f16/bf16 values: chunks of 32 tokens");
-      return DP / 64 * 8;
+      return 0;
     }
     template <int D, int C>
     static constexpr uint32_t chunk_bytes() {
       return 2 * C * D;
     }
     template <int D, int DP, int C>
-    KVQ_HD static int piece(const CodecArgs&, int lane, int k, int pc) {
-      const int t = 8 * (lane & 3) + (k & 7);
-      return 2 * (t * D + pc + 8 * ((lane >> 2) + 8 * (k >> 3)));
+    KVQ_HD static int piece(const CodecArgs&, int, int, int) {
+      return 0;
     }
     template <int D, int DP, int C>
     KVQ_HD static void range(const CodecArgs&, int, int, uint32_t&, uint32_t&) {}
@@ -189,25 +192,26 @@ KVQ_UNROLL
 KVQ_UNROLL
       for (int t = 0; t < C / 4; ++t) w[t] = 1.0f;
     }
-    /// The 16 bytes of channels 8 (j % 8 + 8 (j / 8)) .. + 7 of token 8i + u: slot 8 (j / 8) + u of lane (j % 8, i).
-    KVQ_HD static const uint8_t* row(const uint4* codes, int j, int i, int u) {
-      return reinterpret_cast<const uint8_t*>(codes + 32 * (8 * (j >> 3) + u) + 4 * (j & 7) + i);
+    /// The 16 bytes of channels pc + 8j .. + 7 of the chunk's token t.
+    template <int D>
+    KVQ_HD static const uint8_t* row(const uint4* codes, int t, int j, int pc) {
+      return reinterpret_cast<const uint8_t*>(codes) + 2 * (t * D + pc + 8 * j);
     }
     /// Tile j for both value steps, by one ldmatrix.x4.trans: matrix m = 2 vs + h holds the tokens of k = 8h ..
-    /// 8h + 7 (k = 2i' + e: token 8i' + 4vs + 2h + e) as rows.
+    /// 8h + 7 (k = 2i' + e: the lane's local token 4vs + 2h + e, chunk token 8i' + 4vs + 2h + e) as rows.
     template <int D, int DP, int C>
-    KVQ_HD static void bfrags(const uint4* codes, const uint8_t* const*, const CodecArgs&, int lane, int j, int,
+    KVQ_HD static void bfrags(const uint4* codes, const uint8_t* const*, const CodecArgs&, int lane, int j, int pc,
                               uint32_t (&b)[C / 16][2]) {
 #if defined(__CUDA_ARCH__)
       const int m = lane >> 3, r = lane & 7;
-      ldmatrix_x4_trans(row(codes, j, r >> 1, 4 * (m >> 1) + 2 * (m & 1) + (r & 1)), b[0][0], b[0][1], b[1][0],
-                        b[1][1]);
+      ldmatrix_x4_trans(row<D>(codes, 8 * (r >> 1) + 4 * (m >> 1) + 2 * (m & 1) + (r & 1), j, pc), b[0][0], b[0][1],
+                        b[1][0], b[1][1]);
 #else
       for (int m = 0; m < 4; ++m) {
         uint32_t w = 0;
         for (int e = 0; e < 2; ++e) {
           const int r = 2 * (lane & 3) + e;  // the row this lane receives, from lane 8m + r's address
-          const uint8_t* p = row(codes, j, r >> 1, 4 * (m >> 1) + 2 * (m & 1) + (r & 1)) + 2 * (lane >> 2);
+          const uint8_t* p = row<D>(codes, 8 * (r >> 1) + 4 * (m >> 1) + 2 * (m & 1) + (r & 1), j, pc) + 2 * (lane >> 2);
           w |= static_cast<uint32_t>(p[0] | p[1] << 8) << (16 * e);
         }
         b[m >> 1][m & 1] = w;
@@ -226,7 +230,7 @@ struct IntTraits {
   static constexpr int E = 32 / kBits;  // elements per 32-bit lane
 
   struct Key {
-    static constexpr bool kBf16 = false, kSplitB = false, kChunkA = false, kDense = kBits == 4;
+    static constexpr bool kBf16 = false, kSplitB = false, kChunkA = false, kDense = kBits == 4, kBulk = false;
     static constexpr int kChunk = 32, kRanges = 1;
     static constexpr int kWordsPerStep = kBits == 4 ? 2 : 1;  // k steps one lane word feeds
     /// Piece m: tokens 4n .. 4n + 3 of the lane word 4m + i (int4: channels 8 (4m + i) ..; int8: 4 (4m + i) ..).
@@ -287,7 +291,7 @@ KVQ_UNROLL
   };
 
   struct Value {
-    static constexpr bool kBf16 = false, kDense = kBits == 4;  // int4: 128 registers suffice
+    static constexpr bool kBf16 = false, kDense = kBits == 4, kBulk = false;  // int4: 128 registers suffice
     static constexpr int kChunk = 32, kRanges = 1;
     static constexpr int kPiecesPerTile = kBits == 4 ? 1 : 2;  // pieces of 4 channels x 8 tokens
     /// Piece r * kPiecesPerTile + h: channels lane_tile_channel(4r + e, n) of tokens 8i .. 8i + 7 (int8: 8i + 4h ..).
@@ -352,7 +356,7 @@ struct KiviTraits {
   static_assert(kBits == 2, "kivi:2 has a kernel");
 
   struct Key {
-    static constexpr bool kBf16 = false, kSplitB = false, kChunkA = true, kDense = false;
+    static constexpr bool kBf16 = false, kSplitB = false, kChunkA = true, kDense = false, kBulk = false;
     static constexpr int kChunk = 32, kRanges = 1;
     /// Piece m * (C / 32) + h: tokens (C/8) n + 4h .. + 3 of the lane word 4m + i (channels 16 (4m + i) ..).
     template <int D, int C>
@@ -434,7 +438,7 @@ KVQ_UNROLL
   };
 
   struct Value {
-    static constexpr bool kBf16 = false, kDense = false;
+    static constexpr bool kBf16 = false, kDense = false, kBulk = false;
     static constexpr int kChunk = 64, kRanges = 2;
     /// Piece r: channels lane_tile_channel(4r + e, n) of the lane's 16 tokens 16i .. 16i + 15.
     template <int D, int DP, int C>
@@ -494,7 +498,7 @@ struct TurboMseTraits {
   static_assert(kBits == 3, "turbo_mse:3 has a kernel");
 
   struct Key {
-    static constexpr bool kBf16 = false, kSplitB = true, kChunkA = false, kDense = false;
+    static constexpr bool kBf16 = false, kSplitB = true, kChunkA = false, kDense = false, kBulk = false;
     static constexpr int kChunk = 32, kRanges = 1;
     /// Piece 2 kk + h: tokens 4n .. 4n + 3 of the 32-channel chunk kk, the 2-bit plane holding nibble lane i
     /// (h = 0) or the 1-bit plane (h = 1).
@@ -555,7 +559,7 @@ KVQ_UNROLL
   };
 
   struct Value {
-    static constexpr bool kBf16 = false, kDense = false;
+    static constexpr bool kBf16 = false, kDense = false, kBulk = false;
     static constexpr int kChunk = 32, kRanges = 1;
     /// Piece 2r + h: channels lane_tile_channel(4r + e, n) of the chunk's 32-token lanes, the 2-bit plane holding
     /// nibble lane i (tokens 8i .. 8i + 7; h = 0) or the 1-bit plane (h = 1).

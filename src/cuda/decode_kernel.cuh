@@ -56,11 +56,14 @@ struct SplitShape {
   static constexpr int kParts = D > 128 ? D / 128 : 1;  // warps sharing a range, each summing DP value channels
   static constexpr int DP = D / kParts;
   static constexpr int NT = C / 8, KS = D / 16, VS = C / 16, NJ = DP / 8;
+  static constexpr bool kBulk = K::kBulk;  // the chunk's codes by the copy engine, not by lanes
+  static_assert(K::kBulk == V::kBulk, "keys and values are copied the same way");
   static constexpr int kKeyPieces = K::template pieces<D, C>();
   static constexpr int kValuePieces = V::template pieces<D, DP, C>();
-  static constexpr int kCodeBytes = 512 * (kKeyPieces + kValuePieces);  // per warp and stage
   static constexpr int kKeyChunkBytes = static_cast<int>(K::template chunk_bytes<D, C>());  // C tokens' codes
   static constexpr int kValueChunkBytes = static_cast<int>(V::template chunk_bytes<D, C>());
+  static constexpr int kCodeBytes =  // per warp and stage
+      kBulk ? kKeyChunkBytes + kValueChunkBytes : 512 * (kKeyPieces + kValuePieces);
   // Float pairs stream the most bytes per instruction: fewer, deeper warps (3 stages, 2 warps a block). The int4
   // pair fits 128 registers: 16 warps per SM with 2 stages (4 blocks of 41 KB). The others: 12 warps per SM, 3
   // stages where a stage is small.
@@ -72,7 +75,8 @@ struct SplitShape {
   static constexpr int kMinBlocks = (D > 128 ? 256 : kDense ? 512 : 384) / kThreads;  // registers: 128, 168, 255
   static constexpr int kTableBytes = KS * 32 * 16;                              // one [KS][32] fragment table
   static constexpr int kBlockBytes = kTableBytes * (K::kChunkA ? 2 : 1);        // queries (+ their fp32 values)
-  static constexpr int kWarpBytes = K::kChunkA ? kTableBytes : 0;               // per-chunk query fragments
+  static constexpr int kWarpBytes = (K::kChunkA ? kTableBytes : 0) +             // per-chunk query fragments
+                                    (kBulk ? 16 * kStages : 0);                 // the stages' mbarriers
   static_assert(kWarps % kParts == 0, "a block holds whole ranges");
 };
 
@@ -106,6 +110,7 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   uint8_t* wbase = smem + S::kBlockBytes + warp * (S::kWarpBytes + kStages * a.stage_bytes);
   uint4* atab = reinterpret_cast<uint4*>(wbase);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(wbase + (K::kChunkA ? S::kTableBytes : 0));  // 16 bytes a stage
   uint8_t* ring = wbase + S::kWarpBytes;
 
   const int h = blockIdx.y, s = blockIdx.z;
@@ -122,6 +127,12 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
       x[q] = g < a.G ? a.q_space[(q_row0 + g) * D + K::template channel<D>(ks, frag_k(i, q))] * a.scale_log2 : 0.0f;
     qtab[idx] = split_fragment<K::kBf16>(x[0], x[1], x[2], x[3]);
     if constexpr (K::kChunkA) qf[idx] = make_float4(x[0], x[1], x[2], x[3]);
+  }
+  if constexpr (S::kBulk) {
+    if (lane == 0) {
+      for (int st = 0; st < kStages; ++st) mbar_init(bars + 2 * st);
+      mbar_init_fence();
+    }
   }
   __syncthreads();
 
@@ -161,6 +172,16 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
     const uint8_t* vb = page + a.value_offset + static_cast<size_t>(h) * a.value_stride;
     const uint8_t* kc = kb + cc * S::kKeyChunkBytes;
     const uint8_t* vc = vb + cc * S::kValueChunkBytes;
+    if constexpr (S::kBulk) {
+      if (lane == 0) {
+        uint8_t* dst = ring + stage * a.stage_bytes;
+        fence_proxy_async();  // the stage's earlier reads before the copy engine rewrites it
+        mbar_expect(bars + 2 * stage, S::kKeyChunkBytes + S::kValueChunkBytes);
+        bulk_copy(dst, kc, S::kKeyChunkBytes, bars + 2 * stage);
+        bulk_copy(dst + S::kKeyChunkBytes, vc, S::kValueChunkBytes, bars + 2 * stage);
+      }
+      return;
+    }
     uint8_t* st = ring + stage * a.stage_bytes + 16 * lane;
 #pragma unroll
     for (int k = 0; k < S::kKeyPieces; ++k) cp_async16(st + 512 * k, kc + K::template piece<D, C>(a.key, lane, k));
@@ -193,16 +214,22 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
     if (q0 + st < q1) issue(q0 + st, st);
-    cp_async_commit();
+    if constexpr (!S::kBulk) cp_async_commit();
   }
+  uint32_t phases = 0;  // bulk copies: the parity each stage's barrier completes next, one bit a stage
   for (int q = q0, stage = 0; q < q1; ++q, stage = stage == kStages - 1 ? 0 : stage + 1) {
     if (q + kStages - 1 < q1) issue(q + kStages - 1, stage == 0 ? kStages - 1 : stage - 1);
-    cp_async_commit();
-    cp_async_wait<kStages - 1>();
+    if constexpr (S::kBulk) {
+      mbar_wait(bars + 2 * stage, (phases >> stage) & 1);
+      phases ^= 1u << stage;
+    } else {
+      cp_async_commit();
+      cp_async_wait<kStages - 1>();
+    }
     __syncwarp();
     const uint8_t* st = ring + stage * a.stage_bytes;
     const uint4* kcodes = reinterpret_cast<const uint4*>(st);
-    const uint4* vcodes = kcodes + 32 * S::kKeyPieces;
+    const uint4* vcodes = S::kBulk ? reinterpret_cast<const uint4*>(st + S::kKeyChunkBytes) : kcodes + 32 * S::kKeyPieces;
     const uint8_t* kprm[2] = {st + kpo[0], st + kpo[1]};
     const uint8_t* vprm[2] = {st + vpo[0], st + vpo[1]};
 
@@ -288,7 +315,7 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
     }
     __syncwarp();  // every lane is done with the stage before it is refilled
   }
-  cp_async_wait<0>();
+  if constexpr (!S::kBulk) cp_async_wait<0>();
 
   // The warp's partial state: o and l times 2^-12 (the weights' factor).
   l_run += __shfl_xor_sync(0xffffffffu, l_run, 1);

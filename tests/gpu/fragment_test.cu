@@ -97,8 +97,15 @@ struct Stage {
   const uint8_t* prm[2] = {params, params};
 };
 
+// Bulk-copied codecs: the chunk's codes as they lie in the block.
+void bulk_stage(const Block& b, int cc, uint32_t chunk_bytes, Stage& st) {
+  st.codes.assign(chunk_bytes / 16, uint4{});
+  std::memcpy(st.codes.data(), b.bytes.data() + cc * chunk_bytes, chunk_bytes);
+}
+
 template <class K, int D, int C>
 void key_stage(const Block& b, int cc, Stage& st) {
+  if constexpr (K::kBulk) return bulk_stage(b, cc, K::template chunk_bytes<D, C>(), st);
   constexpr int P = K::template pieces<D, C>();
   st.codes.assign(32 * P, uint4{});
   for (int lane = 0; lane < 32; ++lane)
@@ -119,6 +126,7 @@ void key_stage(const Block& b, int cc, Stage& st) {
 
 template <class V, int D, int DP, int C>
 void value_stage(const Block& b, int cc, int pc, Stage& st) {
+  if constexpr (V::kBulk) return bulk_stage(b, cc, V::template chunk_bytes<D, C>(), st);
   constexpr int P = V::template pieces<D, DP, C>();
   st.codes.assign(32 * P, uint4{});
   for (int lane = 0; lane < 32; ++lane)
