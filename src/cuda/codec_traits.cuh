@@ -117,17 +117,17 @@ KVQ_HD int lane_tile_k16(int pc, int r, int n) { return (pc + 32 * r + 16 * (n >
 // ---- f16 / bf16: [T x d] token-major ---------------------------------------------------------------------------
 // The chunk's rows come whole (kBulk: the kernel copies the C x d keys and the C x d values with the copy engine,
 // as they lie in the block), so the fragments read the block's own layout. Keys: lane (n, i) reads 16 bytes of
-// token 4n + jj (channels 8 (4m + i) ..), two k steps. Values: ldmatrix.trans of token rows, tile j = channels
-// 8j .. 8j + 7 of the part.
+// token (C/8) n + jj (channels 8 (4m + i) ..), two k steps. Values: ldmatrix.trans of token rows, tile j = channels
+// 8j .. 8j + 7 of the part. Chunks of 16 tokens: these pairs stream the most bytes for their arithmetic, and small
+// stages let 12 warps share an SM.
 template <bool kBf16Codes>
 struct FloatTraits {
   struct Key {
     static constexpr bool kBf16 = kBf16Codes, kSplitB = false, kChunkA = false, kDense = false, kBulk = true;
     static constexpr bool kGroups = false;  // one factor per token, after all k steps
-    static constexpr int kChunk = 32, kRanges = 0;
+    static constexpr int kChunk = 16, kRanges = 0;
     template <int D, int C>
     static constexpr int pieces() {
-      static_assert(C == 32, "f16/bf16 keys: chunks of 32 tokens");
       return 0;
     }
     template <int D, int C>
@@ -149,7 +149,7 @@ struct FloatTraits {
     KVQ_HD static void bfrags(const uint4* codes, int ks, const CodecArgs&, int lane, uint32_t (&b)[C / 8][2]) {
 KVQ_UNROLL
       for (int jj = 0; jj < C / 8; ++jj) {
-        const uint4 p = codes[(4 * (lane >> 2) + jj) * (D / 8) + 4 * (ks >> 1) + (lane & 3)];
+        const uint4 p = codes[(C / 8 * (lane >> 2) + jj) * (D / 8) + 4 * (ks >> 1) + (lane & 3)];
         b[jj][0] = ks & 1 ? p.z : p.x;
         b[jj][1] = ks & 1 ? p.w : p.y;
       }
@@ -169,10 +169,10 @@ KVQ_UNROLL
 
   struct Value {
     static constexpr bool kBf16 = kBf16Codes, kDense = false, kBulk = true;
-    static constexpr int kChunk = 32, kRanges = 0;
+    static constexpr int kChunk = 16, kRanges = 0;
     template <int D, int DP, int C>
     static constexpr int pieces() {
-      static_assert(C == 32, "f16/bf16 values: chunks of 32 tokens");
+      static_assert(C == 16 || C == 32, "f16/bf16 values: chunks of 16 or 32 tokens");
       return 0;
     }
     template <int D, int C>
@@ -197,21 +197,28 @@ KVQ_UNROLL
     KVQ_HD static const uint8_t* row(const uint4* codes, int t, int j, int pc) {
       return reinterpret_cast<const uint8_t*>(codes) + 2 * (t * D + pc + 8 * j);
     }
-    /// Tile j for both value steps, by one ldmatrix.x4.trans: matrix m = 2 vs + h holds the tokens of k = 8h ..
-    /// 8h + 7 (k = 2i' + e: the lane's local token 4vs + 2h + e, chunk token 8i' + 4vs + 2h + e) as rows.
+    /// The chunk token at row r of matrix m (= 2 vs + h: the tokens of k = 8h .. 8h + 7 of value step vs; k = 2i' +
+    /// e is lane i''s local token 4vs + 2h + e).
+    template <int C>
+    KVQ_HD static constexpr int row_token(int m, int r) {
+      return C / 4 * (r >> 1) + 4 * (m >> 1) + 2 * (m & 1) + (r & 1);
+    }
+    /// Tile j for every value step: ldmatrix.trans of the token rows (x4: two steps, x2: one).
     template <int D, int DP, int C>
     KVQ_HD static void bfrags(const uint4* codes, const uint8_t* const*, const CodecArgs&, int lane, int j, int pc,
                               uint32_t (&b)[C / 16][2]) {
 #if defined(__CUDA_ARCH__)
       const int m = lane >> 3, r = lane & 7;
-      ldmatrix_x4_trans(row<D>(codes, 8 * (r >> 1) + 4 * (m >> 1) + 2 * (m & 1) + (r & 1), j, pc), b[0][0], b[0][1],
-                        b[1][0], b[1][1]);
+      if constexpr (C == 32)
+        ldmatrix_x4_trans(row<D>(codes, row_token<C>(m, r), j, pc), b[0][0], b[0][1], b[1][0], b[1][1]);
+      else
+        ldmatrix_x2_trans(row<D>(codes, row_token<C>(m & 1, r), j, pc), b[0][0], b[0][1]);
 #else
-      for (int m = 0; m < 4; ++m) {
+      for (int m = 0; m < 2 * (C / 16); ++m) {
         uint32_t w = 0;
         for (int e = 0; e < 2; ++e) {
           const int r = 2 * (lane & 3) + e;  // the row this lane receives, from lane 8m + r's address
-          const uint8_t* p = row<D>(codes, 8 * (r >> 1) + 4 * (m >> 1) + 2 * (m & 1) + (r & 1), j, pc) + 2 * (lane >> 2);
+          const uint8_t* p = row<D>(codes, row_token<C>(m, r), j, pc) + 2 * (lane >> 2);
           w |= static_cast<uint32_t>(p[0] | p[1] << 8) << (16 * e);
         }
         b[m >> 1][m & 1] = w;

@@ -64,12 +64,13 @@ struct SplitShape {
   static constexpr int kValueChunkBytes = static_cast<int>(V::template chunk_bytes<D, C>());
   static constexpr int kCodeBytes =  // per warp and stage
       kBulk ? kKeyChunkBytes + kValueChunkBytes : 512 * (kKeyPieces + kValuePieces);
-  // Float pairs stream the most bytes per instruction: fewer, deeper warps (3 stages, 2 warps a block). The int4
-  // pair fits 128 registers: 16 warps per SM with 2 stages (4 blocks of 41 KB). The others: 12 warps per SM, 3
-  // stages where a stage is small.
+  // Stages of 12 KB or more (f16/bf16 at d = 256) take 2-warp blocks with 3 stages. The int4 pair fits 128
+  // registers: 16 warps per SM with 2 stages (4 blocks of 41 KB). The others: 12 warps per SM, 3 stages where a
+  // 32-token stage is small.
   static constexpr bool kDense = K::kDense && V::kDense;
   static constexpr bool kWide = kCodeBytes >= 12288;
   static constexpr int kStages = kWide || (C == 32 && kCodeBytes <= 4608 && !kDense) ? 3 : 2;
+  static_assert(C == 16 || C == 32 || C == 64, "chunks of 16, 32 or 64 tokens");
   static constexpr int kWarps = kWide ? 2 : 4;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kMinBlocks = (D > 128 ? 256 : kDense ? 512 : 384) / kThreads;  // registers: 128, 168, 255

@@ -272,6 +272,13 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
 /// Orders this thread's earlier shared-memory reads before later bulk copies into the same bytes.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+/// ldmatrix.x2.trans: lanes 0..15 give the rows of two matrices, as ldmatrix_x4_trans.
+__device__ __forceinline__ void ldmatrix_x2_trans(const void* row, uint32_t& r0, uint32_t& r1) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r0), "=r"(r1)
+               : "r"(smem_addr(row)));
+}
+
 /// 16-byte asynchronous copy global -> shared through L1 (.ca), where the lanes' 16-byte requests of one sector
 /// merge (bypassing L1, each went to L2 on its own: twice the L2 requests of the bytes).
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
