@@ -76,10 +76,9 @@ __global__ void merge_kernel(const MergeArgs a) {
   float4 acc = make_float4(0, 0, 0, 0);
   float l = 0;
   if (m != -INFINITY)
-    for (int i = grp; i < a.n_splits; i += 4) {
-      const float mi = a.partial_ml[2 * (row0 + i)];
-      if (mi == -INFINITY) continue;
-      const float w = exp2f(mi - m);
+#pragma unroll 4
+    for (int i = grp; i < a.n_splits; i += 4) {  // an empty split (m = -inf, l = 0, o = 0) weighs 0
+      const float w = exp2f(a.partial_ml[2 * (row0 + i)] - m);
       l = fmaf(w, a.partial_ml[2 * (row0 + i) + 1], l);
       const float4 x = reinterpret_cast<const float4*>(a.partial_o + (row0 + i) * D)[c4];
       acc = make_float4(fmaf(w, x.x, acc.x), fmaf(w, x.y, acc.y), fmaf(w, x.z, acc.z), fmaf(w, x.w, acc.w));
@@ -344,9 +343,9 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   KVQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, k.fn, k.threads, p.smem));
 
   // Split-K: each warp (k.parts warps for d > 128) takes a range of chunks of one (sequence, kv head). The ranges
-  // are sized so that the batch fills the resident warps in equal waves of at most kMaxChunks chunks each, unless
-  // the options say how many ranges per sequence.
-  constexpr int kMaxChunks = 64;
+  // are sized so that the batch fills the resident warps in equal waves of at most kMaxChunks chunks each, with at
+  // most kMaxSplits ranges per sequence (the merge reads every range's state), unless the options say how many.
+  constexpr int kMaxChunks = 64, kMaxSplits = 256;
   const int per_block = k.warps / k.parts;
   const int chunks_per_page = T / k.chunk;
   const int seq_chunks = std::max(1, max_pages * chunks_per_page);
@@ -359,6 +358,7 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
     const long long waves = std::max(1LL, (total + resident * kMaxChunks - 1) / (resident * kMaxChunks));
     per_warp = static_cast<int>((total + waves * resident - 1) / (waves * resident));
   }
+  if (options.splits <= 0) per_warp = std::max(per_warp, (seq_chunks + kMaxSplits - 1) / kMaxSplits);
   per_warp = std::clamp(per_warp, 1, seq_chunks);
   const int ranges = (seq_chunks + per_warp - 1) / per_warp;
   p.grid = dim3(static_cast<unsigned>((ranges + per_block - 1) / per_block), static_cast<unsigned>(p.n_kv_heads),
