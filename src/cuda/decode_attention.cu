@@ -129,6 +129,27 @@ __global__ void merge_kernel(const MergeArgs a) {
 
 size_t merge_smem(int d) { return sizeof(float) * (5 * static_cast<size_t>(d) + 8 + kWindowChunk); }
 
+// Chunks per warp for a batch of `units` (sequence, kv head) pairs of seq_chunks chunks each: the blocks
+// (per_block ranges each) run in waves of `resident` blocks, so the split kernel takes about waves x chunks-per-warp
+// chunk steps, and the merge reads every range of a sequence (about ranges / 16 steps: 4 groups, 4 loads in
+// flight). The cheapest count, with at most 256 ranges per sequence.
+int chunks_per_warp(int seq_chunks, long long units, int per_block, long long resident) {
+  constexpr int kMaxRanges = 256;
+  int best = seq_chunks;
+  double best_cost = INFINITY;
+  for (int pw = (seq_chunks + kMaxRanges - 1) / kMaxRanges; pw <= seq_chunks; ++pw) {
+    const int ranges = (seq_chunks + pw - 1) / pw;
+    const long long blocks = units * ((ranges + per_block - 1) / per_block);
+    const long long waves = (blocks + resident - 1) / std::max(1LL, resident);
+    const double cost = static_cast<double>(waves) * pw + ranges / 16.0;
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = pw;
+    }
+  }
+  return best;
+}
+
 // The kernels' codec identities: what the traits of codec_traits.cuh decode.
 std::string codec_id(const Codec& c) {
   const std::string& name = c.spec().name;
@@ -342,23 +363,15 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   int blocks_per_sm = 0;
   KVQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, k.fn, k.threads, p.smem));
 
-  // Split-K: each warp (k.parts warps for d > 128) takes a range of chunks of one (sequence, kv head). The ranges
-  // are sized so that the batch fills the resident warps in equal waves of at most kMaxChunks chunks each, with at
-  // most kMaxSplits ranges per sequence (the merge reads every range's state), unless the options say how many.
-  constexpr int kMaxChunks = 64, kMaxSplits = 256;
+  // Split-K: each warp (k.parts warps for d > 128) takes a range of chunks of one (sequence, kv head); how many
+  // chunks a range holds comes from the waves the batch's blocks make on the device (chunks_per_warp), unless the
+  // options say how many ranges per sequence.
   const int per_block = k.warps / k.parts;
-  const int chunks_per_page = T / k.chunk;
-  const int seq_chunks = std::max(1, max_pages * chunks_per_page);
-  const long long total = static_cast<long long>(seq_chunks) * std::max(1, p.n_seqs * p.n_kv_heads);
-  const long long resident = std::max(1LL, static_cast<long long>(blocks_per_sm) * sms * per_block);
-  int per_warp = 0;
-  if (options.splits > 0) {
-    per_warp = (seq_chunks + options.splits - 1) / options.splits;
-  } else {
-    const long long waves = std::max(1LL, (total + resident * kMaxChunks - 1) / (resident * kMaxChunks));
-    per_warp = static_cast<int>((total + waves * resident - 1) / (waves * resident));
-  }
-  if (options.splits <= 0) per_warp = std::max(per_warp, (seq_chunks + kMaxSplits - 1) / kMaxSplits);
+  const int seq_chunks = std::max(1, max_pages * (T / k.chunk));
+  const long long units = std::max(1, p.n_seqs * p.n_kv_heads);
+  int per_warp = options.splits > 0
+                     ? (seq_chunks + options.splits - 1) / options.splits
+                     : chunks_per_warp(seq_chunks, units, per_block, static_cast<long long>(blocks_per_sm) * sms);
   per_warp = std::clamp(per_warp, 1, seq_chunks);
   const int ranges = (seq_chunks + per_warp - 1) / per_warp;
   p.grid = dim3(static_cast<unsigned>((ranges + per_block - 1) / per_block), static_cast<unsigned>(p.n_kv_heads),
@@ -375,7 +388,7 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   a.n_q_heads = n_q_heads;
   a.n_splits = splits;
   a.chunks_per_warp = per_warp;
-  for (int c = chunks_per_page; c > 1; c /= 2) ++a.page_shift;
+  for (int c = T / k.chunk; c > 1; c /= 2) ++a.page_shift;
   a.seqs = p.seqs.get();
   const float scale = options.scale > 0 ? options.scale : 1.0f / std::sqrt(static_cast<float>(d));
   a.scale_log2 = scale * std::numbers::log2e_v<float>;
