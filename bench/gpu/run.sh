@@ -17,7 +17,8 @@ exec > >(tee "$OUT/run.log") 2>&1
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader || true
 start=$(date +%s)
 cmake --preset cuda-device -Wno-dev -Wno-deprecated >/dev/null
-cmake --build build/cuda-device -j "$(nproc)" --target kvq_gpu_tests kvq_tool >"$OUT/build.log" || { tail -50 "$OUT/build.log"; exit 1; }
+cmake --build build/cuda-device -j "$(nproc)" --target kvq_gpu_tests kvq_tool >"$OUT/build.log" ||
+  { tail -50 "$OUT/build.log"; exit 1; }
 echo "kvq-gpu: built in $(( $(date +%s) - start )) s"
 build/cuda-device/tests/kvq_gpu_tests --gtest_brief=1 2>&1 | tail -40
 echo "kvq-gpu: tests done at $(( $(date +%s) - start )) s"
@@ -40,7 +41,8 @@ if [ -n "${KVQ_NCU:-}" ] && command -v ncu >/dev/null; then
   IFS=';' read -ra profiles <<<"$KVQ_NCU"
   for profile in "${profiles[@]}"; do
     read -r nb nc ncodec nregex <<<"$profile"
-    timeout 240 ncu --clock-control none --kernel-name-base mangled -k "regex:$nregex" --launch-skip 5 --launch-count 1 \
+    timeout 240 ncu --clock-control none --kernel-name-base mangled -k "regex:$nregex" --launch-skip 5 \
+      --launch-count 1 \
       --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
       --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section ComputeWorkloadAnalysis \
       --section SchedulerStats --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,\

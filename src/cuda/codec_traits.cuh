@@ -11,7 +11,8 @@
 // sits at k = 2i, 2i+1, 2i+8, 2i+9) and 8-channel tiles whose columns map to channels by `channel`.
 //
 // The codes of a chunk come as 16-byte pieces: `piece(k)` is the byte offset of this lane's k-th piece in the
-// block's first chunk (chunk cc adds cc * chunk_bytes, the codes of C tokens); the kernel streams them into the lane's own shared-memory slots (slot k at codes[32 k]). Per-chunk
+// block's first chunk (chunk cc adds cc * chunk_bytes, the codes of C tokens); the kernel streams them into the
+// lane's own shared-memory slots (slot k of lane l at codes[32 k + l], codes the stage's first slot). Per-chunk
 // parameters (scales, minima, norms) are `ranges` of the block copied once per warp into shared memory (prm[r]).
 // Codecs with kBulk instead take the chunk's codes whole, as they lie in the block (chunk_bytes at cc *
 // chunk_bytes), by the copy engine; their fragments read that layout.
@@ -110,7 +111,9 @@ KVQ_HD void lookup4(uint32_t nib, const uint32_t (&t)[4], uint32_t& p01, uint32_
 /// The channel of the value column `col` of value tile j for the codecs with channels-in-lanes tiles of 16
 /// channels: 16-byte loads of 4 consecutive channels, 4 of them (e) in 4 tiles; tile j = 4r + e covers the 32
 /// channels 32r .. 32r + 31 (one scale group when groups hold 16, 32 or 64 channels).
-KVQ_HD constexpr int lane_tile_channel(int j, int col) { return 32 * (j >> 2) + 16 * (col >> 2) + 4 * (col & 3) + (j & 3); }
+KVQ_HD constexpr int lane_tile_channel(int j, int col) {
+  return 32 * (j >> 2) + 16 * (col >> 2) + 4 * (col & 3) + (j & 3);
+}
 /// The 16-channel tile (of the block) of a lane's value piece r for the part starting at channel pc.
 KVQ_HD int lane_tile_k16(int pc, int r, int n) { return (pc + 32 * r + 16 * (n >> 2)) >> 4; }
 
@@ -239,7 +242,6 @@ struct IntTraits {
   struct Key {
     static constexpr bool kBf16 = false, kSplitB = false, kChunkA = false, kDense = kBits == 4, kBulk = false;
     static constexpr int kChunk = 32, kRanges = 1;
-    static constexpr int kWordsPerStep = kBits == 4 ? 2 : 1;  // k steps one lane word feeds
     /// Piece m: tokens 4n .. 4n + 3 of the lane word 4m + i (int4: channels 8 (4m + i) ..; int8: 4 (4m + i) ..).
     template <int D, int C>
     static constexpr int pieces() {
@@ -555,7 +557,8 @@ KVQ_UNROLL
 
    private:
     template <int C>
-    KVQ_HD static void decode(const uint4* codes, int ks, const uint32_t (&table)[4], int lane, uint32_t (&b)[C / 8][2]) {
+    KVQ_HD static void decode(const uint4* codes, int ks, const uint32_t (&table)[4], int lane,
+                              uint32_t (&b)[C / 8][2]) {
       const uint4 low = codes[32 * (2 * (ks >> 1)) + lane], high = codes[32 * (2 * (ks >> 1) + 1) + lane];
 KVQ_UNROLL
       for (int jj = 0; jj < C / 8; ++jj) {

@@ -355,8 +355,8 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   KVQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, p.device));
   const SplitKernel& k = p.kernel;
   a.stage_bytes = k.code_bytes + k.param_bytes;
-  p.smem = static_cast<size_t>(k.block_bytes) +
-           static_cast<size_t>(k.warps) * (static_cast<size_t>(k.warp_bytes) + static_cast<size_t>(k.stages) * a.stage_bytes);
+  const size_t warp_bytes = static_cast<size_t>(k.warp_bytes) + static_cast<size_t>(k.stages) * a.stage_bytes;
+  p.smem = static_cast<size_t>(k.block_bytes) + static_cast<size_t>(k.warps) * warp_bytes;
   KVQ_CHECK(p.smem <= static_cast<size_t>(smem_limit), "CUDA decode attention: ", kernel, " needs ", p.smem,
             " bytes of shared memory per block, the device offers ", smem_limit);
   KVQ_CUDA_CHECK(cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem)));

@@ -3,9 +3,10 @@
 // the warps' partial states.
 //
 // Per chunk of C tokens (codec_traits.cuh has the fragment maps):
-//   - every lane streams its own 16-byte pieces of the key and value codes into its own shared-memory slots with
-//     cp.async, kStages - 1 chunks ahead (no barrier: a lane reads only what it copied), and the warp copies the
-//     chunk's scales / minima / norms once into a shared area (one __syncwarp);
+//   - the codes arrive kStages - 1 chunks ahead: every lane streams its own 16-byte pieces of the key and value
+//     codes into its own shared-memory slots with cp.async (no barrier: a lane reads only what it copied) and the
+//     warp copies the chunk's scales / minima / norms once into a shared area (one __syncwarp); or, for f16/bf16
+//     (kBulk), one lane has the copy engine bring the chunk's key and value rows, completing on the stage's mbarrier;
 //   - scores S = Q K^T: the GQA group's queries (rows n < G of the A operand, fp32 split hi (row n) + lo (row n + 8),
 //     built once per block into shared memory) times the keys decoded in registers to exact fp16 (mma.m16n8k16,
 //     fp32 accumulation), each scale group's tiles scaled in fp32;
@@ -230,7 +231,8 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
     __syncwarp();
     const uint8_t* st = ring + stage * a.stage_bytes;
     const uint4* kcodes = reinterpret_cast<const uint4*>(st);
-    const uint4* vcodes = S::kBulk ? reinterpret_cast<const uint4*>(st + S::kKeyChunkBytes) : kcodes + 32 * S::kKeyPieces;
+    const uint4* vcodes =
+        S::kBulk ? reinterpret_cast<const uint4*>(st + S::kKeyChunkBytes) : kcodes + 32 * S::kKeyPieces;
     const uint8_t* kprm[2] = {st + kpo[0], st + kpo[1]};
     const uint8_t* vprm[2] = {st + vpo[0], st + vpo[1]};
 

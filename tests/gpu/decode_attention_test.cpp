@@ -21,7 +21,8 @@ namespace {
 using test::Shape;
 
 const std::vector<std::pair<std::string, std::string>> kPairs = {
-    {"f16", "f16"}, {"bf16", "bf16"}, {"int4", "int4"}, {"int8", "int8"}, {"kivi:2", "kivi:2"}, {"turbo_mse:3", "turbo_mse:3"},
+    {"f16", "f16"},   {"bf16", "bf16"},     {"int4", "int4"},
+    {"int8", "int8"}, {"kivi:2", "kivi:2"}, {"turbo_mse:3", "turbo_mse:3"},
 };
 
 // Runs the device kernel on the scenario's cache (layer 1) and returns its output.

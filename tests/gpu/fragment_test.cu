@@ -76,7 +76,8 @@ Block encode(const std::string& spec, int d, int T, bool key, uint64_t seed) {
   const size_t n = static_cast<size_t>(T);
   const auto x = key ? sample_profile(key_like_profile(d, seed), n, seed + 1) : gaussian_vectors(n, d, seed + 2);
   if (b.codec->needs_training() || int_group_params(*b.codec)) {
-    const auto train = key ? sample_profile(key_like_profile(d, seed), 1024, seed + 3) : gaussian_vectors(1024, d, seed + 4);
+    const auto train =
+        key ? sample_profile(key_like_profile(d, seed), 1024, seed + 3) : gaussian_vectors(1024, d, seed + 4);
     b.codec->train(train.data(), 1024);
   }
   b.bytes.assign(b.codec->block_bytes() + 64, 0);
@@ -132,7 +133,8 @@ void value_stage(const Block& b, int cc, int pc, Stage& st) {
   for (int lane = 0; lane < 32; ++lane)
     for (int k = 0; k < P; ++k)
       std::memcpy(&st.codes[32 * k + lane],
-                  b.bytes.data() + cc * V::template chunk_bytes<D, C>() + V::template piece<D, DP, C>(b.args, lane, k, pc),
+                  b.bytes.data() + cc * V::template chunk_bytes<D, C>() +
+                      V::template piece<D, DP, C>(b.args, lane, k, pc),
                   16);
   uint32_t at = 0;
   for (int r = 0; r < V::kRanges; ++r) {
@@ -196,7 +198,8 @@ void check_keys(const Block& b, int T, uint64_t seed) {
       for (int lane = 0; lane < 32; ++lane) K::template bfrags<D, C>(st.codes.data(), ks, b.args, lane, bf[lane]);
       for (int pass = 0; pass < (K::kSplitB ? 2 : 1); ++pass) {
         if (pass == 1)
-          for (int lane = 0; lane < 32; ++lane) K::template bfrags_lo<D, C>(st.codes.data(), ks, b.args, lane, bf[lane]);
+          for (int lane = 0; lane < 32; ++lane)
+            K::template bfrags_lo<D, C>(st.codes.data(), ks, b.args, lane, bf[lane]);
         for (int jj = 0; jj < NT; ++jj) {
           uint32_t b0[32], b1[32];
           for (int lane = 0; lane < 32; ++lane) {
@@ -225,7 +228,8 @@ void check_keys(const Block& b, int T, uint64_t seed) {
           const int t = C * cc + C / 4 * i + jj + x * NT;
           double want = 0, size = 0;
           for (int c = 0; c < D; ++c) {
-            const double term = static_cast<double>(q[static_cast<size_t>(g) * D + c]) * b.y[static_cast<size_t>(t) * D + c];
+            const double term =
+                static_cast<double>(q[static_cast<size_t>(g) * D + c]) * b.y[static_cast<size_t>(t) * D + c];
             want += term;
             size += std::fabs(term);
           }
