@@ -5,7 +5,10 @@
 # also written under $OUT (run.log, kvq.jsonl, sdpa.jsonl, summary.json, ptxas.log, sanitizer logs).
 #   here:     bash bench/gpu/pack-deps.sh
 #   device:   run(command="bash bench/gpu/run.sh", carry=[".gpu-deps"])
-# KVQ_GPU_QUICK=1 times one shape only; KVQ_SANITIZE_FILTER picks the sanitized tests.
+# KVQ_GPU_QUICK=1 times two shapes only (1 x 4096, 32 x 131072); KVQ_SANITIZE_FILTER picks the sanitized tests,
+# KVQ_SANITIZE=0 skips them; KVQ_NCU="batch ctx codec kernel-regex[;...]" adds an ncu profile of one launch of each
+# pair's split kernel (ncu-<codec>.txt; the regex matches the mangled name, e.g. "32 32768 int4 IntTraitsILi4EE3Key").
+# The split kernels' SASS opcode counts go to sass.txt (bench/gpu/sass_stats.py).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-build/gpu-out}
@@ -14,27 +17,46 @@ exec > >(tee "$OUT/run.log") 2>&1
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader || true
 start=$(date +%s)
 cmake --preset cuda-device -Wno-dev -Wno-deprecated >/dev/null
-cmake --build build/cuda-device -j "$(nproc)" --target kvq_gpu_tests kvq_tool >"$OUT/build.log" || { tail -50 "$OUT/build.log"; exit 1; }
+cmake --build build/cuda-device -j "$(nproc)" --target kvq_gpu_tests kvq_tool >"$OUT/build.log" ||
+  { tail -50 "$OUT/build.log"; exit 1; }
 echo "kvq-gpu: built in $(( $(date +%s) - start )) s"
 build/cuda-device/tests/kvq_gpu_tests --gtest_brief=1 2>&1 | tail -40
 echo "kvq-gpu: tests done at $(( $(date +%s) - start )) s"
 
 : >"$OUT/kvq.jsonl"
-pairs=(--k int4 --v int4 --k int8 --v int8 --k f16 --v f16)
-batches=(1 8 32) ctxs=(4096 32768 131072)
-[ "${KVQ_GPU_QUICK:-0}" = 1 ] && batches=(8) ctxs=(32768)
-for b in "${batches[@]}"; do
-  for c in "${ctxs[@]}"; do
-    timeout 60 build/cuda-device/kvq bench attention --device cuda --batch "$b" --ctx "$c" "${pairs[@]}" --reps 30 \
-      --json >>"$OUT/kvq.jsonl" || echo "kvq-gpu: kvq bench batch $b ctx $c failed"
-  done
+pairs=(--k int4 --v int4 --k int8 --v int8 --k f16 --v f16 --k kivi:2 --v kivi:2 --k turbo_mse:3 --v turbo_mse:3)
+shapes=(1x4096 1x32768 1x131072 8x4096 8x32768 8x131072 32x4096 32x32768 32x131072)
+[ "${KVQ_GPU_QUICK:-0}" = 1 ] && shapes=(1x4096 32x131072)
+for shape in "${shapes[@]}"; do
+  b=${shape%x*} c=${shape#*x}
+  timeout 90 build/cuda-device/kvq bench attention --device cuda --batch "$b" --ctx "$c" "${pairs[@]}" --reps 30 \
+    --json >>"$OUT/kvq.jsonl" || echo "kvq-gpu: kvq bench batch $b ctx $c failed"
 done
 echo "kvq-gpu: kvq timing done at $(( $(date +%s) - start )) s"
-PYTHONUNBUFFERED=1 timeout 180 python3 bench/gpu/sdpa_bench.py --batch "${batches[@]}" --ctx "${ctxs[@]}" \
+PYTHONUNBUFFERED=1 timeout 180 python3 bench/gpu/sdpa_bench.py --shapes "${shapes[@]}" \
   >"$OUT/sdpa.jsonl" || echo "kvq-gpu: SDPA timing failed"
 echo "kvq-gpu: SDPA timing done at $(( $(date +%s) - start )) s"
 
-if command -v compute-sanitizer >/dev/null; then
+if [ -n "${KVQ_NCU:-}" ] && command -v ncu >/dev/null; then
+  IFS=';' read -ra profiles <<<"$KVQ_NCU"
+  for profile in "${profiles[@]}"; do
+    read -r nb nc ncodec nregex <<<"$profile"
+    timeout 240 ncu --clock-control none --kernel-name-base mangled -k "regex:$nregex" --launch-skip 5 \
+      --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+      --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section ComputeWorkloadAnalysis \
+      --section SchedulerStats --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,\
+lts__t_sectors_srcunit_tex_op_read.sum,lts__t_requests_srcunit_tex_op_read.sum,dram__bytes_read.sum" \
+      build/cuda-device/kvq bench attention --device cuda --batch "$nb" --ctx "$nc" --k "$ncodec" --v "$ncodec" \
+      --reps 10 >"$OUT/ncu-${ncodec%%:*}.txt" 2>&1 || echo "kvq-gpu: ncu $ncodec failed"
+  done
+  echo "kvq-gpu: ncu done at $(( $(date +%s) - start )) s"
+fi
+
+command -v cuobjdump >/dev/null &&
+  cuobjdump -sass build/cuda-device/tests/kvq_gpu_tests | python3 bench/gpu/sass_stats.py >"$OUT/sass.txt"
+
+if [ "${KVQ_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
     timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 1 build/cuda-device/tests/kvq_gpu_tests \
       --gtest_brief=1 --gtest_filter="${KVQ_SANITIZE_FILTER:-*}" >"$OUT/sanitizer-$tool.log" 2>&1 &&

@@ -44,13 +44,13 @@ def time_shape(batch, ctx, q_heads, kv_heads, dim, reps):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32])
-    ap.add_argument("--ctx", type=int, nargs="+", default=[4096, 32768, 131072])
+    ap.add_argument("--shapes", nargs="+", default=[f"{b}x{c}" for b in (1, 8, 32) for c in (4096, 32768, 131072)],
+                    help="batch x ctx, e.g. 8x32768")
     ap.add_argument("--reps", type=int, default=30)
     a = ap.parse_args()
-    for b in a.batch:
-        for c in a.ctx:
-            print(json.dumps(time_shape(b, c, 32, 8, 128, a.reps)), flush=True)
+    for shape in a.shapes:
+        b, c = map(int, shape.split("x"))
+        print(json.dumps(time_shape(b, c, 32, 8, 128, a.reps)), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,19 @@
-// The split-K decode attention kernel family (flash-decoding): one thread block per (split, kv head, sequence)
-// scores the whole GQA group of G query heads against a slice of the sequence's pages, with an online softmax in
-// fp32, and writes a partial state (m, l, o) in the value codec's space; decode_attention.cu merges the splits.
+// The split-K decode attention kernel family (flash-decoding) on the tensor cores: each warp owns a range of chunks
+// of one (sequence, kv head) and keeps its online softmax state and output in registers; decode_attention.cu merges
+// the warps' partial states.
 //
-// Per page: the key and value blocks of the head are copied to shared memory with 16-byte cp.async (coalesced:
-// a block is one contiguous byte range), double-buffered so that the next page streams in during the arithmetic;
-// scores: D/8 lanes per token, each decoding 8 channels of the key in registers against the G queries held in
-// registers, a shuffle reduction per query (tokens-in-lanes int8/int4 keys: two lanes per token, queries in shared
-// memory, one shuffle); softmax: one warp per query head; values: each thread owns 2 channels
-// of a contiguous run of tokens, decodes 8 tokens at a time and accumulates G weighted sums in registers.
-// The codec pair and D, G are compile-time (codec_traits.cuh); T, group sizes and levels are run-time arguments.
+// Per chunk of C tokens (codec_traits.cuh has the fragment maps):
+//   - the codes arrive kStages - 1 chunks ahead: every lane streams its own 16-byte pieces of the key and value
+//     codes into its own shared-memory slots with cp.async (no barrier: a lane reads only what it copied) and the
+//     warp copies the chunk's scales / minima / norms once into a shared area (one __syncwarp); or, for f16/bf16
+//     (kBulk), one lane has the copy engine bring the chunk's key and value rows, completing on the stage's mbarrier;
+//   - scores S = Q K^T: the GQA group's queries (rows n < G of the A operand, fp32 split hi (row n) + lo (row n + 8),
+//     built once per block into shared memory) times the keys decoded in registers to exact fp16 (mma.m16n8k16,
+//     fp32 accumulation), each scale group's tiles scaled in fp32;
+//   - online softmax in fp32 (base 2) on the C fragments, the 4 lanes of a row exchanging the chunk maximum;
+//   - O += P V: the weights (times 2^12, so that small ones keep fp16's precision; split hi + lo) straight from the
+//     score fragments into the A operand, the values decoded in registers.
+// The codec pair and d are compile-time; the GQA group G <= 8 (rows), T and the codecs' group sizes are run-time.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,11 +22,9 @@
 
 #include "cuda/codec_traits.cuh"
 #include "cuda/cuda_check.cuh"
+#include "cuda/fragment_ops.cuh"
 
 namespace kvq::cuda::detail {
-
-constexpr int kThreads = 128;
-constexpr int kMaxLevels = 16;
 
 /// One sequence of a batch: its device block table.
 struct SeqPages {
@@ -34,238 +37,359 @@ struct SplitArgs {
   size_t page_bytes;
   size_t key_offset, key_stride;      // key block of head h at key_offset + h * key_stride
   size_t value_offset, value_stride;  // value block likewise
-  int key_bytes, value_bytes;         // bytes copied per block (block_bytes rounded up to 16)
-  int T, n_q_heads, n_splits, pages_per_split, stages;
+  int G, n_q_heads, n_splits;         // n_splits: warps (ranges) per (sequence, kv head)
+  int chunks_per_warp;
+  int page_shift;                     // log2(T / C): chunks per page
+  int stage_bytes;                    // per warp and pipeline stage: codes, then parameters (16-byte multiples)
   const SeqPages* seqs;
-  const float* q_space;  // [seq][q head][D], already in the key codec's space (divided by sigma)
+  const float* q_space;  // [seq][q head][d], already in the key codec's space (divided by sigma)
   float scale_log2;      // softmax scale * log2(e): scores are kept in base 2
-  float* partial_o;      // [seq][q head][split][D]
+  float* partial_o;      // [seq][q head][split][d]
   float* partial_ml;     // [seq][q head][split][2]
   CodecArgs key, value;
 };
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+/// The compile-time shape of one pair's kernel at head dimension D.
+template <class K, class V, int D>
+struct SplitShape {
+  static_assert(D == 64 || D == 128 || D == 256, "head dimensions 64, 128, 256");
+  static constexpr int C = K::kChunk > V::kChunk ? K::kChunk : V::kChunk;  // tokens per chunk
+  static constexpr int kParts = D > 128 ? D / 128 : 1;  // warps sharing a range, each summing DP value channels
+  static constexpr int DP = D / kParts;
+  static constexpr int NT = C / 8, KS = D / 16, VS = C / 16, NJ = DP / 8;
+  static constexpr bool kBulk = K::kBulk;  // the chunk's codes by the copy engine, not by lanes
+  static_assert(K::kBulk == V::kBulk, "keys and values are copied the same way");
+  static constexpr int kKeyPieces = K::template pieces<D, C>();
+  static constexpr int kValuePieces = V::template pieces<D, DP, C>();
+  static constexpr int kKeyChunkBytes = static_cast<int>(K::template chunk_bytes<D, C>());  // C tokens' codes
+  static constexpr int kValueChunkBytes = static_cast<int>(V::template chunk_bytes<D, C>());
+  static constexpr int kCodeBytes =  // per warp and stage
+      kBulk ? kKeyChunkBytes + kValueChunkBytes : 512 * (kKeyPieces + kValuePieces);
+  // Stages of 12 KB or more (f16/bf16 at d = 256) take 2-warp blocks with 3 stages. The int4 pair fits 128
+  // registers: 16 warps per SM with 2 stages (4 blocks of 41 KB). The others: 12 warps per SM, 3 stages where a
+  // 32-token stage is small.
+  static constexpr bool kDense = K::kDense && V::kDense;
+  static constexpr bool kWide = kCodeBytes >= 12288;
+  static constexpr int kStages = kWide || (C == 32 && kCodeBytes <= 4608 && !kDense) ? 3 : 2;
+  static_assert(C == 16 || C == 32 || C == 64, "chunks of 16, 32 or 64 tokens");
+  static constexpr int kWarps = kWide ? 2 : 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kMinBlocks = (D > 128 ? 256 : kDense ? 512 : 384) / kThreads;  // registers: 128, 168, 255
+  static constexpr int kTableBytes = KS * 32 * 16;                              // one [KS][32] fragment table
+  static constexpr int kBlockBytes = kTableBytes * (K::kChunkA ? 2 : 1);        // queries (+ their fp32 values)
+  static constexpr int kWarpBytes = (K::kChunkA ? kTableBytes : 0) +             // per-chunk query fragments
+                                    (kBulk ? 16 * kStages : 0);                 // the stages' mbarriers
+  static_assert(kWarps % kParts == 0, "a block holds whole ranges");
+};
+
+/// The parameter bytes per chunk of the key and value codecs (their ranges together).
+template <class K, class V, int D>
+KVQ_HD uint32_t param_bytes(const CodecArgs& key, const CodecArgs& value) {
+  using S = SplitShape<K, V, D>;
+  uint32_t total = 0, off, bytes;
+  for (int r = 0; r < K::kRanges; ++r) {
+    K::template range<D, S::C>(key, 0, r, off, bytes);
+    total += bytes;
+  }
+  for (int r = 0; r < V::kRanges; ++r) {
+    V::template range<D, S::DP, S::C>(value, 0, r, off, bytes);
+    total += bytes;
+  }
+  return total;
 }
 
-template <class K, class V, int D, int G>
-__global__ void __launch_bounds__(kThreads, G >= 8 ? 1 : 4) decode_split_kernel(const SplitArgs a) {
-  static_assert(D == 64 || D == 128 || D == 256, "head dimensions 64, 128, 256");
-  constexpr int kLanesPerToken = D / 8 < 32 ? D / 8 : 32;  // each lane decodes 8 key channels
-  constexpr int kTokensPerWarp = 32 / kLanesPerToken;
-  constexpr int kWarps = kThreads / 32;
-  constexpr int kGroups = 2 * kThreads / D;  // token groups of the value pass (each thread: 2 channels)
+/// GS: log2 of the k steps per key scale group (int8/int4 keys), log2(D / 16) for the codecs without groups.
+template <class K, class V, int D, int GS>
+__global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V, D>::kMinBlocks)
+    decode_split_kernel(const SplitArgs a) {
+  using S = SplitShape<K, V, D>;
+  constexpr int C = S::C, NT = S::NT, KS = S::KS, VS = S::VS, NJ = S::NJ, DP = S::DP;
+  constexpr int kStages = S::kStages;
 
   extern __shared__ __align__(16) uint8_t smem[];
-  const int stage_bytes = a.key_bytes + a.value_bytes;
-  float* scores = reinterpret_cast<float*>(smem + static_cast<size_t>(stage_bytes) * a.stages);  // [G][T]
-  float* reduce = scores + (G * a.T + 3) / 4 * 4;  // [kGroups][G][D], 16-byte aligned; the queries until the end
-  float* m_run = reduce + kGroups * G * D;
-  float* l_run = m_run + G;
-  float* alpha = l_run + G;
-  float* key_levels = alpha + G;
-  float* value_levels = key_levels + kMaxLevels;
+  uint4* qtab = reinterpret_cast<uint4*>(smem);
+  float4* qf = reinterpret_cast<float4*>(smem + S::kTableBytes);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  uint8_t* wbase = smem + S::kBlockBytes + warp * (S::kWarpBytes + kStages * a.stage_bytes);
+  uint4* atab = reinterpret_cast<uint4*>(wbase);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(wbase + (K::kChunkA ? S::kTableBytes : 0));  // 16 bytes a stage
+  uint8_t* ring = wbase + S::kWarpBytes;
 
-  const int split = blockIdx.x, h = blockIdx.y, s = blockIdx.z;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const SeqPages sp = a.seqs[s];
-  const int p0 = split * a.pages_per_split;
-  const int p1 = min(sp.n_pages, p0 + a.pages_per_split);
+  const int h = blockIdx.y, s = blockIdx.z;
+  const int range = blockIdx.x * (S::kWarps / S::kParts) + warp / S::kParts;
+  const int pc = (warp % S::kParts) * DP;  // this warp's value channels: pc .. pc + DP - 1
+  const size_t q_row0 = static_cast<size_t>(s) * a.n_q_heads + static_cast<size_t>(h) * a.G;
 
-  if (tid < G) {
-    m_run[tid] = -INFINITY;
-    l_run[tid] = 0;
+  // The group's queries as A fragments (and their fp32 values for per-chunk rebuilds), rows n >= G zero.
+  for (int idx = threadIdx.x; idx < KS * 32; idx += S::kThreads) {
+    const int ks = idx >> 5, g = (idx & 31) >> 2, i = idx & 3;
+    float x[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      x[q] = g < a.G ? a.q_space[(q_row0 + g) * D + K::template channel<D>(ks, frag_k(i, q))] * a.scale_log2 : 0.0f;
+    qtab[idx] = split_fragment<K::kBf16>(x[0], x[1], x[2], x[3]);
+    if constexpr (K::kChunkA) qf[idx] = make_float4(x[0], x[1], x[2], x[3]);
   }
-  if (tid < K::kLevels) key_levels[tid] = a.key.levels[tid];
-  if (tid < V::kLevels) value_levels[tid] = a.value.levels[tid];
-
-  // The queries of the group, this lane's 8 channels, in base-2 score units.
-  // Tokens-in-lanes keys (K::kTokenLanes) read them from shared memory instead, times K::q_factor.
-  const int sub = lane % kLanesPerToken, c0 = 8 * sub;
-  float q[G][K::kTokenLanes ? 1 : 8];
-  if constexpr (K::kTokenLanes) {
-    for (int i = tid; i < G * D; i += kThreads)
-      reduce[i] = a.q_space[(static_cast<size_t>(s) * a.n_q_heads + h * G + i / D) * D + i % D] * a.scale_log2 *
-                  K::q_factor(i % D);
-  } else {
-#pragma unroll
-    for (int g = 0; g < G; ++g)
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        q[g][j] = a.q_space[(static_cast<size_t>(s) * a.n_q_heads + h * G + g) * D + c0 + j] * a.scale_log2;
-  }
-
-  const int vc = 2 * (tid % (D / 2)), vgroup = tid / (D / 2);
-  const int run = a.T / kGroups;  // tokens of this thread's value run
-  float acc[G][2];
-#pragma unroll
-  for (int g = 0; g < G; ++g) acc[g][0] = acc[g][1] = 0;
-
-  auto issue = [&](int p, int stage) {
-    const uint8_t* page = a.pool + static_cast<size_t>(sp.pages[p]) * a.page_bytes;
-    const uint8_t* kb = page + a.key_offset + h * a.key_stride;
-    const uint8_t* vb = page + a.value_offset + h * a.value_stride;
-    uint8_t* dst = smem + static_cast<size_t>(stage) * stage_bytes;
-    for (int i = 16 * tid; i < a.key_bytes; i += 16 * kThreads) cp_async16(dst + i, kb + i);
-    for (int i = 16 * tid; i < a.value_bytes; i += 16 * kThreads) cp_async16(dst + a.key_bytes + i, vb + i);
-    cp_async_commit();
-  };
-
-  if (p0 < p1) issue(p0, 0);
-  for (int p = p0; p < p1; ++p) {
-    const int stage = a.stages == 2 ? (p - p0) & 1 : 0;
-    if (a.stages == 2 && p + 1 < p1) {
-      issue(p + 1, stage ^ 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
+  if constexpr (S::kBulk) {
+    if (lane == 0) {
+      for (int st = 0; st < kStages; ++st) mbar_init(bars + 2 * st);
+      mbar_init_fence();
     }
-    __syncthreads();
-    const uint8_t* kblk = smem + static_cast<size_t>(stage) * stage_bytes;
-    const uint8_t* vblk = kblk + a.key_bytes;
-
-    // Scores of every token of the page for the G queries.
-    if constexpr (K::kTokenLanes) {
-      // 16 tokens per warp, two lanes per token, over the key tiles' 16-token rows (zero padding past T), so that
-      // whole warps take part in the shuffle.
-      for (int t = warp * 16 + (lane & 15); t < (a.T + 15) / 16 * 16; t += kWarps * 16) {
-        float part[G];
-        K::template score_half<D, G>(kblk, t, lane >> 4, reduce, part, a.key);
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-          part[g] += __shfl_xor_sync(0xffffffffu, part[g], 16);
-          if (lane < 16 && t < a.T) scores[g * a.T + t] = part[g];
-        }
-      }
-    } else {
-      for (int t = warp * kTokensPerWarp + lane / kLanesPerToken; t < a.T; t += kWarps * kTokensPerWarp) {
-        float k[8];
-        K::template key_slice<D>(kblk, t, c0, k, a.key, key_levels);
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-          float part = 0;
-#pragma unroll
-          for (int j = 0; j < 8; ++j) part = fmaf(q[g][j], k[j], part);
-#pragma unroll
-          for (int off = kLanesPerToken / 2; off > 0; off /= 2) part += __shfl_xor_sync(0xffffffffu, part, off);
-          if (sub == 0) scores[g * a.T + t] = part;
-        }
-      }
-    }
-    __syncthreads();
-
-    // Online softmax: the page's maximum, weights exp2(s - m), the running sum and the rescale factor.
-    for (int g = warp; g < G; g += kWarps) {
-      float mx = -INFINITY;
-      for (int t = lane; t < a.T; t += 32) mx = fmaxf(mx, scores[g * a.T + t]);
-#pragma unroll
-      for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-      const float m_old = m_run[g], m_new = fmaxf(m_old, mx);
-      float sum = 0;
-      for (int t = lane; t < a.T; t += 32) {
-        const float e = exp2f(scores[g * a.T + t] - m_new);
-        scores[g * a.T + t] = e;
-        sum += e;
-      }
-#pragma unroll
-      for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-      __syncwarp();
-      if (lane == 0) {
-        const float r = exp2f(m_old - m_new);  // 0 for the first page (m_old = -inf)
-        alpha[g] = r;
-        l_run[g] = l_run[g] * r + sum;
-        m_run[g] = m_new;
-      }
-    }
-    __syncthreads();
-
-    // Values: acc = alpha acc + sum_t p_t v_t over this thread's run of tokens and 2 channels.
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      acc[g][0] *= alpha[g];
-      acc[g][1] *= alpha[g];
-    }
-    for (int t0 = vgroup * run; t0 < (vgroup + 1) * run; t0 += 8) {
-      float v[8][2];
-      V::template value_chunk<D>(vblk, t0, vc, v, a.value, value_levels);
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        const float4 w0 = *reinterpret_cast<const float4*>(scores + g * a.T + t0);  // T, t0: multiples of 8
-        const float4 w1 = *reinterpret_cast<const float4*>(scores + g * a.T + t0 + 4);
-        const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          acc[g][0] = fmaf(w[j], v[j][0], acc[g][0]);
-          acc[g][1] = fmaf(w[j], v[j][1], acc[g][1]);
-        }
-      }
-    }
-    __syncthreads();  // the stage and the scores are rewritten next
-    if (a.stages == 1 && p + 1 < p1) issue(p + 1, 0);
-  }
-
-  // Sum the token groups' accumulators and write the split's state (the loop's last barrier ended the reads of the
-  // queries that share `reduce`, when the split had pages).
-  if (p0 >= p1) __syncthreads();
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-    reduce[(vgroup * G + g) * D + vc] = acc[g][0];
-    reduce[(vgroup * G + g) * D + vc + 1] = acc[g][1];
   }
   __syncthreads();
-  for (int i = tid; i < G * D; i += kThreads) {
-    float o = 0;
-#pragma unroll
-    for (int r = 0; r < kGroups; ++r) o += reduce[r * G * D + i];
-    const int g = i / D, c = i % D;
-    const size_t row = (static_cast<size_t>(s) * a.n_q_heads + h * G + g) * a.n_splits + split;
-    a.partial_o[row * D + c] = o;
+
+  const SeqPages sp = a.seqs[s];
+  const int q0 = range * a.chunks_per_warp;
+  const int q1 = min(sp.n_pages << a.page_shift, q0 + a.chunks_per_warp);
+  const int chunk_mask = (1 << a.page_shift) - 1;
+
+  // Where the chunk's parameters sit in a stage: the key ranges, then the value ranges, after the codes (their
+  // sizes do not depend on the chunk).
+  uint32_t kpo[2] = {0, 0}, vpo[2] = {0, 0};
+  {
+    uint32_t at = S::kCodeBytes, off, bytes;
+    for (int r = 0; r < K::kRanges; ++r) {
+      K::template range<D, C>(a.key, 0, r, off, bytes);
+      kpo[r] = at;
+      at += bytes;
+    }
+    for (int r = 0; r < V::kRanges; ++r) {
+      V::template range<D, DP, C>(a.value, 0, r, off, bytes);
+      vpo[r] = at;
+      at += bytes;
+    }
   }
-  if (tid < G) {
-    const size_t row = (static_cast<size_t>(s) * a.n_q_heads + h * G + tid) * a.n_splits + split;
-    a.partial_ml[2 * row] = m_run[tid];
-    a.partial_ml[2 * row + 1] = l_run[tid];
+
+  // Block-table entries, 32 pages at a time: lane j holds the id of page base + j.
+  int pid_base = -1;
+  uint32_t pid = 0;
+  auto issue = [&](int q, int stage) {
+    const int p = q >> a.page_shift, cc = q & chunk_mask;
+    if ((p & ~31) != pid_base) {
+      pid_base = p & ~31;
+      pid = pid_base + lane < sp.n_pages ? sp.pages[pid_base + lane] : 0u;
+    }
+    const uint8_t* page = a.pool + static_cast<size_t>(__shfl_sync(0xffffffffu, pid, p & 31)) * a.page_bytes;
+    const uint8_t* kb = page + a.key_offset + static_cast<size_t>(h) * a.key_stride;
+    const uint8_t* vb = page + a.value_offset + static_cast<size_t>(h) * a.value_stride;
+    const uint8_t* kc = kb + cc * S::kKeyChunkBytes;
+    const uint8_t* vc = vb + cc * S::kValueChunkBytes;
+    if constexpr (S::kBulk) {
+      if (lane == 0) {
+        uint8_t* dst = ring + stage * a.stage_bytes;
+        fence_proxy_async();  // the stage's earlier reads before the copy engine rewrites it
+        mbar_expect(bars + 2 * stage, S::kKeyChunkBytes + S::kValueChunkBytes);
+        bulk_copy(dst, kc, S::kKeyChunkBytes, bars + 2 * stage);
+        bulk_copy(dst + S::kKeyChunkBytes, vc, S::kValueChunkBytes, bars + 2 * stage);
+      }
+      return;
+    }
+    uint8_t* st = ring + stage * a.stage_bytes + 16 * lane;
+#pragma unroll
+    for (int k = 0; k < S::kKeyPieces; ++k) cp_async16(st + 512 * k, kc + K::template piece<D, C>(a.key, lane, k));
+#pragma unroll
+    for (int k = 0; k < S::kValuePieces; ++k)
+      cp_async16(st + 512 * (S::kKeyPieces + k), vc + V::template piece<D, DP, C>(a.value, lane, k, pc));
+    st -= 16 * lane;
+    uint8_t* prm = st + S::kCodeBytes;
+    for (int r = 0; r < K::kRanges; ++r) {
+      uint32_t off, bytes;
+      K::template range<D, C>(a.key, cc, r, off, bytes);
+#pragma unroll 1
+      for (uint32_t o = 16 * lane; o < bytes; o += 512) cp_async16(prm + o, kb + off + o);
+      prm += bytes;
+    }
+    for (int r = 0; r < V::kRanges; ++r) {
+      uint32_t off, bytes;
+      V::template range<D, DP, C>(a.value, cc, r, off, bytes);
+#pragma unroll 1
+      for (uint32_t o = 16 * lane; o < bytes; o += 512) cp_async16(prm + o, vb + off + o);
+      prm += bytes;
+    }
+  };
+
+  float m_run = -INFINITY, l_run = 0;
+  float o[NJ][4];
+#pragma unroll
+  for (int j = 0; j < NJ; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
+
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (q0 + st < q1) issue(q0 + st, st);
+    if constexpr (!S::kBulk) cp_async_commit();
+  }
+  uint32_t phases = 0;  // bulk copies: the parity each stage's barrier completes next, one bit a stage
+  for (int q = q0, stage = 0; q < q1; ++q, stage = stage == kStages - 1 ? 0 : stage + 1) {
+    if (q + kStages - 1 < q1) issue(q + kStages - 1, stage == 0 ? kStages - 1 : stage - 1);
+    if constexpr (S::kBulk) {
+      mbar_wait(bars + 2 * stage, (phases >> stage) & 1);
+      phases ^= 1u << stage;
+    } else {
+      cp_async_commit();
+      cp_async_wait<kStages - 1>();
+    }
+    __syncwarp();
+    const uint8_t* st = ring + stage * a.stage_bytes;
+    const uint4* kcodes = reinterpret_cast<const uint4*>(st);
+    const uint4* vcodes =
+        S::kBulk ? reinterpret_cast<const uint4*>(st + S::kKeyChunkBytes) : kcodes + 32 * S::kKeyPieces;
+    const uint8_t* kprm[2] = {st + kpo[0], st + kpo[1]};
+    const uint8_t* vprm[2] = {st + vpo[0], st + vpo[1]};
+
+    // Scores of the chunk: lane (n, i) holds row n's scores of tokens (C/4) i + {jj, C/8 + jj} in sc[jj][0 / 1].
+    float sc[NT][2];
+#pragma unroll
+    for (int jj = 0; jj < NT; ++jj) sc[jj][0] = sc[jj][1] = 0;
+    const uint4* A = qtab;
+    float cst = 0;
+    if constexpr (K::kChunkA) {
+      cst = K::template prepare<D>(kprm, a.key, lane, qf, atab);
+      cst += __shfl_xor_sync(0xffffffffu, cst, 1);
+      cst += __shfl_xor_sync(0xffffffffu, cst, 2);
+      A = atab;
+    }
+    constexpr int kGroupSteps = 1 << GS;
+    float acc[NT][4];
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      const uint4 af = A[32 * ks + lane];
+      uint32_t b[NT][2];
+      K::template bfrags<D, C>(kcodes, ks, a.key, lane, b);
+#pragma unroll
+      for (int jj = 0; jj < NT; ++jj) {
+        if (ks % kGroupSteps == 0) mma_first<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);
+        else mma<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);
+      }
+      if constexpr (K::kSplitB) {
+        K::template bfrags_lo<D, C>(kcodes, ks, a.key, lane, b);
+#pragma unroll
+        for (int jj = 0; jj < NT; ++jj) mma<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);
+      }
+      if (ks % kGroupSteps == kGroupSteps - 1) K::template scale_group<D, C>(kprm, a.key, lane, ks >> GS, acc, sc);
+    }
+
+    // Online softmax over the chunk (row n's maximum shared by its 4 lanes).
+    float mx = -INFINITY;
+#pragma unroll
+    for (int jj = 0; jj < NT; ++jj) {
+      if constexpr (K::kChunkA) {
+        sc[jj][0] += cst;
+        sc[jj][1] += cst;
+      }
+      mx = fmaxf(mx, fmaxf(sc[jj][0], sc[jj][1]));
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m_run, mx);
+    const float alpha = exp2_fast(m_run - m_new);  // 0 for the first chunk (m_run = -inf)
+    m_run = m_new;
+    l_run *= alpha;
+    if (__any_sync(0xffffffffu, alpha != 1.0f)) {
+#pragma unroll
+      for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) o[j][x] *= alpha;
+    }
+    const float m_off = m_new - 12.0f;  // weights times 2^12
+    float p[C / 4];
+#pragma unroll
+    for (int jj = 0; jj < NT; ++jj) {
+      p[jj] = exp2_fast(sc[jj][0] - m_off);
+      p[NT + jj] = exp2_fast(sc[jj][1] - m_off);
+    }
+#pragma unroll
+    for (int t = 0; t < C / 4; ++t) l_run += p[t];
+
+    // O += P V over the chunk's value steps.
+    float w[C / 4];
+    V::template weights<C>(vprm, lane, w);
+    uint4 pa[VS];
+#pragma unroll
+    for (int vs = 0; vs < VS; ++vs)
+      pa[vs] = split_fragment<V::kBf16>(
+          p[V::token_at(vs, 0)] * w[V::token_at(vs, 0)], p[V::token_at(vs, 1)] * w[V::token_at(vs, 1)],
+          p[V::token_at(vs, 2)] * w[V::token_at(vs, 2)], p[V::token_at(vs, 3)] * w[V::token_at(vs, 3)]);
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+      uint32_t b[VS][2];
+      V::template bfrags<D, DP, C>(vcodes, vprm, a.value, lane, j, pc, b);
+#pragma unroll
+      for (int vs = 0; vs < VS; ++vs) mma<V::kBf16>(o[j], pa[vs], b[vs][0], b[vs][1]);
+    }
+    __syncwarp();  // every lane is done with the stage before it is refilled
+  }
+  if constexpr (!S::kBulk) cp_async_wait<0>();
+
+  // The warp's partial state: o and l times 2^-12 (the weights' factor).
+  l_run += __shfl_xor_sync(0xffffffffu, l_run, 1);
+  l_run += __shfl_xor_sync(0xffffffffu, l_run, 2);
+  const int n = lane >> 2, i = lane & 3;
+  if (n < a.G) {
+    const size_t row = (q_row0 + n) * a.n_splits + range;
+    float* po = a.partial_o + row * D + pc;
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+      po[V::channel(j, 2 * i)] = (o[j][0] + o[j][2]) * 0x1p-12f;
+      po[V::channel(j, 2 * i + 1)] = (o[j][1] + o[j][3]) * 0x1p-12f;
+    }
+    if (i == 0 && pc == 0) {
+      a.partial_ml[2 * row] = m_run;
+      a.partial_ml[2 * row + 1] = l_run * 0x1p-12f;
+    }
   }
 }
 
-/// Launches the split kernel of the pair (K, V) for head dimension d and GQA group g (decode_pairs.cu instantiates
-/// each pair); returns false when (d, g) has no instantiation.
-template <class K, class V>
-bool launch_split(const SplitArgs& args, int d, int g, dim3 grid, size_t smem_bytes, cudaStream_t stream);
+/// What the plan needs of one pair's kernel at one head dimension.
+struct SplitKernel {
+  const void* fn = nullptr;  // the __global__ function
+  int threads = 0, warps = 0, parts = 0, chunk = 0, stages = 0;
+  int code_bytes = 0;   // per warp and stage
+  int param_bytes = 0;  // per warp and stage, for the codecs' arguments
+  int block_bytes = 0, warp_bytes = 0;
+};
 
-template <class K, class V, int D, int G>
-void launch_one(const SplitArgs& args, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
-  auto kernel = decode_split_kernel<K, V, D, G>;
-  KVQ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(smem_bytes)));
-  kernel<<<grid, kThreads, smem_bytes, stream>>>(args);
-  KVQ_CUDA_CHECK(cudaGetLastError());
+template <class K, class V, int D>
+const void* split_kernel_fn(int group_shift) {
+  if constexpr (K::kGroups) {
+    switch (group_shift) {
+      case 0:
+        if constexpr (K::kMinGroupShift == 0) return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 0>);
+        return nullptr;
+      case 1: return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 1>);
+      case 2: return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 2>);
+      default: return nullptr;
+    }
+  } else {
+    return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, log2_of(D / 16)>);
+  }
 }
 
 template <class K, class V, int D>
-bool launch_d(const SplitArgs& args, int g, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
-  switch (g) {
-    case 1: launch_one<K, V, D, 1>(args, grid, smem_bytes, stream); return true;
-    case 2: launch_one<K, V, D, 2>(args, grid, smem_bytes, stream); return true;
-    case 4: launch_one<K, V, D, 4>(args, grid, smem_bytes, stream); return true;
-    case 8: launch_one<K, V, D, 8>(args, grid, smem_bytes, stream); return true;
-    default: return false;
-  }
+SplitKernel split_kernel_at(const CodecArgs& key, const CodecArgs& value) {
+  using S = SplitShape<K, V, D>;
+  SplitKernel k;
+  k.fn = split_kernel_fn<K, V, D>(key.group_shift);
+  k.threads = S::kThreads;
+  k.warps = S::kWarps;
+  k.parts = S::kParts;
+  k.chunk = S::C;
+  k.stages = S::kStages;
+  k.code_bytes = S::kCodeBytes;
+  k.param_bytes = static_cast<int>(param_bytes<K, V, D>(key, value));
+  k.block_bytes = S::kBlockBytes;
+  k.warp_bytes = S::kWarpBytes;
+  return k;
 }
 
+/// The split kernel of the pair (K, V) for head dimension d (decode_pairs.cu instantiates each pair); fn is null
+/// when d or the key groups have no instantiation.
 template <class K, class V>
-bool launch_split(const SplitArgs& args, int d, int g, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
+SplitKernel split_kernel(int d, const CodecArgs& key, const CodecArgs& value) {
   switch (d) {
-    case 64: return launch_d<K, V, 64>(args, g, grid, smem_bytes, stream);
-    case 128: return launch_d<K, V, 128>(args, g, grid, smem_bytes, stream);
-    case 256: return launch_d<K, V, 256>(args, g, grid, smem_bytes, stream);
-    default: return false;
+    case 64: return split_kernel_at<K, V, 64>(key, value);
+    case 128: return split_kernel_at<K, V, 128>(key, value);
+    case 256: return split_kernel_at<K, V, 256>(key, value);
+    default: return {};
   }
 }
 

@@ -1,8 +1,8 @@
-// The split decode kernel for int4 keys and values (decode_kernel.cuh), every head dimension and GQA group.
+// The split decode kernel for int4 keys and values (decode_kernel.cuh), every head dimension.
 #include "cuda/decode_pairs.hpp"
 
 namespace kvq::cuda::detail {
 
-template bool launch_split<Int4, Int4>(const SplitArgs&, int, int, dim3, size_t, cudaStream_t);
+KVQ_DECODE_PAIR(Int4, Int4);
 
 }  // namespace kvq::cuda::detail

@@ -5,10 +5,12 @@ namespace kvq::cuda::detail {
 
 const std::vector<PairKernel>& pair_kernels() {
   static const std::vector<PairKernel> pairs = {
-      {"f16", "f16", &launch_split<F16, F16>},
-      {"bf16", "bf16", &launch_split<Bf16, Bf16>},
-      {"int4", "int4", &launch_split<Int4, Int4>},
-      {"int8", "int8", &launch_split<Int8, Int8>},
+      {"f16", "f16", &split_kernel<F16::Key, F16::Value>},
+      {"bf16", "bf16", &split_kernel<Bf16::Key, Bf16::Value>},
+      {"int4", "int4", &split_kernel<Int4::Key, Int4::Value>},
+      {"int8", "int8", &split_kernel<Int8::Key, Int8::Value>},
+      {"kivi:2", "kivi:2", &split_kernel<Kivi2::Key, Kivi2::Value>},
+      {"turbo_mse:3", "turbo_mse:3", &split_kernel<TurboMse3::Key, TurboMse3::Value>},
   };
   return pairs;
 }

@@ -21,7 +21,8 @@ namespace {
 using test::Shape;
 
 const std::vector<std::pair<std::string, std::string>> kPairs = {
-    {"f16", "f16"}, {"bf16", "bf16"}, {"int4", "int4"}, {"int8", "int8"},
+    {"f16", "f16"},   {"bf16", "bf16"},     {"int4", "int4"},
+    {"int8", "int8"}, {"kivi:2", "kivi:2"}, {"turbo_mse:3", "turbo_mse:3"},
 };
 
 // Runs the device kernel on the scenario's cache (layer 1) and returns its output.
@@ -74,6 +75,31 @@ TEST(CudaDecodeAttention, SplitCountsGiveTheSameAnswer) {
   KVQ_REQUIRE_GPU();
   KVQ_FRESH_SEED();
   for (int splits : {1, 3, 64}) expect_matches({128, 64, 0, 2, 4, {900, 64, 0}, true}, "int4", "int4", seed, splits);
+}
+
+// A plan run again on the same arrays replays a captured graph: new query values in the same array give the new
+// answer, and other arrays work too.
+TEST(CudaDecodeAttention, RepeatedRunsOfAPlanFollowTheirInputs) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  const Shape shape{128, 64, 64, 2, 4, {700, 90}, true};
+  const test::Scenario sc = test::build(shape, "int4", "int4", seed);
+  const cuda::DeviceKVCache dev(sc.cache);
+  const int n_q = shape.H * shape.G;
+  const cuda::DecodePlan plan(dev, 1, sc.ids, n_q);
+  cuda::DeviceFloats q_dev(sc.ids.size() * static_cast<size_t>(n_q * shape.d)), out_dev(q_dev.size()),
+      other_out(q_dev.size());
+  for (int call = 0; call < 4; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    const auto q = test::queries(shape, sc.ids.size(), seed + 20 + static_cast<uint64_t>(call));
+    q_dev.upload(q);
+    cuda::DeviceFloats& out = call == 3 ? other_out : out_dev;
+    out.fill(NAN);
+    plan.run(q_dev.data(), out.data());
+    const std::vector<float> got = out.download();
+    const test::Reference ref = test::reference_decode(sc, q, shape.G, true);
+    EXPECT_LE(test::worst(got, ref.out, ref, static_cast<size_t>(shape.d), 1e-3, true), 1.0);
+  }
 }
 
 // Appends on the device cache (token by token and in chunks) give what the host cache holds after the same appends.

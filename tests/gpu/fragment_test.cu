@@ -1,0 +1,353 @@
+// The decode kernel's fragment maps (src/cuda/codec_traits.cuh), run on the host without a GPU: for real blocks
+// encoded by the CPU codecs, each lane's 16-byte pieces and the chunk's parameter ranges are gathered as the kernel
+// streams them, the lanes' A and B fragments go through an emulated mma.m16n8k16 (the PTX fragment layout, in
+// double), and the scores and value sums of every chunk must equal those of the codec's own decode: a wrong piece
+// offset, k-to-channel map, token pairing or scale group shows up as a wrong score or output channel.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "codec/int_group.hpp"
+#include "codec/kivi.hpp"
+#include "codec/turbo_mse.hpp"
+#include "cuda/codec_traits.cuh"
+#include "cuda/decode_kernel.cuh"
+#include "cuda/decode_pairs.hpp"
+#include "kvq/block_layout.hpp"
+#include "kvq/codec.hpp"
+#include "kvq/half.hpp"
+#include "kvq/synthetic.hpp"
+#include "test_seed.hpp"
+
+namespace kvq {
+namespace {
+
+using namespace cuda::detail;
+
+// The 16 x 16 (A) or 16 x 8 (B) operand of one mma from the lanes' fragments.
+template <bool kBf16>
+double operand(uint32_t w, int half) {
+  const uint16_t h = static_cast<uint16_t>(half ? w >> 16 : w & 0xffff);
+  return kBf16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
+// C[lane] += A B for one mma, the fragments given per lane.
+template <bool kBf16>
+void emulate_mma(const uint4 (&a)[32], const uint32_t (&b0)[32], const uint32_t (&b1)[32], double (&c)[32][4]) {
+  double A[16][16], B[16][8];
+  for (int lane = 0; lane < 32; ++lane) {
+    const int n = lane >> 2, i = lane & 3;
+    const uint32_t aw[4] = {a[lane].x, a[lane].y, a[lane].z, a[lane].w};
+    for (int h = 0; h < 2; ++h) {
+      A[n][2 * i + h] = operand<kBf16>(aw[0], h);
+      A[n + 8][2 * i + h] = operand<kBf16>(aw[1], h);
+      A[n][2 * i + 8 + h] = operand<kBf16>(aw[2], h);
+      A[n + 8][2 * i + 8 + h] = operand<kBf16>(aw[3], h);
+      B[2 * i + h][n] = operand<kBf16>(b0[lane], h);
+      B[2 * i + 8 + h][n] = operand<kBf16>(b1[lane], h);
+    }
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    const int n = lane >> 2, i = lane & 3;
+    for (int x = 0; x < 4; ++x) {
+      const int row = n + 8 * (x >> 1), col = 2 * i + (x & 1);
+      double sum = 0;
+      for (int k = 0; k < 16; ++k) sum += A[row][k] * B[k][col];
+      c[lane][x] += sum;
+    }
+  }
+}
+
+struct Block {
+  std::unique_ptr<Codec> codec;
+  std::vector<uint8_t> bytes;
+  std::vector<float> y;  // T x d in the kernel's space (the codec space over sigma)
+  CodecArgs args;
+};
+
+Block encode(const std::string& spec, int d, int T, bool key, uint64_t seed) {
+  Block b;
+  b.codec = make_codec(spec, CodecParams{d, T, seed, key ? Role::key : Role::value});
+  const size_t n = static_cast<size_t>(T);
+  const auto x = key ? sample_profile(key_like_profile(d, seed), n, seed + 1) : gaussian_vectors(n, d, seed + 2);
+  if (b.codec->needs_training() || int_group_params(*b.codec)) {
+    const auto train =
+        key ? sample_profile(key_like_profile(d, seed), 1024, seed + 3) : gaussian_vectors(1024, d, seed + 4);
+    b.codec->train(train.data(), 1024);
+  }
+  b.bytes.assign(b.codec->block_bytes() + 64, 0);
+  b.codec->encode(x.data(), T, b.bytes.data());
+  b.y.resize(n * static_cast<size_t>(d));
+  b.codec->decode_space(b.bytes.data(), T, b.y.data());
+  if (const auto ip = int_group_params(*b.codec))
+    for (size_t t = 0; t < n; ++t)
+      for (int c = 0; c < d; ++c) b.y[t * static_cast<size_t>(d) + c] /= ip->lambda[c];
+  b.args = host_codec_args(*b.codec, key);
+  return b;
+}
+
+// The lane's pieces (slot k at [32 k + lane]) and the parameter ranges of chunk cc, as the kernel copies them.
+struct Stage {
+  std::vector<uint4> codes;
+  alignas(16) uint8_t params[8192];
+  const uint8_t* prm[2] = {params, params};
+};
+
+// Bulk-copied codecs: the chunk's codes as they lie in the block.
+void bulk_stage(const Block& b, int cc, uint32_t chunk_bytes, Stage& st) {
+  st.codes.assign(chunk_bytes / 16, uint4{});
+  std::memcpy(st.codes.data(), b.bytes.data() + cc * chunk_bytes, chunk_bytes);
+}
+
+template <class K, int D, int C>
+void key_stage(const Block& b, int cc, Stage& st) {
+  if constexpr (K::kBulk) return bulk_stage(b, cc, K::template chunk_bytes<D, C>(), st);
+  constexpr int P = K::template pieces<D, C>();
+  st.codes.assign(32 * P, uint4{});
+  for (int lane = 0; lane < 32; ++lane)
+    for (int k = 0; k < P; ++k)
+      std::memcpy(&st.codes[32 * k + lane],
+                  b.bytes.data() + cc * K::template chunk_bytes<D, C>() + K::template piece<D, C>(b.args, lane, k), 16);
+  uint32_t at = 0;
+  for (int r = 0; r < K::kRanges; ++r) {
+    uint32_t off, bytes;
+    K::template range<D, C>(b.args, cc, r, off, bytes);
+    ASSERT_LE(at + bytes, sizeof(st.params));
+    ASSERT_EQ(off % 16, 0u);
+    std::memcpy(st.params + at, b.bytes.data() + off, bytes);
+    st.prm[r] = st.params + at;
+    at += bytes;
+  }
+}
+
+template <class V, int D, int DP, int C>
+void value_stage(const Block& b, int cc, int pc, Stage& st) {
+  if constexpr (V::kBulk) return bulk_stage(b, cc, V::template chunk_bytes<D, C>(), st);
+  constexpr int P = V::template pieces<D, DP, C>();
+  st.codes.assign(32 * P, uint4{});
+  for (int lane = 0; lane < 32; ++lane)
+    for (int k = 0; k < P; ++k)
+      std::memcpy(&st.codes[32 * k + lane],
+                  b.bytes.data() + cc * V::template chunk_bytes<D, C>() +
+                      V::template piece<D, DP, C>(b.args, lane, k, pc),
+                  16);
+  uint32_t at = 0;
+  for (int r = 0; r < V::kRanges; ++r) {
+    uint32_t off, bytes;
+    V::template range<D, DP, C>(b.args, cc, r, off, bytes);
+    ASSERT_LE(at + bytes, sizeof(st.params));
+    ASSERT_EQ(off % 16, 0u);
+    std::memcpy(st.params + at, b.bytes.data() + off, bytes);
+    st.prm[r] = st.params + at;
+    at += bytes;
+  }
+}
+
+// Scores of every chunk of the block for 8 query rows, as the kernel computes them, against sum_c q_c y_tc.
+template <class K, int D, int C>
+void check_keys(const Block& b, int T, uint64_t seed) {
+  constexpr int NT = C / 8, KS = D / 16;
+  const std::vector<float> q = gaussian_vectors(8, D, seed + 7);
+  uint4 qtab[KS][32];
+  float4 qf[KS][32];
+  for (int ks = 0; ks < KS; ++ks)
+    for (int lane = 0; lane < 32; ++lane) {
+      const int g = lane >> 2, i = lane & 3;
+      float x[4];
+      for (int v = 0; v < 4; ++v) x[v] = q[static_cast<size_t>(g) * D + K::template channel<D>(ks, frag_k(i, v))];
+      qtab[ks][lane] = split_fragment<K::kBf16>(x[0], x[1], x[2], x[3]);
+      qf[ks][lane] = make_float4(x[0], x[1], x[2], x[3]);
+    }
+  // Every channel appears once in the map.
+  std::vector<int> hits(D, 0);
+  for (int ks = 0; ks < KS; ++ks)
+    for (int k = 0; k < 16; ++k) ++hits[static_cast<size_t>(K::template channel<D>(ks, k))];
+  for (int c = 0; c < D; ++c) ASSERT_EQ(hits[static_cast<size_t>(c)], 1) << "channel " << c;
+
+  int gshift = log2_of(D / 16);
+  if constexpr (K::kGroups) gshift = b.args.group_shift;
+  const int gmask = (1 << gshift) - 1;
+  for (int cc = 0; cc < T / C; ++cc) {
+    SCOPED_TRACE("chunk " + std::to_string(cc));
+    Stage st;
+    key_stage<K, D, C>(b, cc, st);
+    uint4 atab[KS][32];
+    float cst[32] = {};
+    for (int lane = 0; lane < 32; ++lane) {
+      if constexpr (K::kChunkA) {
+        uint4 tab[KS * 32];
+        cst[lane] = K::template prepare<D>(st.prm, b.args, lane, &qf[0][0], tab);
+        for (int ks = 0; ks < KS; ++ks) atab[ks][lane] = tab[32 * ks + lane];
+      } else {
+        for (int ks = 0; ks < KS; ++ks) atab[ks][lane] = qtab[ks][lane];
+      }
+    }
+    for (int lane = 0; lane < 32; lane += 4) {  // the kernel's quad reduction
+      const float sum = cst[lane] + cst[lane + 1] + cst[lane + 2] + cst[lane + 3];
+      for (int x = 0; x < 4; ++x) cst[lane + x] = sum;
+    }
+    double acc[NT][32][4] = {};
+    float sc[32][NT][2] = {};
+    for (int ks = 0; ks < KS; ++ks) {
+      uint32_t bf[32][NT][2];
+      for (int lane = 0; lane < 32; ++lane) K::template bfrags<D, C>(st.codes.data(), ks, b.args, lane, bf[lane]);
+      for (int pass = 0; pass < (K::kSplitB ? 2 : 1); ++pass) {
+        if (pass == 1)
+          for (int lane = 0; lane < 32; ++lane)
+            K::template bfrags_lo<D, C>(st.codes.data(), ks, b.args, lane, bf[lane]);
+        for (int jj = 0; jj < NT; ++jj) {
+          uint32_t b0[32], b1[32];
+          for (int lane = 0; lane < 32; ++lane) {
+            b0[lane] = bf[lane][jj][0];
+            b1[lane] = bf[lane][jj][1];
+          }
+          emulate_mma<K::kBf16>(atab[ks], b0, b1, acc[jj]);
+        }
+      }
+      if (((ks + 1) & gmask) == 0) {
+        for (int lane = 0; lane < 32; ++lane) {
+          float lane_acc[NT][4];
+          for (int jj = 0; jj < NT; ++jj)
+            for (int x = 0; x < 4; ++x) lane_acc[jj][x] = static_cast<float>(acc[jj][lane][x]);
+          K::template scale_group<D, C>(st.prm, b.args, lane, ks >> gshift, lane_acc, sc[lane]);
+        }
+        for (auto& tile : acc)
+          for (auto& l : tile) l[0] = l[1] = l[2] = l[3] = 0;
+      }
+    }
+    double worst = 0;
+    for (int lane = 0; lane < 32; ++lane) {
+      const int g = lane >> 2, i = lane & 3;
+      for (int jj = 0; jj < NT; ++jj)
+        for (int x = 0; x < 2; ++x) {
+          const int t = C * cc + C / 4 * i + jj + x * NT;
+          double want = 0, size = 0;
+          for (int c = 0; c < D; ++c) {
+            const double term =
+                static_cast<double>(q[static_cast<size_t>(g) * D + c]) * b.y[static_cast<size_t>(t) * D + c];
+            want += term;
+            size += std::fabs(term);
+          }
+          const double got = static_cast<double>(sc[lane][jj][x]) + cst[lane];
+          worst = std::max(worst, std::fabs(got - want) / (1e-5 * size + 1e-6));
+        }
+    }
+    EXPECT_LE(worst, 1.0);
+  }
+}
+
+// O += P V of every chunk (and each d > 128 part) for 8 rows of random weights, against sum_t p_t y_tc.
+template <class V, int D, int C>
+void check_values(const Block& b, int T, uint64_t seed) {
+  constexpr int kParts = D > 128 ? D / 128 : 1, DP = D / kParts, VS = C / 16, NJ = DP / 8;
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_real_distribution<float> unit(0.0f, 4096.0f);  // weights times 2^12, as the kernel has them
+  std::vector<int> hits(DP, 0);
+  for (int j = 0; j < NJ; ++j)
+    for (int col = 0; col < 8; ++col) ++hits[static_cast<size_t>(V::channel(j, col))];
+  for (int c = 0; c < DP; ++c) ASSERT_EQ(hits[static_cast<size_t>(c)], 1) << "channel " << c;
+  for (int cc = 0; cc < T / C; ++cc)
+    for (int part = 0; part < kParts; ++part) {
+      SCOPED_TRACE("chunk " + std::to_string(cc) + " part " + std::to_string(part));
+      const int pc = part * DP;
+      Stage st;
+      value_stage<V, D, DP, C>(b, cc, pc, st);
+      float p[8][C];
+      for (auto& row : p)
+        for (float& x : row) x = unit(rng);
+      double o[NJ][32][4] = {};
+      uint4 a[VS][32];
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, i = lane & 3;
+        float w[C / 4];
+        V::template weights<C>(st.prm, lane, w);
+        for (int vs = 0; vs < VS; ++vs) {
+          float x[4];
+          for (int v = 0; v < 4; ++v) {
+            const int t = V::token_at(vs, v);
+            x[v] = p[g][C / 4 * i + t] * w[t];
+          }
+          a[vs][lane] = split_fragment<V::kBf16>(x[0], x[1], x[2], x[3]);
+        }
+      }
+      for (int j = 0; j < NJ; ++j) {
+        uint32_t bf[32][VS][2];
+        for (int lane = 0; lane < 32; ++lane)
+          V::template bfrags<D, DP, C>(st.codes.data(), st.prm, b.args, lane, j, pc, bf[lane]);
+        for (int vs = 0; vs < VS; ++vs) {
+          uint32_t b0[32], b1[32];
+          for (int lane = 0; lane < 32; ++lane) {
+            b0[lane] = bf[lane][vs][0];
+            b1[lane] = bf[lane][vs][1];
+          }
+          emulate_mma<V::kBf16>(a[vs], b0, b1, o[j]);
+        }
+      }
+      double worst = 0;
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, i = lane & 3;
+        for (int j = 0; j < NJ; ++j)
+          for (int x = 0; x < 2; ++x) {
+            const int c = pc + V::channel(j, 2 * i + x);
+            double want = 0, size = 0;
+            for (int t = 0; t < C; ++t) {
+              const double term = p[g][t] * static_cast<double>(b.y[static_cast<size_t>(C * cc + t) * D + c]);
+              want += term;
+              size += std::fabs(term);
+            }
+            worst = std::max(worst, std::fabs(o[j][lane][x] + o[j][lane][x + 2] - want) / (1e-3 * size + 1e-6));
+          }
+      }
+      EXPECT_LE(worst, 1.0);
+    }
+}
+
+template <class Pair, int D>
+void check_pair(const std::string& spec, uint64_t seed) {
+  using K = typename Pair::Key;
+  using V = typename Pair::Value;
+  constexpr int C = SplitShape<K, V, D>::C;
+  for (int T : {64, 128}) {
+    SCOPED_TRACE(spec + " d=" + std::to_string(D) + " T=" + std::to_string(T));
+    const Block kb = encode(spec, D, T, true, seed + static_cast<uint64_t>(T));
+    check_keys<K, D, C>(kb, T, seed + 11);
+    const Block vb = encode(spec, D, T, false, seed + static_cast<uint64_t>(T) + 1);
+    check_values<V, D, C>(vb, T, seed + 12);
+  }
+}
+
+template <class Pair>
+void check_every_dim(const std::string& spec, uint64_t seed) {
+  check_pair<Pair, 64>(spec, seed);
+  check_pair<Pair, 128>(spec, seed + 100);
+  check_pair<Pair, 256>(spec, seed + 200);
+}
+
+TEST(CudaFragments, FloatPairsMatchTheCodec) {
+  KVQ_FRESH_SEED();
+  check_every_dim<FloatTraits<false>>("f16", seed);
+  check_every_dim<FloatTraits<true>>("bf16", seed + 1);
+}
+
+TEST(CudaFragments, IntPairsMatchTheCodec) {
+  KVQ_FRESH_SEED();
+  check_every_dim<IntTraits<4>>("int4", seed);
+  check_every_dim<IntTraits<4>>("int4:64", seed + 1);
+  check_every_dim<IntTraits<8>>("int8", seed + 2);
+  check_every_dim<IntTraits<8>>("int8:16", seed + 3);
+}
+
+TEST(CudaFragments, KiviAndTurboPairsMatchTheCodec) {
+  KVQ_FRESH_SEED();
+  check_every_dim<KiviTraits<2>>("kivi:2", seed);
+  check_every_dim<KiviTraits<2>>("kivi:2,g=16", seed + 1);
+  check_every_dim<TurboMseTraits<3>>("turbo_mse:3", seed + 2);
+}
+
+}  // namespace
+}  // namespace kvq
