@@ -51,8 +51,10 @@ inline CacheConfig config_for(const Shape& s, const std::string& k, const std::s
   return c;
 }
 
-inline Scenario build(const Shape& s, const std::string& k, const std::string& v, uint64_t seed) {
-  const CacheConfig cfg = config_for(s, k, v, seed);
+inline Scenario build(const Shape& s, const std::string& k, const std::string& v, uint64_t seed,
+                      bool center_keys = false) {
+  CacheConfig cfg = config_for(s, k, v, seed);
+  cfg.center_keys = center_keys;
   Scenario sc{cfg, KVCache(cfg), {}, {}};
   test::train_if_needed(sc.cache, seed, 1);
   for (size_t i = 0; i < s.lengths.size(); ++i) {

@@ -38,9 +38,11 @@ std::vector<float> device_decode(const cuda::DeviceKVCache& dev, const std::vect
 }
 
 // |got - want| within 1e-3 of sum_t p_t |v_t| (plus fp32 score rounding), row by row, no NaN.
-void expect_matches(const Shape& shape, const std::string& k, const std::string& v, uint64_t seed, int splits = 0) {
-  SCOPED_TRACE(k + "/" + v + ", " + test::describe(shape) + ", splits " + std::to_string(splits));
-  const test::Scenario sc = test::build(shape, k, v, seed);
+void expect_matches(const Shape& shape, const std::string& k, const std::string& v, uint64_t seed, int splits = 0,
+                    bool center_keys = false) {
+  SCOPED_TRACE(k + "/" + v + ", " + test::describe(shape) + ", splits " + std::to_string(splits) +
+               (center_keys ? ", centered keys" : ""));
+  const test::Scenario sc = test::build(shape, k, v, seed, center_keys);
   const cuda::DeviceKVCache dev(sc.cache);
   const auto q = test::queries(shape, sc.ids.size(), seed + 99);
   const std::vector<float> got = device_decode(dev, sc.ids, q, shape.H * shape.G, splits);
@@ -58,6 +60,7 @@ TEST(CudaDecodeAttention, EveryPairMatchesTheReference) {
   for (const auto& [k, v] : kPairs) {
     expect_matches({128, 64, 0, 2, 4, {0, 1, 63, 200, 700}, true}, k, v, seed);
     expect_matches({128, 64, 64, 2, 4, {5, 130, 1000}, false}, k, v, seed + 1);
+    expect_matches({128, 64, 64, 2, 4, {5, 130, 1000}, true}, k, v, seed + 2, 0, true);
   }
 }
 
@@ -102,14 +105,16 @@ TEST(CudaDecodeAttention, RepeatedRunsOfAPlanFollowTheirInputs) {
   }
 }
 
-// Appends on the device cache (token by token and in chunks) give what the host cache holds after the same appends.
+// Appends on the device cache (token by token and in chunks) give what the host cache holds after the same appends,
+// with keys as they are and centered (cache.hpp).
 TEST(CudaDeviceCache, AppendsMatchTheHostCache) {
   KVQ_REQUIRE_GPU();
   KVQ_FRESH_SEED();
+  for (const bool center : {false, true})
   for (const auto& [k, v] : kPairs) {
-    SCOPED_TRACE(k + "/" + v);
+    SCOPED_TRACE(k + "/" + v + (center ? ", centered keys" : ""));
     const Shape shape{128, 64, 64, 2, 4, {0, 300}, true};
-    const test::Scenario sc = test::build(shape, k, v, seed);  // the host cache and its tokens
+    const test::Scenario sc = test::build(shape, k, v, seed, center);  // the host cache and its tokens
     KVCache trained(sc.cfg);                                     // the same codecs, trained the same way, empty
     test::train_if_needed(trained, seed, 1);
     cuda::DeviceKVCache dev(trained);
