@@ -75,12 +75,19 @@ constexpr bool is_turbo(BlockFormat f) {
 }
 constexpr int turbo_bits(BlockFormat f) { return f == BlockFormat::turbo2 ? 2 : f == BlockFormat::turbo3 ? 3 : 4; }
 
-// Prefetches the next page's block at the pace the current one is read: step(u, n) after unit u of n.
+// Prefetches the next page's block at the pace the current one is read, one page ahead: either along(p) beside each
+// load of a line p of the current block (the line at the same offset in the next block: the prefetches spread
+// evenly through the inner loop, a line per line read), or step(u, n) after unit u of n of the current block.
 template <class V>
 struct Prefetch {
-  const uint8_t* next = nullptr;  // null: nothing to prefetch
+  const uint8_t* next = nullptr;  // null: nothing to prefetch (the last page)
   size_t bytes = 0, done = 0;
+  ptrdiff_t ahead = 0;  // next - the current block; 0 on the last page (along() then touches lines being read)
 
+  Prefetch(const uint8_t* block, const uint8_t* next_block, size_t block_bytes)
+      : next(next_block), bytes(block_bytes), ahead(next_block ? next_block - block : 0) {}
+
+  void along(const uint8_t* p) const { V::prefetch(p + ahead); }
   void step(size_t unit, size_t units) {
     if (!next) return;
     for (const size_t target = bytes * (unit + 1) / units; done < target; done += 64) V::prefetch(next + done);
@@ -116,12 +123,13 @@ void key_scores_f16(const KernelArgs& a, const float* q, const uint8_t* block, P
         for (int i = 0; i < NQ; ++i) acc[u][i] = V::zero();
       for (int c = 0; c < nv; ++c)
         for (int u = 0; u < TT; ++u) {
-          const auto k = V::load_f16(block + 2 * (static_cast<size_t>(t0 + tt + u) * d + c * W));
+          const uint8_t* line = block + 2 * (static_cast<size_t>(t0 + tt + u) * d + c * W);
+          const auto k = V::load_f16(line);
           for (int i = 0; i < NQ; ++i) acc[u][i] = V::fma(k, V::load(q + i * d + c * W), acc[u][i]);
+          if ((c * W) % 32 == 0) pf.along(line);
         }
       for (int u = 0; u < TT; ++u)
         for (int i = 0; i < NQ; ++i) V::store(part[i] + (tt + u) * W, acc[u][i]);
-      pf.step(static_cast<size_t>(t0 + tt), static_cast<size_t>(T));
     }
     for (int i = 0; i < NQ; ++i) V::store(s + i * T + t0, V::transpose_sum(part[i]));
   }
@@ -168,13 +176,14 @@ void key_scores_f16_split(const KernelArgs& a, const float* qs, const uint8_t* b
       for (int c = 0; c < d; c += 2 * W)
         for (int u = 0; u < TT; ++u) {
           typename V::F even, odd;
-          V::f16_split(block + 2 * (static_cast<size_t>(t0 + tt + u) * d + c), even, odd);
+          const uint8_t* line = block + 2 * (static_cast<size_t>(t0 + tt + u) * d + c);
+          V::f16_split(line, even, odd);
           for (int i = 0; i < NQ; ++i)
             acc[u][i] = V::fma(odd, V::load(qs + i * d + c + W), V::fma(even, V::load(qs + i * d + c), acc[u][i]));
+          if (c % 32 == 0) pf.along(line);
         }
       for (int u = 0; u < TT; ++u)
         for (int i = 0; i < NQ; ++i) V::store(part[i] + (tt + u) * W, acc[u][i]);
-      pf.step(static_cast<size_t>(t0 + tt), static_cast<size_t>(T));
     }
     for (int i = 0; i < NQ; ++i) V::store(s + i * T + t0, V::transpose_sum(part[i]));
   }
@@ -456,7 +465,7 @@ constexpr int value_vectors() {
 }
 
 template <class V, int NQ, int VS>
-void values_f16_sweep(const KernelArgs& a, const float* p, const uint8_t* block, int vec0, float* o) {
+void values_f16_sweep(const KernelArgs& a, const float* p, const uint8_t* block, int vec0, Prefetch<V>& pf, float* o) {
   constexpr int W = V::W;
   const int d = a.d, T = a.T;
   typename V::F acc[VS][NQ];
@@ -464,8 +473,10 @@ void values_f16_sweep(const KernelArgs& a, const float* p, const uint8_t* block,
     for (int i = 0; i < NQ; ++i) acc[u][i] = V::load(o + i * d + (vec0 + u) * W);
   for (int t = 0; t < T; ++t)
     for (int u = 0; u < VS; ++u) {
-      const auto v = V::load_f16(block + 2 * (static_cast<size_t>(t) * d + (vec0 + u) * W));
+      const uint8_t* line = block + 2 * (static_cast<size_t>(t) * d + (vec0 + u) * W);
+      const auto v = V::load_f16(line);
       for (int i = 0; i < NQ; ++i) acc[u][i] = V::fma1(v, p + i * T + t, acc[u][i]);
+      if ((vec0 + u) * W % 32 == 0) pf.along(line);
     }
   for (int u = 0; u < VS; ++u)
     for (int i = 0; i < NQ; ++i) V::store(o + i * d + (vec0 + u) * W, acc[u][i]);
@@ -476,17 +487,14 @@ void values_f16(const KernelArgs& a, const float* p, const uint8_t* block, Prefe
   constexpr int VS = value_vectors<V, NQ>();
   const int nv = a.d / V::W;
   int vec = 0;
-  for (; vec + VS <= nv; vec += VS) {
-    values_f16_sweep<V, NQ, VS>(a, p, block, vec, o);
-    pf.step(static_cast<size_t>(vec), static_cast<size_t>(nv));
-  }
-  for (; vec < nv; ++vec) values_f16_sweep<V, NQ, 1>(a, p, block, vec, o);
-  pf.step(static_cast<size_t>(nv - 1), static_cast<size_t>(nv));
+  for (; vec + VS <= nv; vec += VS) values_f16_sweep<V, NQ, VS>(a, p, block, vec, pf, o);
+  for (; vec < nv; ++vec) values_f16_sweep<V, NQ, 1>(a, p, block, vec, pf, o);
 }
 
 // pp: the weights times 2^112; o in permuted order; VS even.
 template <class V, int NQ, int VS>
-void values_f16_split_sweep(const KernelArgs& a, const float* pp, const uint8_t* block, int ch0, float* o) {
+void values_f16_split_sweep(const KernelArgs& a, const float* pp, const uint8_t* block, int ch0, Prefetch<V>& pf,
+                            float* o) {
   constexpr int W = V::W;
   const int d = a.d, T = a.T;
   typename V::F acc[VS][NQ];
@@ -495,7 +503,9 @@ void values_f16_split_sweep(const KernelArgs& a, const float* pp, const uint8_t*
   for (int t = 0; t < T; ++t)
     for (int b = 0; b < VS / 2; ++b) {
       typename V::F even, odd;
-      V::f16_split(block + 2 * (static_cast<size_t>(t) * d + ch0 + 2 * W * b), even, odd);
+      const uint8_t* line = block + 2 * (static_cast<size_t>(t) * d + ch0 + 2 * W * b);
+      V::f16_split(line, even, odd);
+      if ((ch0 + 2 * W * b) % 32 == 0) pf.along(line);
       for (int i = 0; i < NQ; ++i) {
         acc[2 * b][i] = V::fma1(even, pp + i * T + t, acc[2 * b][i]);
         acc[2 * b + 1][i] = V::fma1(odd, pp + i * T + t, acc[2 * b + 1][i]);
@@ -513,12 +523,8 @@ void values_f16_split(const KernelArgs& a, const float* p, const uint8_t* block,
   for (int i = 0; i < NQ; ++i)
     for (int t = 0; t < T; t += W) V::store(pp + i * T + t, V::mul(V::load(p + i * T + t), V::set1(kTwo112)));
   int ch = 0;
-  for (; ch + VS * W <= d; ch += VS * W) {
-    values_f16_split_sweep<V, NQ, VS>(a, pp, block, ch, o);
-    pf.step(static_cast<size_t>(ch), static_cast<size_t>(d));
-  }
-  for (; ch < d; ch += 2 * W) values_f16_split_sweep<V, NQ, 2>(a, pp, block, ch, o);
-  pf.step(static_cast<size_t>(d - 1), static_cast<size_t>(d));
+  for (; ch + VS * W <= d; ch += VS * W) values_f16_split_sweep<V, NQ, VS>(a, pp, block, ch, pf, o);
+  for (; ch < d; ch += 2 * W) values_f16_split_sweep<V, NQ, 2>(a, pp, block, ch, pf, o);
 }
 
 // One vector of W channels over the page's tokens; even and odd tokens accumulate apart (2 NQ chains), every
@@ -683,7 +689,7 @@ void page_pass(const KernelArgs& a, const RunPrep& prep, int i0, size_t base, co
   const float* q = a.q + static_cast<size_t>(i0) * d;
   float* o = a.o + static_cast<size_t>(i0) * d;
 
-  Prefetch<V> pf{next_page ? next_page + a.key_offset : nullptr, key_block_bytes(a, K)};
+  Prefetch<V> pf(page + a.key_offset, next_page ? next_page + a.key_offset : nullptr, key_block_bytes(a, K));
   if constexpr (is_kivi(K)) {
     key_scores_kivi<V, NQ, bits_of(K)>(a, q, page + a.key_offset, pf, s);
   } else if constexpr (is_turbo(K)) {
@@ -702,7 +708,7 @@ void page_pass(const KernelArgs& a, const RunPrep& prep, int i0, size_t base, co
     key_scores_int<V, NQ, bits_of(K)>(a, q, page + a.key_offset, pf, s);
   }
   for (int i = 0; i < NQ; ++i) softmax_row<V>(a, seen[i], s + i * T, a.m[i0 + i], a.l[i0 + i], o + i * d);
-  pf = {next_page ? next_page + a.value_offset : nullptr, value_block_bytes(a, VF)};
+  pf = Prefetch<V>(page + a.value_offset, next_page ? next_page + a.value_offset : nullptr, value_block_bytes(a, VF));
   if constexpr (VF == BlockFormat::f16) {
     if (prep.split_values) {
       values_f16_split<V, NQ>(a, s, page + a.value_offset, pf, o);
