@@ -434,11 +434,11 @@ TEST(CacheFile, DamagedForeignAndNewerFilesGiveClearErrors) {
   foreign[3] = 'X';
   load_error(foreign, "not a kvq cache file");
   auto newer = good;
-  newer[8] = 3;
-  load_error(newer, "format version 3, newer than this build reads (2)");
+  newer[8] = 4;
+  load_error(newer, "format version 4, newer than this build reads (3)");
   auto older = good;
-  older[8] = 1;
-  load_error(older, "format version 1, older than this build reads (2)");
+  older[8] = 2;
+  load_error(older, "format version 2, older than this build reads (3)");
   auto zero = good;
   zero[8] = 0;
   load_error(zero, "invalid format version 0");

@@ -1,4 +1,4 @@
-// KVCache::save / KVCache::load. File format, version 1, all integers little-endian:
+// KVCache::save / KVCache::load. File format, version 3, all integers little-endian:
 //
 //   header (24 bytes): char[8] "KVQCACHE" | u32 version | u32 CRC-32C of the payload | u64 payload bytes
 //   payload:
@@ -30,9 +30,10 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "cache files are written in the host's byte order");
 
 constexpr std::array<char, 8> kMagic{'K', 'V', 'Q', 'C', 'A', 'C', 'H', 'E'};
-// Version 2: kivi, turbo_mse and turbo_prod blocks in lane tiles (block_layout.hpp); version 1 files hold them in
-// the older token-major layout and are not read.
-constexpr uint32_t kVersion = 2, kOldestVersion = 2;
+// Version 2: kivi, turbo_mse and turbo_prod blocks in lane tiles (block_layout.hpp). Version 3: qjl signs in sign
+// tiles, turbo_prod value signs "rows in lanes" (layout::SignTiles). Older files hold earlier layouts and are not
+// read.
+constexpr uint32_t kVersion = 3, kOldestVersion = 3;
 constexpr size_t kHeaderBytes = 24;
 constexpr uint32_t kMaxSpecBytes = 1024;
 
