@@ -788,10 +788,63 @@ struct RunPrep {
   bool split_values = false;
 };
 
+// The scores of a pass over a page's K block. Out of line, as is the value phase: each is compiled once per format
+// and pass size, not once per pair of formats.
+template <class V, BlockFormat K, int NQ>
+[[gnu::noinline]] void key_phase(const KernelArgs& a, const RunPrep& prep, int i0, const uint8_t* page,
+                                 const uint8_t* next_page, float* s) {
+  const int d = a.d;
+  const uint8_t* block = page + a.key_offset;
+  const float* q = a.q + static_cast<size_t>(i0) * a.key_space;
+  Prefetch<V> pf(block, next_page ? next_page + a.key_offset : nullptr, key_block_bytes(a, K));
+  if constexpr (is_kivi(K)) {
+    key_scores_kivi<V, NQ, bits_of(K)>(a, q, block, pf, s);
+  } else if constexpr (is_turbo(K)) {
+    key_scores_turbo<V, NQ, turbo_bits(K)>(a, q, block, pf, s);
+  } else if constexpr (is_prod(K)) {
+    key_scores_turbo_prod<V, NQ, turbo_bits(K)>(a, q, block, pf, s);
+  } else if constexpr (K == BlockFormat::qjl) {
+    key_scores_qjl<V, NQ>(a, q, block, pf, s);
+  } else if constexpr (K == BlockFormat::f16) {
+    if (prep.split_queries) {
+      key_scores_f16_split<V, NQ>(a, prep.split_queries + static_cast<size_t>(i0) * d, block, pf, s);
+    } else {
+      key_scores_f16<V, NQ>(a, q, block, pf, s);
+    }
+  } else if constexpr (V::kVnni) {
+    key_scores_int_vnni<V, NQ, bits_of(K)>(a, prep.vq, i0, block, pf, s);
+  } else {
+    key_scores_int<V, NQ, bits_of(K)>(a, q, block, pf, s);
+  }
+}
+
+// The weights s of a pass summed over a page's VF block into o (NQ rows of value_space floats).
+template <class V, BlockFormat VF, int NQ>
+[[gnu::noinline]] void value_phase(const KernelArgs& a, const RunPrep& prep, const float* s, const uint8_t* page,
+                                   const uint8_t* next_page, float* o) {
+  const uint8_t* block = page + a.value_offset;
+  Prefetch<V> pf(block, next_page ? next_page + a.value_offset : nullptr, value_block_bytes(a, VF));
+  if constexpr (VF == BlockFormat::f16) {
+    if (prep.split_values) {
+      values_f16_split<V, NQ>(a, s, block, pf, o);
+    } else {
+      values_f16<V, NQ>(a, s, block, pf, o);
+    }
+  } else if constexpr (is_kivi(VF)) {
+    values_kivi<V, NQ, bits_of(VF)>(a, s, block, pf, o);
+  } else if constexpr (is_turbo(VF)) {
+    values_turbo<V, NQ, turbo_bits(VF)>(a, s, block, pf, o);
+  } else if constexpr (is_prod(VF)) {
+    values_turbo_prod<V, NQ, turbo_bits(VF)>(a, s, block, pf, o);
+  } else {
+    values_int<V, NQ, bits_of(VF)>(a, s, block, pf, o);
+  }
+}
+
 template <class V, BlockFormat K, BlockFormat VF, int NQ>
 void page_pass(const KernelArgs& a, const RunPrep& prep, int i0, size_t base, const uint8_t* page,
                const uint8_t* next_page) {
-  const int d = a.d, T = a.T;
+  const int T = a.T;
   int seen[NQ];
   bool any = false;
   for (int i = 0; i < NQ; ++i) {
@@ -801,48 +854,11 @@ void page_pass(const KernelArgs& a, const RunPrep& prep, int i0, size_t base, co
   }
   if (!any) return;
   alignas(64) float s[NQ * kMaxTokens];
-  const float* q = a.q + static_cast<size_t>(i0) * d;
   float* o = a.o + static_cast<size_t>(i0) * a.value_space;
-
-  Prefetch<V> pf(page + a.key_offset, next_page ? next_page + a.key_offset : nullptr, key_block_bytes(a, K));
-  if constexpr (is_kivi(K)) {
-    key_scores_kivi<V, NQ, bits_of(K)>(a, q, page + a.key_offset, pf, s);
-  } else if constexpr (is_turbo(K)) {
-    key_scores_turbo<V, NQ, turbo_bits(K)>(a, q, page + a.key_offset, pf, s);
-  } else if constexpr (is_prod(K)) {
-    key_scores_turbo_prod<V, NQ, turbo_bits(K)>(a, a.q + static_cast<size_t>(i0) * a.key_space, page + a.key_offset,
-                                                 pf, s);
-  } else if constexpr (K == BlockFormat::qjl) {
-    key_scores_qjl<V, NQ>(a, a.q + static_cast<size_t>(i0) * a.key_space, page + a.key_offset, pf, s);
-  } else if constexpr (K == BlockFormat::f16) {
-    if (prep.split_queries) {
-      key_scores_f16_split<V, NQ>(a, prep.split_queries + static_cast<size_t>(i0) * d, page + a.key_offset, pf, s);
-    } else {
-      key_scores_f16<V, NQ>(a, q, page + a.key_offset, pf, s);
-    }
-  } else if constexpr (V::kVnni) {
-    key_scores_int_vnni<V, NQ, bits_of(K)>(a, prep.vq, i0, page + a.key_offset, pf, s);
-  } else {
-    key_scores_int<V, NQ, bits_of(K)>(a, q, page + a.key_offset, pf, s);
-  }
+  key_phase<V, K, NQ>(a, prep, i0, page, next_page, s);
   for (int i = 0; i < NQ; ++i)
     softmax_row<V>(a, seen[i], s + i * T, a.m[i0 + i], a.l[i0 + i], o + static_cast<size_t>(i) * a.value_space);
-  pf = Prefetch<V>(page + a.value_offset, next_page ? next_page + a.value_offset : nullptr, value_block_bytes(a, VF));
-  if constexpr (VF == BlockFormat::f16) {
-    if (prep.split_values) {
-      values_f16_split<V, NQ>(a, s, page + a.value_offset, pf, o);
-    } else {
-      values_f16<V, NQ>(a, s, page + a.value_offset, pf, o);
-    }
-  } else if constexpr (is_kivi(VF)) {
-    values_kivi<V, NQ, bits_of(VF)>(a, s, page + a.value_offset, pf, o);
-  } else if constexpr (is_turbo(VF)) {
-    values_turbo<V, NQ, turbo_bits(VF)>(a, s, page + a.value_offset, pf, o);
-  } else if constexpr (is_prod(VF)) {
-    values_turbo_prod<V, NQ, turbo_bits(VF)>(a, s, page + a.value_offset, pf, o);
-  } else {
-    values_int<V, NQ, bits_of(VF)>(a, s, page + a.value_offset, pf, o);
-  }
+  value_phase<V, VF, NQ>(a, prep, s, page, next_page, o);
 }
 
 template <class V, BlockFormat K, BlockFormat VF>
