@@ -87,10 +87,10 @@ const std::vector<Pair>& fused_pairs() {
   return pairs;
 }
 
-// The kernel that runs for the pair under KVQ_ISA = isa: avx512vnni has int and kivi keys only, the others fall
-// back to avx512.
+// The kernel that runs for the pair under KVQ_ISA = isa: avx512vnni has int keys only, f16 and kivi keys fall back
+// to avx512.
 std::string kernel_name(const Pair& pair, Isa isa) {
-  const bool int_keys = pair.kernel.rfind("fused_int", 0) == 0 || pair.kernel.rfind("fused_kivi", 0) == 0;
+  const bool int_keys = pair.kernel.rfind("fused_int", 0) == 0;
   return pair.kernel + "_" + detail::isa_name(isa == Isa::avx512vnni && !int_keys ? Isa::avx512 : isa);
 }
 

@@ -59,10 +59,8 @@ namespace {
 //   hmax(x), hsum(x), first(x) (lane 0); exp(x) (0 below -87.3, for x <= 88); mask_tail(x, n): lanes >= n set to -inf;
 //   transpose_sum(v): lane t = the sum of the W lanes of v[t W .. t W + W - 1]; prefetch(p) into L2;
 //   kAccumulators: vectors a loop may keep accumulating in registers; kMaxQ: queries per pass (8 or 4);
-//   kVnni: int and kivi keys by integer dot products, with dpbusd(acc, u8 lanes, 4 s8 broadcast from memory), xor_i,
-//   and_i, srl4 and sll8 (32-bit lanes shifted), add_i, sub_i (an int32 broadcast from memory), cvt (int32 -> fp32),
-//   to_int (fp32 -> int32, rounded), round_byte(x) = (x + 128) >> 8 (arithmetic), store_bytes (16 low bytes),
-//   permute(x, 16 lane indices) and abs.
+//   kVnni: int keys by integer dot products, with dpbusd(acc, u8 lanes, 4 s8 broadcast from memory), xor_i, and_i,
+//   srl4 and sll8 (32-bit lanes shifted), add_i, sub_i (an int32 broadcast from memory) and cvt (int32 -> fp32).
 
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 
@@ -509,112 +507,6 @@ void key_scores_int_vnni(const KernelArgs& a, const VnniQueries& vq, int i0, con
   }
 }
 
-// ---- kivi keys by integer dot products (V::kVnni) ---------------------------------------------------------------
-// The codes are unsigned already: a lane of E = 32 / b codes splits into byte planes, kivi:2 four planes (byte k of
-// plane j = code 4k + j, by a shift and a mask), kivi:4 two (even and odd codes, as int4's). The scaled queries
-// q_c s_c change with each page's channel scales, so their 24-bit fixed point (the int VNNI path's three signed
-// 8-bit digits, no offset correction) is formed per page and pass: per query and 16 channels a multiply, a
-// conversion, two adds and two shifts (each digit is the low byte of a rounded quotient), three byte packs. The
-// queries come once per run in plane order (kivi_plane_channel) and the page's scales and minima are permuted the
-// same way (one permute per 16 channels, shared by the pass), so that the packed digits of 16 channels are already
-// the 4-byte broadcasts of the code planes. The bias <q, m> is added per token vector in fp32, as the FMA path.
-
-// Channel of position p (0..15) of a 16-channel vector in plane order: kivi:2, positions 4j..4j+3 are the channels
-// of plane j (4k + j for k = 0..3); kivi:4, positions 8t + 4e..8t + 4e + 3 the channels of tile t's plane e
-// (8t + 2k + e).
-template <int Bits>
-constexpr int kivi_plane_channel(int p) {
-  return Bits == 2 ? p % 4 * 4 + p / 4 : p / 8 * 8 + p % 4 * 2 + p / 4 % 2;
-}
-
-template <int Bits>
-struct KiviPlaneOrder {
-  alignas(64) static constexpr int32_t index[16] = {
-      kivi_plane_channel<Bits>(0),  kivi_plane_channel<Bits>(1),  kivi_plane_channel<Bits>(2),
-      kivi_plane_channel<Bits>(3),  kivi_plane_channel<Bits>(4),  kivi_plane_channel<Bits>(5),
-      kivi_plane_channel<Bits>(6),  kivi_plane_channel<Bits>(7),  kivi_plane_channel<Bits>(8),
-      kivi_plane_channel<Bits>(9),  kivi_plane_channel<Bits>(10), kivi_plane_channel<Bits>(11),
-      kivi_plane_channel<Bits>(12), kivi_plane_channel<Bits>(13), kivi_plane_channel<Bits>(14),
-      kivi_plane_channel<Bits>(15)};
-};
-
-// The n_q x d queries in plane order, into the kernel's scratch.
-template <int Bits>
-const float* prepare_kivi_queries(const KernelArgs& a) {
-  auto* out = reinterpret_cast<float*>(a.scratch);
-  for (size_t c0 = 0; c0 < static_cast<size_t>(a.n_q) * a.d; c0 += 16)
-    for (int p = 0; p < 16; ++p) out[c0 + p] = a.q[c0 + kivi_plane_channel<Bits>(p)];
-  return out;
-}
-
-// qp: the pass's queries in plane order.
-template <class V, int NQ, int Bits>
-void key_scores_kivi_vnni(const KernelArgs& a, const float* qp, const uint8_t* block, Prefetch<V>& pf, float* s) {
-  static_assert(V::W == 16, "digits of 16 channels per vector");
-  constexpr int W = V::W, E = 32 / Bits;
-  const int d = a.d, T = a.T, tiles = d / E, n_vec = T / W;
-  const int32_t* order = KiviPlaneOrder<Bits>::index;
-  const uint8_t* mins = block + a.key_mins_offset;
-  const uint8_t* scales = block + a.key_scales_offset;
-  alignas(64) float sp[kMaxDim], mp[kMaxDim];  // the page's scales and minima, plane order
-  alignas(64) float qs[NQ * kMaxDim];           // q_c s_c, plane order
-  alignas(64) int8_t digits[NQ * 4 * kMaxDim];  // [16-channel group][query][plane][digit 0, 1, 2, pad][4]
-  float bias[NQ], scale[NQ];
-  for (int c = 0; c < d; c += W) {
-    V::store(sp + c, V::permute(V::load_f16(scales + 2 * c), order));
-    V::store(mp + c, V::permute(V::load_f16(mins + 2 * c), order));
-  }
-  for (int i = 0; i < NQ; ++i) {
-    auto b = V::zero(), amax = V::zero();
-    for (int c = 0; c < d; c += W) {
-      const auto qc = V::load(qp + i * d + c), x = V::mul(qc, V::load(sp + c));
-      b = V::fma(qc, V::load(mp + c), b);
-      V::store(qs + i * d + c, x);
-      amax = V::max(amax, V::abs(x));
-    }
-    bias[i] = V::hsum(b);
-    const float mx = V::hmax(amax);
-    scale[i] = mx > 0 ? mx / kDigitsMax : 1.0f;
-    const auto inv = V::set1(mx > 0 ? kDigitsMax / mx : 1.0f);  // |q s| inv <= kDigitsMax (+ a rounding)
-    for (int c = 0; c < d; c += W) {
-      const auto fixed = V::to_int(V::mul(V::load(qs + i * d + c), inv));
-      const auto rest = V::round_byte(fixed), top = V::round_byte(rest);  // fixed = 256 rest + digit 2, ...
-      V::store_low_bytes(digits + (c / 16 * NQ + i) * 64, top, rest, fixed);
-    }
-  }
-  for (int vec = 0; vec < n_vec; ++vec) {
-    const uint8_t* lanes = block + static_cast<size_t>(vec) * tiles * 64;
-    typename V::I acc[NQ][3];
-    for (int i = 0; i < NQ; ++i)
-      for (int k = 0; k < 3; ++k) acc[i][k] = V::zero_i();
-    for (int k = 0; k < tiles; ++k) {
-      const auto x = V::load_i(lanes + 64 * k);
-      if constexpr (Bits == 2) {
-        const int8_t* dg = digits + k * NQ * 64;
-        for_elements<4>([&](auto j) {
-          const auto plane = V::and_i(V::template shr<2 * j>(x), 0x03030303u);
-          for (int i = 0; i < NQ; ++i)
-            for (int l = 0; l < 3; ++l) acc[i][l] = V::dpbusd(acc[i][l], plane, dg + i * 64 + 16 * j + 4 * l);
-        });
-      } else {
-        const int8_t* dg = digits + k / 2 * NQ * 64 + k % 2 * 32;
-        const auto even = V::and_i(x, 0x0F0F0F0Fu), odd = V::and_i(V::srl4(x), 0x0F0F0F0Fu);
-        for (int i = 0; i < NQ; ++i)
-          for (int l = 0; l < 3; ++l) {
-            const int8_t* dl = dg + i * 64 + 4 * l;
-            acc[i][l] = V::dpbusd(V::dpbusd(acc[i][l], even, dl), odd, dl + 16);
-          }
-      }
-    }
-    for (int i = 0; i < NQ; ++i) {
-      const auto p01 = V::add_i(V::sll8(acc[i][0]), acc[i][1]);
-      const auto dot = V::fma(V::cvt(p01), V::set1(256.0f), V::cvt(acc[i][2]));
-      V::store(s + i * T + vec * W, V::fma(dot, V::set1(scale[i]), V::set1(bias[i])));
-    }
-    pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
-  }
-}
-
 // ---- values: o_i += sum_t p[i * T + t] v_t (o: NQ x d) ---------------------------------------------------------
 
 // Vectors of W channels summed in registers at a time, for NQ queries.
@@ -892,7 +784,6 @@ void softmax_row(const KernelArgs& a, int seen, float* s, float& m, float& l, fl
 // the value accumulators are in split order (f16 values).
 struct RunPrep {
   VnniQueries vq{};
-  const float* kivi_queries = nullptr;  // V::kVnni: in plane order
   const float* split_queries = nullptr;
   bool split_values = false;
 };
@@ -906,9 +797,7 @@ template <class V, BlockFormat K, int NQ>
   const uint8_t* block = page + a.key_offset;
   const float* q = a.q + static_cast<size_t>(i0) * a.key_space;
   Prefetch<V> pf(block, next_page ? next_page + a.key_offset : nullptr, key_block_bytes(a, K));
-  if constexpr (is_kivi(K) && V::kVnni) {
-    key_scores_kivi_vnni<V, NQ, bits_of(K)>(a, prep.kivi_queries + static_cast<size_t>(i0) * d, block, pf, s);
-  } else if constexpr (is_kivi(K)) {
+  if constexpr (is_kivi(K)) {
     key_scores_kivi<V, NQ, bits_of(K)>(a, q, block, pf, s);
   } else if constexpr (is_turbo(K)) {
     key_scores_turbo<V, NQ, turbo_bits(K)>(a, q, block, pf, s);
@@ -978,7 +867,6 @@ void attend(const KernelArgs& a) {
   const bool splits = a.d % (2 * V::W) == 0;
   RunPrep prep;
   if constexpr (V::kVnni && is_int(K)) prep.vq = prepare_vnni_queries<bits_of(K)>(a);
-  if constexpr (V::kVnni && is_kivi(K)) prep.kivi_queries = prepare_kivi_queries<bits_of(K)>(a);
   if constexpr (K == BlockFormat::f16) {
     const size_t n = static_cast<size_t>(a.n_q) * a.d;
     float qmax = 0;

@@ -1,4 +1,4 @@
-// The fused kernels for AVX-512 with VNNI: int8, int4 and kivi keys scored by 8-bit integer dot products
+// The fused kernels for AVX-512 with VNNI: int8 and int4 keys scored by 8-bit integer dot products
 // (fused_kernel.hpp); the other phases as in kernels_avx512.cpp. This file alone is compiled with those flags.
 #include "attention/kernel_args.hpp"
 
@@ -20,17 +20,6 @@ struct Avx512Vnni : Avx512 {
   static I add_i(I x, I y) { return _mm512_add_epi32(x, y); }
   static I sub_i(I x, const int32_t* k) { return _mm512_sub_epi32(x, _mm512_set1_epi32(*k)); }
   static F cvt(I x) { return _mm512_cvtepi32_ps(x); }
-  static I to_int(F x) { return _mm512_cvtps_epi32(x); }
-  static I round_byte(I x) { return _mm512_srai_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(128)), 8); }
-  // The low bytes of a, b, c: per 128-bit lane L, bytes 16 L .. 16 L + 15 of p = a's 4, b's 4, c's 4, 4 zeros.
-  static void store_low_bytes(int8_t* p, I a, I b, I c) {
-    const I low = _mm512_set1_epi32(255);
-    const I ab = _mm512_packus_epi32(_mm512_and_si512(a, low), _mm512_and_si512(b, low));
-    const I c0 = _mm512_packus_epi32(_mm512_and_si512(c, low), _mm512_setzero_si512());
-    _mm512_store_si512(p, _mm512_packus_epi16(ab, c0));
-  }
-  static F permute(F x, const int32_t* index) { return _mm512_permutexvar_ps(_mm512_load_si512(index), x); }
-  static F abs(F x) { return _mm512_abs_ps(x); }
   // acc += per 32-bit lane, the 4 products of its u8 bytes with the 4 s8 at s8x4. In assembly so that the broadcast
   // stays in the instruction's memory operand: GCC 12 hoists it into a register, which costs an ALU operation.
   static I dpbusd(I acc, I u8, const int8_t* s8x4) {
@@ -44,9 +33,7 @@ struct Avx512Vnni : Avx512 {
 
 namespace avx512vnni {
 KernelFn fused_kernel(BlockFormat key, BlockFormat value) {
-  using F = BlockFormat;
-  const bool integer_keys = key == F::int4 || key == F::int8 || key == F::kivi2 || key == F::kivi4;
-  return integer_keys ? fused_kernel_for<Avx512Vnni>(key, value) : nullptr;
+  return key == BlockFormat::int4 || key == BlockFormat::int8 ? fused_kernel_for<Avx512Vnni>(key, value) : nullptr;
 }
 }  // namespace avx512vnni
 }  // namespace kvq::detail
