@@ -376,7 +376,9 @@ void key_scores_turbo_prod(const KernelArgs& a, const float* q, const uint8_t* b
 }
 
 // qjl keys: s = sqrt(pi/2)/m ||k_t|| <S q, sign_t> = sqrt(pi/2)/m ||k_t|| (2 P - sum_r (S q)_r), P the sum of
-// (S q)_r over the set bits (a masked add per row); q rows S q (key_space = m floats, m a multiple of 32).
+// (S q)_r over the set bits; q rows S q (key_space = m floats, m a multiple of 32). Nothing else keeps the FMA pipes
+// busy here, so every fourth row's bit is summed by masked adds (the add pipes) and the other rows' by an FMA with
+// the bit as a float 0 or 1 (two shifts and a conversion, shared by the pass's queries).
 template <class V, int NQ>
 void key_scores_qjl(const KernelArgs& a, const float* q, const uint8_t* block, Prefetch<V>& pf, float* s) {
   constexpr int W = V::W;
@@ -391,19 +393,25 @@ void key_scores_qjl(const KernelArgs& a, const float* q, const uint8_t* block, P
   for (int vec = 0; vec < n_vec; ++vec) {
     const int tok = vec * W;
     const uint8_t* signs = block + static_cast<size_t>(tok / 16) * tiles * 64 + 4 * (tok % 16);
-    typename V::F set[2][NQ];
-    for (int h = 0; h < 2; ++h)
-      for (int i = 0; i < NQ; ++i) set[h][i] = V::zero();
+    typename V::F set[NQ], dot[2][NQ];
+    for (int i = 0; i < NQ; ++i) set[i] = V::zero(), dot[0][i] = V::zero(), dot[1][i] = V::zero();
     for (int k = 0; k < tiles; ++k) {
       const auto x = V::load_i(signs + 64 * k);
       for_elements<32>([&](auto r) {
-        const auto bit = V::template test_bit<r>(x);
-        for (int i = 0; i < NQ; ++i) set[r % 2][i] = V::add_masked(set[r % 2][i], bit, q + i * m + 32 * k + r);
+        const float* qr = q + 32 * k + r;
+        if constexpr (r % 4 == 0) {
+          const auto bit = V::template test_bit<r>(x);
+          for (int i = 0; i < NQ; ++i) set[i] = V::add_masked(set[i], bit, qr + i * m);
+        } else {
+          const auto bit = V::template uelement<1, r>(x);
+          for (int i = 0; i < NQ; ++i) dot[r % 2][i] = V::fma1(bit, qr + i * m, dot[r % 2][i]);
+        }
       });
     }
     const auto magnitude = V::mul(V::load_f16(norms + 2 * tok), V::set1(a.key_sketch_scale));
     for (int i = 0; i < NQ; ++i) {
-      const auto signed_sum = V::sub(V::mul(V::set1(2.0f), V::add(set[0][i], set[1][i])), V::set1(sketch_sum[i]));
+      const auto p = V::add(set[i], V::add(dot[0][i], dot[1][i]));
+      const auto signed_sum = V::sub(V::mul(V::set1(2.0f), p), V::set1(sketch_sum[i]));
       V::store(s + i * T + tok, V::mul(magnitude, signed_sum));
     }
     pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
