@@ -49,8 +49,8 @@ inline void train_if_needed(KVCache& cache, uint64_t seed, int only_layer = -1) 
   }
 }
 
-/// The (sequence, layer, kv head) as attention sees it: every page decoded with the codecs, then the fp32
-/// window. keys and values: length x d.
+/// The (sequence, layer, kv head) the cache holds: every page decoded with the codecs, then the fp32 window, the
+/// key offset added back. keys and values: length x d.
 inline Tokens decoded_head(const KVCache& cache, SeqId seq, int layer, int head) {
   const LayerView v = cache.view(seq, layer);
   const size_t d = static_cast<size_t>(cache.config().head_dim), T = static_cast<size_t>(v.block_tokens);
@@ -67,6 +67,9 @@ inline Tokens decoded_head(const KVCache& cache, SeqId seq, int layer, int head)
     std::memcpy(out.keys.data() + e * d, v.residual_key(head), r * d * sizeof(float));
     std::memcpy(out.values.data() + e * d, v.residual_value(head), r * d * sizeof(float));
   }
+  if (v.key_offset != nullptr)  // centered keys: the keys themselves
+    for (size_t i = 0; i < v.length(); ++i)
+      for (size_t c = 0; c < d; ++c) out.keys[i * d + c] += v.key_offset[static_cast<size_t>(head) * d + c];
   return out;
 }
 

@@ -10,6 +10,14 @@
 // unencoded, the oldest T are encoded into a new page. The window so holds between R and R + T - 1 tokens once the
 // sequence is long enough (R = 0: the < T tokens of the unfinished block). Pages are always full.
 //
+// Centered keys (CacheConfig::center_keys, off by default; key codecs that quantize, not f32 / f16 / bf16). Pages
+// and windows hold every key of a (sequence, layer, kv head) minus an offset: the mean of the sequence's first T
+// keys, fixed when its first page is encoded (LayerView::key_offset; null before). Attention is unchanged by it
+// (the scores of one query all move by the same amount, which softmax ignores); the codecs quantize keys without
+// the part all tokens share. Add the offset back to read the keys themselves. Whether it pays depends on the
+// model (docs/quality.md): Gemma 3's int4 keys lose 4x less, SmolLM2's 1.6x more (its later layers' keys rotate
+// away from the first page's mean).
+//
 // Thread safety: const member functions may run concurrently; anything that modifies the cache must not overlap
 // with any other call. Views and pointers stay valid until the next append, remove_sequence or train_layer.
 #pragma once
@@ -39,6 +47,7 @@ struct CacheConfig {
   int residual_tokens = 0;    ///< R: newest tokens kept in fp32, a multiple of T (0 allowed)
   size_t capacity_pages = 0;  ///< pages in the pool, shared by all layers and sequences
   uint64_t seed = 0;          ///< seeds every codec: layer l's key codec gets derive_seed(derive_seed(seed, l), 0)
+  bool center_keys = false;   ///< store quantized keys minus their sequence's first-page mean (see above)
 };
 
 /// True bytes held by a cache. The pool is allocated whole at construction; in-use figures count taken pages.
@@ -51,8 +60,9 @@ struct CacheMemory {
   size_t residual_bytes = 0;     ///< fp32 windows: sequences * layers * 2 * kv heads * (R + T - 1) * d * 4
   size_t block_table_bytes = 0;  ///< block table entries * sizeof(PageId)
   size_t codec_state_bytes = 0;  ///< trained codec state (Codec::state()) of every layer
-  size_t used_bytes = 0;         ///< encoded + residual + block tables + codec state
-  size_t total_bytes = 0;        ///< pool + residual + block tables + codec state
+  size_t key_offset_bytes = 0;   ///< centered keys: one fp32 offset per (sequence, layer, kv head) that has pages
+  size_t used_bytes = 0;         ///< encoded + residual + block tables + codec state + key offsets
+  size_t total_bytes = 0;        ///< pool + residual + block tables + codec state + key offsets
   /// Of the encoded part: 8 * page_bytes / (T * kv heads * d * 2), keys and values, padding included.
   double bits_per_element = 0;
 };
@@ -65,6 +75,7 @@ struct LayerView {
   const float* residual_keys = nullptr;    ///< [kv head][residual_stride / d slots][d], residual_count slots used
   const float* residual_values = nullptr;  ///< same layout
   size_t residual_stride = 0;              ///< floats between the windows of consecutive kv heads
+  const float* key_offset = nullptr;       ///< [kv head][d] subtracted from every stored key; null: none
 
   size_t encoded_tokens() const { return pages.size() * static_cast<size_t>(block_tokens); }
   size_t length() const { return encoded_tokens() + static_cast<size_t>(residual_count); }
@@ -91,8 +102,9 @@ class KVCache {
   const Codec& value_codec(int layer) const;
   /// Whether both codecs of a layer can encode (trained, or needing no training).
   bool ready(int layer) const;
-  /// Trains the layer's codecs on n x d example keys and values (original space). Only before the layer holds
-  /// encoded tokens: retraining would invalidate them.
+  /// Trains the layer's codecs on n x d example keys and values (original space; with center_keys the key codec
+  /// learns from the keys minus their mean, as it will encode them). Only before the layer holds encoded tokens:
+  /// retraining would invalidate them.
   void train_layer(int layer, const float* keys, const float* values, size_t n);
 
   // ---- sequences ----
@@ -134,7 +146,8 @@ class KVCache {
   struct LayerState {
     std::vector<PageId> pages;
     int residual_count = 0;
-    std::vector<float> residual;  // keys [H][R+T-1][d], then values [H][R+T-1][d]
+    std::vector<float> residual;    // keys [H][R+T-1][d], then values [H][R+T-1][d]
+    std::vector<float> key_offset;  // [H][d] once the first page is encoded (center_keys), else empty
   };
   struct Sequence {
     std::vector<LayerState> layers;

@@ -143,6 +143,7 @@ struct KvCacheSpec {
   int block_tokens = 64;    ///< T
   int residual_tokens = 0;  ///< R, a multiple of T
   uint64_t seed = 0;        ///< seeds the codecs' rotations and sketches
+  bool center_keys = false;  ///< CacheConfig::center_keys: keys stored minus their first-page mean
   /// Layers whose keys and values use these codecs, the others f16 (a diagnostic: which layers a codec hurts);
   /// empty: every layer.
   std::vector<int> layers;

@@ -56,6 +56,9 @@ std::vector<float> decoded_keys(const KVCache& cache, SeqId seq, int head) {
   for (size_t j = 0; j < view.pages.size(); ++j)
     cache.key_codec(0).decode(cache.key_block(view.pages[j], head), static_cast<int>(T), k.data() + j * T * d);
   std::copy_n(view.residual_key(head), static_cast<size_t>(view.residual_count) * d, k.begin() + view.encoded_tokens() * d);
+  if (view.key_offset != nullptr)  // centered keys: add the offset back
+    for (size_t i = 0; i < view.length(); ++i)
+      for (size_t c = 0; c < d; ++c) k[i * d + c] += view.key_offset[static_cast<size_t>(head) * d + c];
   return k;
 }
 

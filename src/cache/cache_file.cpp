@@ -1,14 +1,15 @@
-// KVCache::save / KVCache::load. File format, version 3, all integers little-endian:
+// KVCache::save / KVCache::load. File format, version 4, all integers little-endian:
 //
 //   header (24 bytes): char[8] "KVQCACHE" | u32 version | u32 CRC-32C of the payload | u64 payload bytes
 //   payload:
-//     u32 n_layers, n_kv_heads, head_dim, block_tokens, residual_tokens | u64 capacity_pages, seed
+//     u32 n_layers, n_kv_heads, head_dim, block_tokens, residual_tokens | u64 capacity_pages, seed | u8 center_keys
 //     str key codec spec | str value codec spec                           (str: u32 length, then the bytes)
 //     u64 key block bytes, value block bytes, page bytes                   (must match this build's codecs)
 //     per layer: key codec, then value codec: u8 trained | u64 n | n bytes of Codec::state()
 //     u64 next sequence id | u64 number of sequences
 //     per sequence: u64 id; per layer: u64 n_pages | u32 residual tokens r | n_pages pages (page bytes each, in
-//       block-table order) | residual keys [kv head][r][d] f32 | residual values [kv head][r][d] f32
+//       block-table order) | residual keys [kv head][r][d] f32 | residual values [kv head][r][d] f32 |
+//       u8 has key offset | key offset [kv head][d] f32 if it has one
 //
 // Pages are written in block-table order, so a loaded cache holds its pages compacted at the front of its pool.
 // Load checks the header, the size and the CRC before parsing, then validates every count against the bytes left
@@ -19,8 +20,11 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <string>
 
+#include "cache/key_offset.hpp"
 #include "kvq/cache.hpp"
+#include "kvq/codec.hpp"
 #include "kvq/crc32c.hpp"
 #include "kvq/error.hpp"
 
@@ -30,10 +34,12 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "cache files are written in the host's byte order");
 
 constexpr std::array<char, 8> kMagic{'K', 'V', 'Q', 'C', 'A', 'C', 'H', 'E'};
-// Version 2: kivi, turbo_mse and turbo_prod blocks in lane tiles (block_layout.hpp). Version 3: qjl signs in sign
-// tiles, turbo_prod value signs "rows in lanes" (layout::SignTiles). Older files hold earlier layouts and are not
-// read.
-constexpr uint32_t kVersion = 3, kOldestVersion = 3;
+// Version 2: kivi, turbo_mse and turbo_prod blocks in lane tiles (block_layout.hpp); version 1 files hold them in
+// the older token-major layout and are not read. Version 3 adds centered keys (the u8 center_keys and the key
+// offsets); a version 2 file is read as a cache without them. Version 4: qjl signs, and turbo_prod value signs, in
+// sign tiles (layout::SignTiles); older files with qjl keys or values or turbo_prod values are not read, the others
+// are.
+constexpr uint32_t kVersion = 4, kOldestVersion = 2, kSignTilesVersion = 4;
 constexpr size_t kHeaderBytes = 24;
 constexpr uint32_t kMaxSpecBytes = 1024;
 
@@ -106,7 +112,7 @@ int to_int(uint32_t v, const char* what) {
 class CacheFile {
  public:
   static void write(const KVCache& cache, std::ofstream& out);
-  static KVCache read(std::ifstream& in, uint64_t payload_bytes);
+  static KVCache read(std::ifstream& in, uint64_t payload_bytes, uint32_t version);
 };
 
 void CacheFile::write(const KVCache& cache, std::ofstream& out) {
@@ -119,6 +125,7 @@ void CacheFile::write(const KVCache& cache, std::ofstream& out) {
     w.num(static_cast<uint32_t>(v));
   w.num(static_cast<uint64_t>(c.capacity_pages));
   w.num(c.seed);
+  w.num(static_cast<uint8_t>(c.center_keys));
   w.str(c.key_codec);
   w.str(c.value_codec);
   w.num(static_cast<uint64_t>(cache.key_codecs_[0]->block_bytes()));
@@ -142,6 +149,8 @@ void CacheFile::write(const KVCache& cache, std::ofstream& out) {
       const size_t r = static_cast<size_t>(layer.residual_count);
       for (size_t half = 0; half < 2; ++half)  // keys, then values
         for (size_t h = 0; h < H; ++h) w.bytes(layer.residual.data() + (half * H + h) * slots * d, r * d * 4);
+      w.num(static_cast<uint8_t>(!layer.key_offset.empty()));
+      if (!layer.key_offset.empty()) w.bytes(layer.key_offset.data(), layer.key_offset.size() * 4);
     }
   }
   const uint32_t version = kVersion, crc = w.crc();
@@ -153,7 +162,7 @@ void CacheFile::write(const KVCache& cache, std::ofstream& out) {
   out.write(reinterpret_cast<const char*>(&payload), 8);
 }
 
-KVCache CacheFile::read(std::ifstream& in, uint64_t payload_bytes) {
+KVCache CacheFile::read(std::ifstream& in, uint64_t payload_bytes, uint32_t version) {
   Reader r(in, payload_bytes);
   CacheConfig c;
   c.n_layers = to_int(r.num<uint32_t>("n_layers"), "n_layers");
@@ -163,8 +172,16 @@ KVCache CacheFile::read(std::ifstream& in, uint64_t payload_bytes) {
   c.residual_tokens = to_int(r.num<uint32_t>("residual_tokens"), "residual_tokens");
   c.capacity_pages = r.num<uint64_t>("capacity_pages");
   c.seed = r.num<uint64_t>("seed");
+  c.center_keys = version >= 3 && r.num<uint8_t>("center_keys flag") != 0;
   c.key_codec = r.str("key codec spec");
   c.value_codec = r.str("value codec spec");
+  if (version < kSignTilesVersion) {
+    const std::string k = CodecSpec::parse(c.key_codec).name, v = CodecSpec::parse(c.value_codec).name;
+    KVQ_CHECK(k != "qjl" && v != "qjl" && v != "turbo_prod", "format version ", version, " holds ",
+              k == "qjl" ? "qjl key" : v == "qjl" ? "qjl value" : "turbo_prod value",
+              " blocks in an earlier sign layout (version ", kSignTilesVersion,
+              " moved their signs to sign tiles): write it again");
+  }
   const auto key_block = r.num<uint64_t>("key block bytes"), value_block = r.num<uint64_t>("value block bytes");
   const auto page_bytes = r.num<uint64_t>("page bytes");
 
@@ -219,6 +236,15 @@ KVCache CacheFile::read(std::ifstream& in, uint64_t payload_bytes) {
       for (size_t half = 0; half < 2; ++half)
         for (size_t h = 0; h < H; ++h)
           r.bytes(layer.residual.data() + (half * H + h) * slots * d, count * d * 4, "residual tokens");
+      if (version >= 3 && r.num<uint8_t>("key offset flag") != 0) {
+        KVQ_CHECK(detail::centers_keys(c) && n_pages > 0, "corrupt cache file: sequence ", id, " layer ", l,
+                  " has a key offset without centered keys and pages");
+        layer.key_offset.resize(H * d);
+        r.bytes(layer.key_offset.data(), H * d * 4, "key offset");
+      } else {
+        KVQ_CHECK(!detail::centers_keys(c) || n_pages == 0, "corrupt cache file: sequence ", id, " layer ", l,
+                  " has centered keys in pages but no key offset");
+      }
     }
   }
   KVQ_CHECK(r.left() == 0, "corrupt cache file: ", r.left(), " unread bytes at the end");
@@ -282,7 +308,7 @@ KVCache KVCache::load(const std::string& path) {
             ", the header says ", crc);
   in.seekg(static_cast<std::streamoff>(kHeaderBytes));
   try {
-    return CacheFile::read(in, payload);
+    return CacheFile::read(in, payload, version);
   } catch (const Error& e) {
     throw Error(detail::concat("KVCache::load: '", path, "': ", e.what()));
   }

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #endif
 
+#include "cache/key_offset.hpp"
 #include "cache/residual_window.hpp"
 #include "kvq/cache.hpp"
 #include "kvq/error.hpp"
@@ -103,7 +104,18 @@ void KVCache::train_layer(int layer, const float* keys, const float* values, siz
   for (const auto& [id, seq] : sequences_)
     KVQ_CHECK(seq.layers[static_cast<size_t>(layer)].pages.empty(), "KVCache::train_layer(", layer, "): sequence ", id,
               " already holds encoded tokens in this layer; train before appending");
-  key_codecs_[static_cast<size_t>(layer)]->train(keys, n);
+  if (detail::centers_keys(config_)) {
+    const size_t d = static_cast<size_t>(config_.head_dim);
+    std::vector<double> mean(d, 0.0);
+    for (size_t i = 0; i < n; ++i)
+      for (size_t c = 0; c < d; ++c) mean[c] += keys[i * d + c];
+    std::vector<float> centered(keys, keys + n * d);
+    for (size_t i = 0; i < n; ++i)
+      for (size_t c = 0; c < d; ++c) centered[i * d + c] -= static_cast<float>(mean[c] / static_cast<double>(n));
+    key_codecs_[static_cast<size_t>(layer)]->train(centered.data(), n);
+  } else {
+    key_codecs_[static_cast<size_t>(layer)]->train(keys, n);
+  }
   value_codecs_[static_cast<size_t>(layer)]->train(values, n);
 }
 
@@ -205,6 +217,8 @@ void KVCache::append(SeqId seq, int layer, const float* keys, const float* value
   const size_t slots = residual_slots();
   float* window_k = ls.residual.data();
   float* window_v = window_k + H * slots * d;
+  detail::CenteredKeys centered(detail::centers_keys(config_), ls.key_offset, window_k, H, slots, d, u, keys, n_tokens, T,
+                                n_pages > 0);
   auto stream_token = [&](const float* window, const float* fresh, size_t idx, size_t h) {
     return idx < u ? window + (h * slots + idx) * d : fresh + ((idx - u) * H + h) * d;
   };
@@ -216,7 +230,8 @@ void KVCache::append(SeqId seq, int layer, const float* keys, const float* value
     for (size_t h = 0; h < H; ++h) {
       const int head = static_cast<int>(h);
       for (size_t t = 0; t < T; ++t)
-        std::memcpy(block.data() + t * d, stream_token(window_k, keys, j * T + t, h), d * sizeof(float));
+        std::memcpy(block.data() + t * d, stream_token(centered.window(), centered.fresh(), j * T + t, h),
+                    d * sizeof(float));
       kc.encode(block.data(), static_cast<int>(T), p + key_block_offset(head));
       for (size_t t = 0; t < T; ++t)
         std::memcpy(block.data() + t * d, stream_token(window_v, values, j * T + t, h), d * sizeof(float));
@@ -228,7 +243,8 @@ void KVCache::append(SeqId seq, int layer, const float* keys, const float* value
   for (size_t j = 0; j < n_pages; ++j) ls.pages.push_back(free_[free_.size() - 1 - j]);
   free_.resize(free_.size() - n_pages);
   const size_t encoded = n_pages * T;
-  detail::advance_window(window_k, H, slots, d, u, encoded, keys, n_tokens);
+  centered.commit(window_k, ls.key_offset);
+  detail::advance_window(window_k, H, slots, d, u, encoded, centered.fresh(), n_tokens);
   detail::advance_window(window_v, H, slots, d, u, encoded, values, n_tokens);
   ls.residual_count = static_cast<int>(total - encoded);
 }
@@ -259,6 +275,7 @@ LayerView KVCache::view(SeqId seq, int layer) const {
   v.residual_keys = ls.residual.data();
   v.residual_values = ls.residual.data() + static_cast<size_t>(config_.n_kv_heads) * head_stride;
   v.residual_stride = head_stride;
+  if (!ls.key_offset.empty()) v.key_offset = ls.key_offset.data();
   return v;
 }
 
@@ -273,10 +290,11 @@ CacheMemory KVCache::memory() const {
     for (const auto& layer : seq.layers) {
       m.residual_bytes += layer.residual.size() * sizeof(float);
       m.block_table_bytes += layer.pages.size() * sizeof(PageId);
+      m.key_offset_bytes += layer.key_offset.size() * sizeof(float);
     }
   for (int l = 0; l < config_.n_layers; ++l)
     m.codec_state_bytes += key_codec(l).state().size() + value_codec(l).state().size();
-  const size_t rest = m.residual_bytes + m.block_table_bytes + m.codec_state_bytes;
+  const size_t rest = m.residual_bytes + m.block_table_bytes + m.codec_state_bytes + m.key_offset_bytes;
   m.used_bytes = m.encoded_bytes + rest;
   m.total_bytes = m.pool_bytes + rest;
   m.bits_per_element =

@@ -7,6 +7,7 @@
 #include <map>
 #include <utility>
 
+#include "cache/key_offset.hpp"
 #include "cache/residual_window.hpp"
 #include "cuda/device_memory.hpp"
 #include "kvq/cuda.hpp"
@@ -48,6 +49,7 @@ struct DeviceKVCache::Impl {
     int window_count = 0;
     std::vector<float> window;  // keys [H][slots][d], then values
     DevicePtr<float> window_dev;
+    std::vector<float> key_offset;  // centered keys (cache.hpp): [H][d] once the first page is encoded
   };
   struct Sequence {
     std::vector<Layer> layers;
@@ -165,6 +167,7 @@ DeviceKVCache::DeviceKVCache(const KVCache& host, size_t capacity_pages, int dev
       }
       m.push_pages(dl, ids.data(), ids.size());
       dl.window_count = v.residual_count;
+      if (v.key_offset != nullptr) dl.key_offset.assign(v.key_offset, v.key_offset + H * d);
       const size_t head = m.slots() * d;
       for (size_t h = 0; h < H; ++h) {
         std::memcpy(dl.window.data() + h * head, v.residual_key(static_cast<int>(h)),
@@ -237,6 +240,8 @@ void DeviceKVCache::append(SeqId seq, int layer, const float* keys, const float*
   const size_t slots = m.slots();
   float* window_k = ls.window.data();
   float* window_v = window_k + H * slots * d;
+  kvq::detail::CenteredKeys centered(kvq::detail::centers_keys(m.config), ls.key_offset, window_k, H, slots, d, u, keys, n_tokens,
+                                     T, n_pages > 0);
   auto stream_token = [&](const float* window, const float* fresh, size_t idx, size_t h) {
     return idx < u ? window + (h * slots + idx) * d : fresh + ((idx - u) * H + h) * d;
   };
@@ -247,7 +252,8 @@ void DeviceKVCache::append(SeqId seq, int layer, const float* keys, const float*
     uint8_t* p = staged.data() + j * m.page_bytes;
     for (size_t h = 0; h < H; ++h) {
       for (size_t t = 0; t < T; ++t)
-        std::memcpy(block.data() + t * d, stream_token(window_k, keys, j * T + t, h), d * sizeof(float));
+        std::memcpy(block.data() + t * d, stream_token(centered.window(), centered.fresh(), j * T + t, h),
+                    d * sizeof(float));
       kc.encode(block.data(), static_cast<int>(T), p + h * m.key_stride);
       for (size_t t = 0; t < T; ++t)
         std::memcpy(block.data() + t * d, stream_token(window_v, values, j * T + t, h), d * sizeof(float));
@@ -262,7 +268,8 @@ void DeviceKVCache::append(SeqId seq, int layer, const float* keys, const float*
   m.free.resize(m.free.size() - n_pages);
 
   const size_t encoded = n_pages * T;
-  kvq::detail::advance_window(window_k, H, slots, d, u, encoded, keys, n_tokens);
+  centered.commit(window_k, ls.key_offset);
+  kvq::detail::advance_window(window_k, H, slots, d, u, encoded, centered.fresh(), n_tokens);
   kvq::detail::advance_window(window_v, H, slots, d, u, encoded, values, n_tokens);
   ls.window_count = static_cast<int>(total - encoded);
   m.upload_window(ls);
@@ -297,6 +304,7 @@ SeqId DeviceKVCache::add_sequence_repeating(SeqId src, size_t n_tokens) {
                                      cudaMemcpyDeviceToDevice));
     }
     m.push_pages(s.layers[l], ids.data(), n_pages);
+    s.layers[l].key_offset = from.layers[l].key_offset;
   }
   KVQ_CUDA_CHECK(cudaDeviceSynchronize());
   return id;

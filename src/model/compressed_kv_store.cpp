@@ -29,6 +29,7 @@ CacheConfig cache_config(const KvShape& shape, int capacity, const KvCacheSpec& 
   c.capacity_pages = static_cast<size_t>(shape.n_layers) *
                      ((static_cast<size_t>(capacity) + spec.block_tokens - 1) / std::max(spec.block_tokens, 1));
   c.seed = spec.seed;
+  c.center_keys = spec.center_keys;
   return c;
 }
 

@@ -82,6 +82,7 @@ std::string KvCacheSpec::label() const {
   if (!compressed()) return "fp32 (no cache)";
   std::string s = key_codec + "/" + value_codec;
   for (size_t i = 0; i < layers.size(); ++i) s += (i == 0 ? "@layers " : ",") + std::to_string(layers[i]);
+  if (center_keys) s += " (centered keys)";
   return s;
 }
 

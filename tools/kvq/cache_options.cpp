@@ -19,6 +19,9 @@ void add_layout_options(CLI::App& cmd, KvCacheSpec& spec) {
       ->capture_default_str();
   cmd.add_option("--block-tokens", spec.block_tokens, "tokens per cache page: 64 or 128")->capture_default_str();
   cmd.add_option("--cache-seed", spec.seed, "seed of the codecs' rotations and sketches")->capture_default_str();
+  cmd.add_flag("--center-keys", spec.center_keys,
+               "store quantized keys minus their first-page mean (attention is the same either way; the codecs "
+               "quantize the per-token part more finely: Gemma 3 gains, SmolLM2 loses, docs/quality.md)");
   cmd.add_option("--layers", spec.layers,
                  "compress only these layers (e.g. --layers 0 5), the others f16: which layers a codec hurts");
 }

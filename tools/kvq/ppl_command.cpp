@@ -39,6 +39,7 @@ void print(const PplOptions& o, const PerplexityResult& r, const CacheQuality& q
                                 {"k", q.cache.key_codec},
                                 {"v", q.cache.value_codec},
                                 {"residual", q.cache.residual_tokens},
+                                {"center_keys", q.cache.center_keys},
                                 {"ctx", o.ctx},
                                 {"chunk", o.chunk},
                                 {"calib_tokens", calib_tokens},
