@@ -76,7 +76,14 @@ const std::vector<Pair>& fused_pairs() {
                                        {"int8", "turbo_mse:2", "fused_int8_turbo_mse"},
                                        {"kivi:2", "turbo_mse:3", "fused_kivi_turbo_mse"},
                                        {"turbo_prod:3", "turbo_mse:3", "fused_turbo_prod_turbo_mse"},
-                                       {"turbo_prod:3,rot=srft", "int4", "fused_turbo_prod_int4"}};
+                                       {"turbo_prod:3,rot=srft", "int4", "fused_turbo_prod_int4"},
+                                       {"turbo_mse:1", "turbo_mse:1", "fused_turbo_mse_turbo_mse"},
+                                       {"turbo_prod:2", "turbo_prod:2", "fused_turbo_prod_turbo_prod"},
+                                       {"turbo_prod:4", "turbo_mse:1", "fused_turbo_prod_turbo_mse"},
+                                       {"f16", "turbo_prod:3", "fused_f16_turbo_prod"},
+                                       {"kivi:4", "turbo_prod:4,rot=srft", "fused_kivi_turbo_prod"},
+                                       {"qjl", "turbo_prod:3", "fused_qjl_turbo_prod"},
+                                       {"qjl:256", "int8", "fused_qjl_int8"}};
   return pairs;
 }
 
@@ -174,7 +181,7 @@ TEST(AttentionKernels, F16ExtremesDecodeExactly) {
 }
 
 // Causal prefill runs the same kernels: query rows n_pos x G in passes of up to 8, masks inside pages; kivi,
-// turbo_mse and turbo_prod blocks among them.
+// turbo_mse, turbo_prod and qjl blocks among them.
 TEST(AttentionKernels, PrefillOfEveryIsaMatchesCausalReference) {
   KVQ_FRESH_SEED();
   const size_t end = std::numeric_limits<size_t>::max();
@@ -189,6 +196,8 @@ TEST(AttentionKernels, PrefillOfEveryIsaMatchesCausalReference) {
     check_prefill({128, 64, 0, 1, 2, {150}, true}, "int8", "int8", seed + 3, {7, 64}, {0, end});
     check_prefill({64, 64, 0, 1, 4, {150}, true}, "kivi:2", "turbo_mse:3", seed + 4, {7, 64}, {0, 63, end});
     check_prefill({128, 64, 64, 1, 2, {200}, true}, "turbo_prod:3", "kivi:4", seed + 5, {1, 100}, {5, end});
+    check_prefill({64, 64, 0, 1, 4, {150}, true}, "qjl", "turbo_prod:2", seed + 6, {7, 64}, {0, 63, end});
+    check_prefill({128, 64, 0, 1, 2, {150}, false}, "turbo_prod:4", "turbo_mse:1", seed + 7, {1, 64}, {5, end});
   }
 }
 
@@ -265,7 +274,12 @@ TEST(AttentionKernelsDispatch, UnknownIsaIsAnError) {
 
 TEST(AttentionKernelsDispatch, PairsWithoutAFusedKernelRunTheGenericLoop) {
   for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
-           {"f32", "f16"}, {"f16", "bf16"}, {"int8", "f32"}, {"turbo_mse:1", "f16"}, {"qjl", "kivi:4"}}) {
+           {"f32", "f16"},
+           {"f16", "bf16"},
+           {"int8", "f32"},
+           {"turbo_rvq:2", "f16"},
+           {"qjl:40", "kivi:4"},  // sign tiles of 32 rows: m a multiple of 32 only
+           {"int4", "qjl"}}) {    // qjl values
     CacheConfig cfg;
     cfg.key_codec = k;
     cfg.value_codec = v;

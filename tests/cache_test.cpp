@@ -12,6 +12,8 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "cache_test_util.hpp"
 #include "kvq/attention.hpp"
@@ -409,6 +411,44 @@ TEST(CacheFile, EveryCodecRoundTrips) {
   std::filesystem::remove(path);
 }
 
+// Version 4 moved qjl's signs and turbo_prod's value signs to sign tiles: a version 3 file holding them is refused,
+// naming why; one without them (the same bytes otherwise) still loads.
+TEST(CacheFile, Version3FilesLoadUnlessTheirSignsUseTheOldLayout) {
+  KVQ_FRESH_SEED();
+  const std::string path = temp_path("version3.kvq"), old = temp_path("version3_old.kvq");
+  for (const auto& [k, v, refused] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"qjl", "int4", "qjl key"},
+           {"int4", "turbo_prod:3", "turbo_prod value"},
+           {"f16", "qjl", "qjl value"},
+           {"turbo_prod:3", "turbo_mse:3", ""},
+           {"int4", "kivi:2", ""}}) {
+    SCOPED_TRACE(k + "/" + v);
+    CacheConfig cfg = small_config(k, v, 64, 0, 8);  // no window: 100 tokens fill a page
+    cfg.n_layers = 1;
+    KVCache cache(cfg);
+    test::train_if_needed(cache, seed);
+    const SeqId s = cache.add_sequence();
+    append_range(cache, s, 0, make_tokens(cfg, 100, seed, true), 0, 100);
+    ASSERT_EQ(cache.view(s, 0).pages.size(), 1u);
+    cache.save(path);
+    auto bytes = read_file(path);
+    ASSERT_EQ(bytes[8], 4);
+    bytes[8] = 3;
+    write_file(old, bytes);
+    if (refused.empty()) {
+      const KVCache loaded = KVCache::load(old);
+      EXPECT_EQ(std::memcmp(cache.page(cache.view(s, 0).pages[0]), loaded.page(loaded.view(s, 0).pages[0]),
+                            cache.page_bytes()),
+                0);
+    } else {
+      expect_error([&] { KVCache::load(old); }, "format version 3 holds " + refused +
+                                                    " blocks in an earlier sign layout (version 4 moved");
+    }
+  }
+  std::filesystem::remove(path);
+  std::filesystem::remove(old);
+}
+
 TEST(CacheFile, DamagedForeignAndNewerFilesGiveClearErrors) {
   KVQ_FRESH_SEED();
   Filled f = make_filled(seed);
@@ -434,8 +474,8 @@ TEST(CacheFile, DamagedForeignAndNewerFilesGiveClearErrors) {
   foreign[3] = 'X';
   load_error(foreign, "not a kvq cache file");
   auto newer = good;
-  newer[8] = 4;
-  load_error(newer, "format version 4, newer than this build reads (3)");
+  newer[8] = 5;
+  load_error(newer, "format version 5, newer than this build reads (4)");
   auto older = good;
   older[8] = 1;
   load_error(older, "format version 1, older than this build reads (2)");

@@ -14,6 +14,7 @@
 
 #include "codec/lloyd_max.hpp"
 #include "kvq/bitpack.hpp"
+#include "kvq/block_layout.hpp"
 #include "kvq/codec.hpp"
 #include "kvq/distortion.hpp"
 #include "kvq/error.hpp"
@@ -497,9 +498,11 @@ TEST(TurboProd, ResidualIsSketchedAgainstTheDecodedMsePart) {
 
 TEST(TurboProd, BlockLayoutAndBits) {
   for (int b = 2; b <= 4; ++b) {
-    const auto codec = make_codec("turbo_prod:" + std::to_string(b), CodecParams{128, 64, 0, Role::key});
-    EXPECT_EQ(codec->block_bytes(), static_cast<size_t>(64 * 16 * (b - 1) + 128 + 64 * 16 + 128));
-    EXPECT_DOUBLE_EQ(codec->bits_per_element(), b + 0.25);
+    for (Role role : {Role::key, Role::value}) {  // keys and values tile their signs differently, in equal bytes
+      const auto codec = make_codec("turbo_prod:" + std::to_string(b), CodecParams{128, 64, 0, role});
+      EXPECT_EQ(codec->block_bytes(), static_cast<size_t>(64 * 16 * (b - 1) + 128 + 64 * 16 + 128));
+      EXPECT_DOUBLE_EQ(codec->bits_per_element(), b + 0.25);
+    }
   }
 }
 
@@ -533,7 +536,9 @@ TEST(Qjl, ScoresMatchTheEstimatorInDouble) {
     const std::string spec = m == d ? "qjl" : "qjl:" + std::to_string(m);
     const auto codec = make_codec(spec, CodecParams{d, kT, seed, Role::key});
     ASSERT_EQ(codec->space_dim(), m);
-    EXPECT_EQ(codec->block_bytes(), (kT * m / 8 + 15) / 16 * 16 + 2 * kT);
+    const layout::Qjl l{static_cast<size_t>(d), kT, static_cast<size_t>(m)};
+    EXPECT_EQ(codec->block_bytes(), 16 * ((m + 31) / 32 * 32) / 8 + 2 * kT);  // sign tiles of 16 tokens x 32 rows
+    EXPECT_EQ(codec->block_bytes(), l.block_bytes());
     const auto s = space_matrix(*codec);
     double mean = 0, sq = 0;
     for (double v : s) mean += v, sq += v * v;
@@ -550,11 +555,12 @@ TEST(Qjl, ScoresMatchTheEstimatorInDouble) {
       const std::vector<double> kt(k.begin() + t * d, k.begin() + (t + 1) * d);
       const auto sk = times(s, 0, m, kt);
       uint16_t h;
-      std::memcpy(&h, block.data() + (kT * m / 8 + 15) / 16 * 16 + 2 * t, 2);
+      std::memcpy(&h, block.data() + l.norms_offset() + 2 * t, 2);
       EXPECT_EQ(h, f32_to_f16(static_cast<float>(std::sqrt(dot(kt.data(), kt.data(), d)))));
       std::vector<double> sign(m);
       for (int i = 0; i < m; ++i) {
-        const bool bit = (block[t * m / 8 + i / 8] >> (i % 8)) & 1;
+        const size_t ut = static_cast<size_t>(t), ui = static_cast<size_t>(i);
+        const bool bit = (block[l.signs().byte(ut, ui)] >> l.signs().shift(ut, ui)) & 1;
         if (std::abs(sk[i]) > 1e-4) {
           ASSERT_EQ(bit, sk[i] > 0) << "token " << t << " row " << i;
         }

@@ -116,9 +116,9 @@ static_assert(Kivi{128, 64, 4, 32, false}.block_bytes() == 5120);  // 5
 
 
 // ---- turbo_mse / turbo_prod / qjl / turbo_rvq ------------------------------------------------------------------
-// turbo_mse and turbo_prod indices lie in 64-byte lane tiles (LaneCodes); the others' indices are packed per token
-// in the bitpack.hpp order (3-bit: 8 indices in 3 bytes), d a multiple of 16, so every token's codes fill whole
-// bytes. c is the Lloyd–Max codebook of a sphere coordinate in R^d (lloyd_max.hpp),
+// turbo_mse and turbo_prod indices lie in 64-byte lane tiles (LaneCodes), qjl and turbo_prod sign bits too
+// (SignTiles); turbo_rvq's indices are packed per token in the bitpack.hpp order (3-bit: 8 indices in 3 bytes), d a
+// multiple of 16, so every token's codes fill whole bytes. c is the Lloyd–Max codebook of a sphere coordinate in R^d (lloyd_max.hpp),
 // R the codec's rotation, S its m x d Gaussian sketch, and sign bit i is set when (S v)_i >= 0.
 
 // turbo_mse:b   [codes: LaneCodes] [norms: T x fp16 ||x_t||]
@@ -175,39 +175,54 @@ struct TurboMse {
 };
 static_assert(TurboMse{128, 64, 3}.block_bytes() == 64 * 48 + 64 * 2);  // 3.125 bits per element
 
-// qjl:m   [signs: T x m/8, sign(S k_t)] [norms: T x fp16 ||k_t||]
-//   <q, k_t> ~= sqrt(pi/2)/m ||k_t|| <S q, sign(S k_t)>; (m + 16)/d bits per element.
+// SignTiles: the sign bits of m sketch rows per token (qjl, turbo_prod), in 64-byte tiles of 16 little-endian
+// 32-bit lanes, so that the fused kernels test one bit of 16 tokens (keys) or 16 rows (values) at once:
+//   keys, "tokens in lanes": tile (a, k) holds tokens 16a..16a+15 x rows 32k..32k+31, bit r of lane l set when row
+//     32k + r of token 16a + l is >= 0; at byte 64 (a M/32 + k), M = m rounded up to 32; the tiles cover T rounded
+//     up to 16 tokens.
+//   values, "rows in lanes": tile (a, k) holds tokens 32a..32a+31 x rows 16k..16k+15, bit j of lane l set when row
+//     16k + l of token 32a + j is >= 0; at byte 64 (a M/16 + k), M = m rounded up to 16; the tiles cover T rounded
+//     up to 32 tokens.
+//   The padding rows and tokens are zero bits.
+struct SignTiles {
+  size_t m, T;
+  bool key;
+  constexpr size_t rows() const { return key ? (m + 31) / 32 * 32 : (m + 15) / 16 * 16; }  // M
+  constexpr size_t tokens() const { return key ? (T + 15) / 16 * 16 : (T + 31) / 32 * 32; }
+  constexpr size_t bytes() const { return tokens() * rows() / 8; }
+  /// Row r of token t: bit shift(t, r) of byte byte(t, r), from the section's start.
+  constexpr size_t byte(size_t t, size_t r) const {
+    if (key) return 64 * (t / 16 * (rows() / 32) + r / 32) + 4 * (t % 16) + r % 32 / 8;
+    return 64 * (t / 32 * (rows() / 16) + r / 16) + 4 * (r % 16) + t % 32 / 8;
+  }
+  constexpr unsigned shift(size_t t, size_t r) const { return static_cast<unsigned>(key ? r % 8 : t % 8); }
+};
+
+// qjl:m   [signs: SignTiles, "tokens in lanes" (keys) whatever the role] [norms: T x fp16 ||k_t||]
+//   <q, k_t> ~= sqrt(pi/2)/m ||k_t|| <S q, sign(S k_t)>; (M + 16)/d bits per element (T a multiple of 16).
 struct Qjl {
   size_t d, T, m;
-  constexpr size_t sign_bytes() const { return m / 8; }  // per token
-  constexpr size_t norms_offset() const { return align16(T * sign_bytes()); }
+  constexpr SignTiles signs() const { return {m, T, true}; }
+  constexpr size_t norms_offset() const { return align16(signs().bytes()); }
   constexpr size_t block_bytes() const { return norms_offset() + 2 * T; }
 };
 static_assert(Qjl{128, 64, 128}.block_bytes() == 64 * 16 + 64 * 2);  // 1.125 bits per element
 
-// turbo_prod:b   [turbo_mse:(b-1) codes (LaneCodes)] [norms: T x fp16 ||x_t||] [signs: sign(S r_t)]
+// turbo_prod:b   [turbo_mse:(b-1) codes (LaneCodes)] [norms: T x fp16 ||x_t||] [signs: SignTiles of sign(S r_t)]
 //                [residual norms: T x fp16 ||r_t||]
-//   signs in 64-byte tiles, "tokens in lanes": tile (a, k) holds tokens 16a..16a+15 x sketch rows 32k..32k+31, bit
-//   r of lane l set when row 32k + r of S r_t is >= 0 (t = 16a + l), at byte 64 (a M/32 + k), M = m rounded up to
-//   32; the tiles cover T rounded up to 16 tokens, the padding zero.
 //   x^mse_t = ||x_t|| R^T c[idx_t] (as decoded), r_t = x_t - x^mse_t, m = d;
 //   x_t ~= x^mse_t + sqrt(pi/2)/m ||r_t|| S^T sign(S r_t); (b-1) + 1 + 32/d bits per element.
 struct TurboProd {
   size_t d, T, bits, m;
   bool key = true;
   constexpr TurboMse mse() const { return {d, T, bits - 1, key}; }
-  constexpr size_t sign_rows() const { return (m + 31) / 32 * 32; }  // M
+  constexpr SignTiles signs() const { return {m, T, key}; }
   constexpr size_t signs_offset() const { return align16(mse().block_bytes()); }
-  constexpr size_t residual_norms_offset() const {
-    return align16(signs_offset() + (T + 15) / 16 * 16 * sign_rows() / 8);
-  }
-  /// The byte (from the block's start) holding sign row r of token t, at bit r % 8.
-  constexpr size_t sign_byte(size_t t, size_t r) const {
-    return signs_offset() + 64 * (t / 16 * (sign_rows() / 32) + r / 32) + 4 * (t % 16) + r % 32 / 8;
-  }
+  constexpr size_t residual_norms_offset() const { return align16(signs_offset() + signs().bytes()); }
   constexpr size_t block_bytes() const { return residual_norms_offset() + 2 * T; }
 };
 static_assert(TurboProd{128, 64, 3, 128}.block_bytes() == 64 * 32 + 128 + 64 * 16 + 128);  // 3.25 bits per element
+static_assert(TurboProd{128, 64, 3, 128, false}.block_bytes() == 64 * 32 + 128 + 64 * 16 + 128);
 
 // turbo_rvq:b   [stage-1 codes: T x b*d/8] [stage-2 codes: T x b*d/8] [norms: T x fp16 ||x_t||]
 //   x_t = ||x_t|| R^T (c[i1_t] + c2[i2_t]), c2 the Lloyd–Max codebook of the stage-1 residual; 2b + 16/d bits

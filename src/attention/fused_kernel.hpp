@@ -1,4 +1,4 @@
-// The fused page loop over f16, int8, int4, kivi, turbo_mse and turbo_prod blocks, written once over an instruction
+// The fused page loop over f16, int8, int4, kivi, turbo_mse, turbo_prod and qjl blocks, written once over an instruction
 // set's vector traits V and included only by the per-ISA translation units (kernels_avx2.cpp, kernels_avx512.cpp,
 // kernels_avx512_vnni.cpp), which compile it with their target flags. Everything here has internal linkage
 // (kernel_args.hpp says why).
@@ -22,9 +22,13 @@
 //   turbo_mse keys and values (x = ||x|| c[idx]): LaneCodes tiles, each chunk of 32 elements of a lane decoded into
 //     four nibble lanes (a shift and a bit select), each element by a shift and a 16-entry table lookup; then as the
 //     int formats with the norms as the per-token scales (one group of d channels).
-//   turbo_prod:3 keys: the turbo_mse:2 part as above, plus ||r_t|| sqrt(pi/2)/m <S q, sign_t> from sign tiles of
-//     16 tokens x 32 rows: the sum of (S q)_r over the set bits P (a masked add per row, off the FMA pipes), then
-//     <S q, sign_t> = 2 P - sum_r (S q)_r; the query rows are [R q | S q] (KernelArgs::key_space floats).
+//   turbo_prod:b keys: the turbo_mse:(b-1) part as above, plus ||r_t|| sqrt(pi/2)/m <S q, sign_t> from sign tiles
+//     of 16 tokens x 32 rows: the sum of (S q)_r over the set bits P (a masked add per row, off the FMA pipes),
+//     then <S q, sign_t> = 2 P - sum_r (S q)_r; the query rows are [R q | S q] (KernelArgs::key_space floats).
+//   qjl keys: the sign part alone, with ||k_t||; the query rows are S q.
+//   turbo_prod:b values: the turbo_mse:(b-1) part as above into the first d floats of an output row, and
+//     sum_t p_t ||r_t|| sqrt(pi/2)/m sign_t,r into the m after them, from sign tiles of 32 tokens x 16 rows (one lane
+//     per row): a masked add of the token's weight per token, as the keys' rows.
 //   kivi keys and values: the int tiles with unsigned codes q (x = m + s q). Keys: per page the queries times the
 //     channel scales s_c and the bias <q, m> (one per query), then the int key loop without token scales. Values:
 //     the int value loop with the weights p_t s_t,g, plus sum_t p_t m_t,g added to every channel of group g.
@@ -71,16 +75,30 @@ constexpr int bits_of(BlockFormat f) { return f == BlockFormat::int8 ? 8 : f == 
 constexpr bool is_kivi(BlockFormat f) { return f == BlockFormat::kivi2 || f == BlockFormat::kivi4; }
 constexpr bool is_int(BlockFormat f) { return f == BlockFormat::int8 || f == BlockFormat::int4; }
 constexpr bool is_turbo(BlockFormat f) {
-  return f == BlockFormat::turbo2 || f == BlockFormat::turbo3 || f == BlockFormat::turbo4;
+  return f == BlockFormat::turbo1 || f == BlockFormat::turbo2 || f == BlockFormat::turbo3 || f == BlockFormat::turbo4;
 }
-constexpr int turbo_bits(BlockFormat f) { return f == BlockFormat::turbo2 ? 2 : f == BlockFormat::turbo3 ? 3 : 4; }
+constexpr bool is_prod(BlockFormat f) {
+  return f == BlockFormat::prod2 || f == BlockFormat::prod3 || f == BlockFormat::prod4;
+}
+// The bits of a turbo_mse block's indices, or of a turbo_prod block's turbo_mse part.
+constexpr int turbo_bits(BlockFormat f) {
+  using F = BlockFormat;
+  return f == F::turbo1 || f == F::prod2 ? 1 : f == F::turbo2 || f == F::prod3 ? 2 : f == F::turbo3 || f == F::prod4 ? 3 : 4;
+}
 
-// Prefetches the next page's block at the pace the current one is read: step(u, n) after unit u of n.
+// Prefetches the next page's block at the pace the current one is read, one page ahead: either along(p) beside each
+// load of a line p of the current block (the line at the same offset in the next block: the prefetches spread
+// evenly through the inner loop, a line per line read), or step(u, n) after unit u of n of the current block.
 template <class V>
 struct Prefetch {
-  const uint8_t* next = nullptr;  // null: nothing to prefetch
+  const uint8_t* next = nullptr;  // null: nothing to prefetch (the last page)
   size_t bytes = 0, done = 0;
+  ptrdiff_t ahead = 0;  // next - the current block; 0 on the last page (along() then touches lines being read)
 
+  Prefetch(const uint8_t* block, const uint8_t* next_block, size_t block_bytes)
+      : next(next_block), bytes(block_bytes), ahead(next_block ? next_block - block : 0) {}
+
+  void along(const uint8_t* p) const { V::prefetch(p + ahead); }
   void step(size_t unit, size_t units) {
     if (!next) return;
     for (const size_t target = bytes * (unit + 1) / units; done < target; done += 64) V::prefetch(next + done);
@@ -91,14 +109,15 @@ size_t key_block_bytes(const KernelArgs& a, BlockFormat f) {
   const size_t d = static_cast<size_t>(a.d), T = static_cast<size_t>(a.T);
   if (f == BlockFormat::f16) return 2 * T * d;
   if (is_kivi(f)) return a.key_scales_offset + 2 * d;
-  if (is_turbo(f)) return a.key_scales_offset + 2 * T;
-  if (f == BlockFormat::prod3) return a.key_residual_norms_offset + 2 * T;
+  if (is_turbo(f) || f == BlockFormat::qjl) return a.key_scales_offset + 2 * T;
+  if (is_prod(f)) return a.key_residual_norms_offset + 2 * T;
   return a.key_scales_offset + 2 * T * (d / static_cast<size_t>(a.key_group));
 }
 
 size_t value_block_bytes(const KernelArgs& a, BlockFormat f) {
   const size_t d = static_cast<size_t>(a.d), T = static_cast<size_t>(a.T);
   if (is_turbo(f)) return a.value_scales_offset + 2 * T;
+  if (is_prod(f)) return a.value_residual_norms_offset + 2 * T;
   return f == BlockFormat::f16 ? 2 * T * d : a.value_scales_offset + 2 * T * (d / static_cast<size_t>(a.value_group));
 }
 
@@ -116,12 +135,13 @@ void key_scores_f16(const KernelArgs& a, const float* q, const uint8_t* block, P
         for (int i = 0; i < NQ; ++i) acc[u][i] = V::zero();
       for (int c = 0; c < nv; ++c)
         for (int u = 0; u < TT; ++u) {
-          const auto k = V::load_f16(block + 2 * (static_cast<size_t>(t0 + tt + u) * d + c * W));
+          const uint8_t* line = block + 2 * (static_cast<size_t>(t0 + tt + u) * d + c * W);
+          const auto k = V::load_f16(line);
           for (int i = 0; i < NQ; ++i) acc[u][i] = V::fma(k, V::load(q + i * d + c * W), acc[u][i]);
+          if ((c * W) % 32 == 0) pf.along(line);
         }
       for (int u = 0; u < TT; ++u)
         for (int i = 0; i < NQ; ++i) V::store(part[i] + (tt + u) * W, acc[u][i]);
-      pf.step(static_cast<size_t>(t0 + tt), static_cast<size_t>(T));
     }
     for (int i = 0; i < NQ; ++i) V::store(s + i * T + t0, V::transpose_sum(part[i]));
   }
@@ -168,13 +188,14 @@ void key_scores_f16_split(const KernelArgs& a, const float* qs, const uint8_t* b
       for (int c = 0; c < d; c += 2 * W)
         for (int u = 0; u < TT; ++u) {
           typename V::F even, odd;
-          V::f16_split(block + 2 * (static_cast<size_t>(t0 + tt + u) * d + c), even, odd);
+          const uint8_t* line = block + 2 * (static_cast<size_t>(t0 + tt + u) * d + c);
+          V::f16_split(line, even, odd);
           for (int i = 0; i < NQ; ++i)
             acc[u][i] = V::fma(odd, V::load(qs + i * d + c + W), V::fma(even, V::load(qs + i * d + c), acc[u][i]));
+          if (c % 32 == 0) pf.along(line);
         }
       for (int u = 0; u < TT; ++u)
         for (int i = 0; i < NQ; ++i) V::store(part[i] + (tt + u) * W, acc[u][i]);
-      pf.step(static_cast<size_t>(t0 + tt), static_cast<size_t>(T));
     }
     for (int i = 0; i < NQ; ++i) V::store(s + i * T + t0, V::transpose_sum(part[i]));
   }
@@ -255,6 +276,9 @@ template <class V, int Bits>
 void nibble_lanes(const uint8_t* p, typename V::I n[4]) {
   if constexpr (Bits == 4) {
     for (int v = 0; v < 4; ++v) n[v] = V::load_i(p + 64 * v);
+  } else if constexpr (Bits == 1) {  // the bit of element 8v + j at 4j + (v + 2) % 4 goes to 4j + 2
+    const auto bits = V::load_i(p);
+    n[0] = bits, n[1] = V::template shr<1>(bits), n[2] = V::template shl<2>(bits), n[3] = V::template shl<1>(bits);
   } else {
     const auto low0 = V::load_i(p), low1 = V::load_i(p + 64);
     if constexpr (Bits == 2) {
@@ -301,10 +325,11 @@ void key_scores_turbo(const KernelArgs& a, const float* q, const uint8_t* block,
   }
 }
 
-// turbo_prod:3 keys: s = ||k_t|| <R q, c[idx_t]> + sqrt(pi/2)/m ||r_t|| <S q, sign_t>; q rows [R q | S q].
-template <class V, int NQ>
+// turbo_prod keys: s = ||k_t|| <R q, c[idx_t]> + sqrt(pi/2)/m ||r_t|| <S q, sign_t>; q rows [R q | S q]; Bits: of
+// the turbo_mse part.
+template <class V, int NQ, int Bits>
 void key_scores_turbo_prod(const KernelArgs& a, const float* q, const uint8_t* block, Prefetch<V>& pf, float* s) {
-  constexpr int W = V::W, Bits = 2;
+  constexpr int W = V::W;
   const int d = a.d, T = a.T, qs = a.key_space, m = qs - d, chunks = d / 32, n_vec = T / W;
   const auto table = V::load_table(a.key_levels);
   const uint8_t* norms = block + a.key_scales_offset;
@@ -345,6 +370,49 @@ void key_scores_turbo_prod(const KernelArgs& a, const float* q, const uint8_t* b
     for (int i = 0; i < NQ; ++i) {
       const auto signed_sum = V::sub(V::mul(V::set1(2.0f), V::add(set[0][i], set[1][i])), V::set1(sketch_sum[i]));
       V::store(s + i * T + tok, V::fma(norm, V::add(dot[0][i], dot[1][i]), V::mul(magnitude, signed_sum)));
+    }
+    pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
+  }
+}
+
+// qjl keys: s = sqrt(pi/2)/m ||k_t|| <S q, sign_t> = sqrt(pi/2)/m ||k_t|| (2 P - sum_r (S q)_r), P the sum of
+// (S q)_r over the set bits; q rows S q (key_space = m floats, m a multiple of 32). Nothing else keeps the FMA pipes
+// busy here, so every fourth row's bit is summed by masked adds (the add pipes) and the other rows' by an FMA with
+// the bit as a float 0 or 1 (two shifts and a conversion, shared by the pass's queries).
+template <class V, int NQ>
+void key_scores_qjl(const KernelArgs& a, const float* q, const uint8_t* block, Prefetch<V>& pf, float* s) {
+  constexpr int W = V::W;
+  const int T = a.T, m = a.key_space, tiles = m / 32, n_vec = T / W;
+  const uint8_t* norms = block + a.key_scales_offset;
+  float sketch_sum[NQ];  // sum_r (S q)_r
+  for (int i = 0; i < NQ; ++i) {
+    auto sum = V::zero();
+    for (int r = 0; r < m; r += W) sum = V::add(sum, V::load(q + i * m + r));
+    sketch_sum[i] = V::hsum(sum);
+  }
+  for (int vec = 0; vec < n_vec; ++vec) {
+    const int tok = vec * W;
+    const uint8_t* signs = block + static_cast<size_t>(tok / 16) * tiles * 64 + 4 * (tok % 16);
+    typename V::F set[NQ], dot[2][NQ];
+    for (int i = 0; i < NQ; ++i) set[i] = V::zero(), dot[0][i] = V::zero(), dot[1][i] = V::zero();
+    for (int k = 0; k < tiles; ++k) {
+      const auto x = V::load_i(signs + 64 * k);
+      for_elements<32>([&](auto r) {
+        const float* qr = q + 32 * k + r;
+        if constexpr (r % 4 == 0) {
+          const auto bit = V::template test_bit<r>(x);
+          for (int i = 0; i < NQ; ++i) set[i] = V::add_masked(set[i], bit, qr + i * m);
+        } else {
+          const auto bit = V::template uelement<1, r>(x);
+          for (int i = 0; i < NQ; ++i) dot[r % 2][i] = V::fma1(bit, qr + i * m, dot[r % 2][i]);
+        }
+      });
+    }
+    const auto magnitude = V::mul(V::load_f16(norms + 2 * tok), V::set1(a.key_sketch_scale));
+    for (int i = 0; i < NQ; ++i) {
+      const auto p = V::add(set[i], V::add(dot[0][i], dot[1][i]));
+      const auto signed_sum = V::sub(V::mul(V::set1(2.0f), p), V::set1(sketch_sum[i]));
+      V::store(s + i * T + tok, V::mul(magnitude, signed_sum));
     }
     pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
   }
@@ -456,19 +524,21 @@ constexpr int value_vectors() {
 }
 
 template <class V, int NQ, int VS>
-void values_f16_sweep(const KernelArgs& a, const float* p, const uint8_t* block, int vec0, float* o) {
+void values_f16_sweep(const KernelArgs& a, const float* p, const uint8_t* block, int vec0, Prefetch<V>& pf, float* o) {
   constexpr int W = V::W;
-  const int d = a.d, T = a.T;
+  const int d = a.d, T = a.T, os = a.value_space;
   typename V::F acc[VS][NQ];
   for (int u = 0; u < VS; ++u)
-    for (int i = 0; i < NQ; ++i) acc[u][i] = V::load(o + i * d + (vec0 + u) * W);
+    for (int i = 0; i < NQ; ++i) acc[u][i] = V::load(o + i * os + (vec0 + u) * W);
   for (int t = 0; t < T; ++t)
     for (int u = 0; u < VS; ++u) {
-      const auto v = V::load_f16(block + 2 * (static_cast<size_t>(t) * d + (vec0 + u) * W));
+      const uint8_t* line = block + 2 * (static_cast<size_t>(t) * d + (vec0 + u) * W);
+      const auto v = V::load_f16(line);
       for (int i = 0; i < NQ; ++i) acc[u][i] = V::fma1(v, p + i * T + t, acc[u][i]);
+      if ((vec0 + u) * W % 32 == 0) pf.along(line);
     }
   for (int u = 0; u < VS; ++u)
-    for (int i = 0; i < NQ; ++i) V::store(o + i * d + (vec0 + u) * W, acc[u][i]);
+    for (int i = 0; i < NQ; ++i) V::store(o + i * os + (vec0 + u) * W, acc[u][i]);
 }
 
 template <class V, int NQ>
@@ -476,33 +546,32 @@ void values_f16(const KernelArgs& a, const float* p, const uint8_t* block, Prefe
   constexpr int VS = value_vectors<V, NQ>();
   const int nv = a.d / V::W;
   int vec = 0;
-  for (; vec + VS <= nv; vec += VS) {
-    values_f16_sweep<V, NQ, VS>(a, p, block, vec, o);
-    pf.step(static_cast<size_t>(vec), static_cast<size_t>(nv));
-  }
-  for (; vec < nv; ++vec) values_f16_sweep<V, NQ, 1>(a, p, block, vec, o);
-  pf.step(static_cast<size_t>(nv - 1), static_cast<size_t>(nv));
+  for (; vec + VS <= nv; vec += VS) values_f16_sweep<V, NQ, VS>(a, p, block, vec, pf, o);
+  for (; vec < nv; ++vec) values_f16_sweep<V, NQ, 1>(a, p, block, vec, pf, o);
 }
 
 // pp: the weights times 2^112; o in permuted order; VS even.
 template <class V, int NQ, int VS>
-void values_f16_split_sweep(const KernelArgs& a, const float* pp, const uint8_t* block, int ch0, float* o) {
+void values_f16_split_sweep(const KernelArgs& a, const float* pp, const uint8_t* block, int ch0, Prefetch<V>& pf,
+                            float* o) {
   constexpr int W = V::W;
-  const int d = a.d, T = a.T;
+  const int d = a.d, T = a.T, os = a.value_space;
   typename V::F acc[VS][NQ];
   for (int u = 0; u < VS; ++u)
-    for (int i = 0; i < NQ; ++i) acc[u][i] = V::load(o + i * d + ch0 + u * W);
+    for (int i = 0; i < NQ; ++i) acc[u][i] = V::load(o + i * os + ch0 + u * W);
   for (int t = 0; t < T; ++t)
     for (int b = 0; b < VS / 2; ++b) {
       typename V::F even, odd;
-      V::f16_split(block + 2 * (static_cast<size_t>(t) * d + ch0 + 2 * W * b), even, odd);
+      const uint8_t* line = block + 2 * (static_cast<size_t>(t) * d + ch0 + 2 * W * b);
+      V::f16_split(line, even, odd);
+      if ((ch0 + 2 * W * b) % 32 == 0) pf.along(line);
       for (int i = 0; i < NQ; ++i) {
         acc[2 * b][i] = V::fma1(even, pp + i * T + t, acc[2 * b][i]);
         acc[2 * b + 1][i] = V::fma1(odd, pp + i * T + t, acc[2 * b + 1][i]);
       }
     }
   for (int u = 0; u < VS; ++u)
-    for (int i = 0; i < NQ; ++i) V::store(o + i * d + ch0 + u * W, acc[u][i]);
+    for (int i = 0; i < NQ; ++i) V::store(o + i * os + ch0 + u * W, acc[u][i]);
 }
 
 template <class V, int NQ>
@@ -513,12 +582,8 @@ void values_f16_split(const KernelArgs& a, const float* p, const uint8_t* block,
   for (int i = 0; i < NQ; ++i)
     for (int t = 0; t < T; t += W) V::store(pp + i * T + t, V::mul(V::load(p + i * T + t), V::set1(kTwo112)));
   int ch = 0;
-  for (; ch + VS * W <= d; ch += VS * W) {
-    values_f16_split_sweep<V, NQ, VS>(a, pp, block, ch, o);
-    pf.step(static_cast<size_t>(ch), static_cast<size_t>(d));
-  }
-  for (; ch < d; ch += 2 * W) values_f16_split_sweep<V, NQ, 2>(a, pp, block, ch, o);
-  pf.step(static_cast<size_t>(d - 1), static_cast<size_t>(d));
+  for (; ch + VS * W <= d; ch += VS * W) values_f16_split_sweep<V, NQ, VS>(a, pp, block, ch, pf, o);
+  for (; ch < d; ch += 2 * W) values_f16_split_sweep<V, NQ, 2>(a, pp, block, ch, pf, o);
 }
 
 // One vector of W channels over the page's tokens; even and odd tokens accumulate apart (2 NQ chains), every
@@ -527,10 +592,10 @@ template <class V, int NQ, int Bits, bool Unsigned = false>
 void values_int_vector(const KernelArgs& a, const float* ws, const uint8_t* block, int vec, float* o,
                        const float* bias = nullptr) {
   constexpr int W = V::W, E = 32 / Bits;
-  const int d = a.d, T = a.T, tiles = d / 16, ch = vec * W;
+  const int T = a.T, os = a.value_space, tiles = a.d / 16, ch = vec * W;
   const uint8_t* lanes = block + 64 * (ch / 16) + 4 * (ch % 16);
   typename V::F acc[2][NQ];
-  for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * d + ch), acc[1][i] = bias ? V::set1(bias[i]) : V::zero();
+  for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * os + ch), acc[1][i] = bias ? V::set1(bias[i]) : V::zero();
   for (int tile = 0; tile < T / E; ++tile) {
     const auto x = V::load_i(lanes + static_cast<size_t>(tile) * tiles * 64);
     for_elements<E>([&](auto j) {
@@ -538,7 +603,7 @@ void values_int_vector(const KernelArgs& a, const float* ws, const uint8_t* bloc
       for (int i = 0; i < NQ; ++i) acc[j % 2][i] = V::fma1(f, ws + i * kMaxTokens + E * tile + j, acc[j % 2][i]);
     });
   }
-  for (int i = 0; i < NQ; ++i) V::store(o + i * d + ch, V::add(acc[0][i], acc[1][i]));
+  for (int i = 0; i < NQ; ++i) V::store(o + i * os + ch, V::add(acc[0][i], acc[1][i]));
 }
 
 template <class V, int NQ, int Bits>
@@ -590,7 +655,7 @@ void values_kivi(const KernelArgs& a, const float* p, const uint8_t* block, Pref
 template <class V, int NQ, int Bits>
 void values_turbo(const KernelArgs& a, const float* p, const uint8_t* block, Prefetch<V>& pf, float* o) {
   constexpr int W = V::W;
-  const int d = a.d, T = a.T, nv = d / W;
+  const int d = a.d, T = a.T, os = a.value_space, nv = d / W;
   const auto table = V::load_table(a.value_levels);
   const uint8_t* norms = block + a.value_scales_offset;
   alignas(64) float ws[NQ][kMaxTokens];  // p_t ||v_t||
@@ -603,7 +668,7 @@ void values_turbo(const KernelArgs& a, const float* p, const uint8_t* block, Pre
     const int ch = vec * W;
     const uint8_t* lanes = block + 64 * Bits * (ch / 16) + 4 * (ch % 16);
     typename V::F acc[2][NQ];
-    for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * d + ch), acc[1][i] = V::zero();
+    for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * os + ch), acc[1][i] = V::zero();
     for (int c = 0; c < T / 32; ++c) {
       typename V::I n[4];
       nibble_lanes<V, Bits>(lanes + c * chunk_stride, n);
@@ -615,7 +680,71 @@ void values_turbo(const KernelArgs& a, const float* p, const uint8_t* block, Pre
         });
       });
     }
-    for (int i = 0; i < NQ; ++i) V::store(o + i * d + ch, V::add(acc[0][i], acc[1][i]));
+    for (int i = 0; i < NQ; ++i) V::store(o + i * os + ch, V::add(acc[0][i], acc[1][i]));
+    pf.step(static_cast<size_t>(vec), static_cast<size_t>(nv));
+  }
+}
+
+// turbo_prod values: per query row [o_mse (d) | o_sketch (m = d)], o_mse,c += sum_t (p_t ||v_t||) c[idx_t,c] as
+// turbo_mse values, and o_sketch,r += sum_t w_t sign_t,r = 2 sum_{t: bit set} w_t - sum_t w_t with w_t = p_t
+// sqrt(pi/2)/m ||r_t||. Channel vector k and sign rows k (16 per tile) side by side, so that the masked adds issue
+// beside the FMAs. Bits: of the turbo_mse part.
+template <class V, int NQ, int Bits>
+void values_turbo_prod(const KernelArgs& a, const float* p, const uint8_t* block, Prefetch<V>& pf, float* o) {
+  constexpr int W = V::W, SC = NQ <= 4 ? 2 : 1;  // sign accumulator chains per query (registers)
+  const int d = a.d, T = a.T, os = a.value_space, nv = d / W;
+  const auto table = V::load_table(a.value_levels);
+  const uint8_t* norms = block + a.value_scales_offset;
+  const uint8_t* residual_norms = block + a.value_residual_norms_offset;
+  alignas(64) float ws[NQ][kMaxTokens], wr[NQ][kMaxTokens];  // p_t ||v_t||, w_t
+  typename V::F wr_sum[NQ];
+  for (int i = 0; i < NQ; ++i) wr_sum[i] = V::zero();
+  const auto sketch_scale = V::set1(a.value_sketch_scale);
+  for (int tok = 0; tok < T; tok += W) {
+    const auto norm = V::load_f16(norms + 2 * tok);
+    const auto magnitude = V::mul(V::load_f16(residual_norms + 2 * tok), sketch_scale);
+    for (int i = 0; i < NQ; ++i) {
+      const auto pi = V::load(p + i * T + tok), w = V::mul(magnitude, pi);
+      V::store(ws[i] + tok, V::mul(norm, pi));
+      V::store(wr[i] + tok, w);
+      wr_sum[i] = V::add(wr_sum[i], w);
+    }
+  }
+  float all[NQ];
+  for (int i = 0; i < NQ; ++i) all[i] = V::hsum(wr_sum[i]);
+  const size_t chunk_stride = static_cast<size_t>(d / 16) * Bits * 64;  // codes: 32 tokens further
+  const size_t sign_stride = static_cast<size_t>(d / 16) * 64;          // signs: 32 tokens further (m = d)
+  const uint8_t* signs = block + a.value_signs_offset;
+  for (int vec = 0; vec < nv; ++vec) {
+    const int ch = vec * W;
+    const uint8_t* lanes = block + 64 * Bits * (ch / 16) + 4 * (ch % 16);
+    const uint8_t* sign_lanes = signs + 64 * (ch / 16) + 4 * (ch % 16);
+    typename V::F acc[2][NQ], set[SC][NQ];
+    for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * os + ch), acc[1][i] = V::zero();
+    for (int h = 0; h < SC; ++h)
+      for (int i = 0; i < NQ; ++i) set[h][i] = V::zero();
+    for (int c = 0; c < T / 32; ++c) {
+      typename V::I n[4];
+      nibble_lanes<V, Bits>(lanes + c * chunk_stride, n);
+      const auto x = V::load_i(sign_lanes + c * sign_stride);
+      for_elements<4>([&](auto v) {
+        for_elements<8>([&](auto j) {
+          const auto f = V::lookup(table, V::template shr<4 * j>(n[v]));
+          const auto bit = V::template test_bit<8 * v + j>(x);
+          const int t = 32 * c + 8 * v + j;
+          for (int i = 0; i < NQ; ++i) {
+            acc[j % 2][i] = V::fma1(f, ws[i] + t, acc[j % 2][i]);
+            set[j % SC][i] = V::add_masked(set[j % SC][i], bit, wr[i] + t);
+          }
+        });
+      });
+    }
+    for (int i = 0; i < NQ; ++i) {
+      float* oi = o + i * os;
+      V::store(oi + ch, V::add(acc[0][i], acc[1][i]));
+      const auto sum = SC == 2 ? V::add(set[0][i], set[SC - 1][i]) : set[0][i];
+      V::store(oi + d + ch, V::add(V::load(oi + d + ch), V::sub(V::mul(V::set1(2.0f), sum), V::set1(all[i]))));
+    }
     pf.step(static_cast<size_t>(vec), static_cast<size_t>(nv));
   }
 }
@@ -645,7 +774,7 @@ void softmax_row(const KernelArgs& a, int seen, float* s, float& m, float& l, fl
   const float mx = m > bm ? m : bm;
   if (mx > m && m != kMinusInf) {
     const auto alpha = V::exp(V::set1(m - mx));
-    for (int c = 0; c < a.d; c += W) V::store(o + c, V::mul(alpha, V::load(o + c)));
+    for (int c = 0; c < a.value_space; c += W) V::store(o + c, V::mul(alpha, V::load(o + c)));
     l *= V::first(alpha);
   }
   m = mx;
@@ -667,10 +796,63 @@ struct RunPrep {
   bool split_values = false;
 };
 
+// The scores of a pass over a page's K block. Out of line, as is the value phase: each is compiled once per format
+// and pass size, not once per pair of formats.
+template <class V, BlockFormat K, int NQ>
+[[gnu::noinline]] void key_phase(const KernelArgs& a, const RunPrep& prep, int i0, const uint8_t* page,
+                                 const uint8_t* next_page, float* s) {
+  const int d = a.d;
+  const uint8_t* block = page + a.key_offset;
+  const float* q = a.q + static_cast<size_t>(i0) * a.key_space;
+  Prefetch<V> pf(block, next_page ? next_page + a.key_offset : nullptr, key_block_bytes(a, K));
+  if constexpr (is_kivi(K)) {
+    key_scores_kivi<V, NQ, bits_of(K)>(a, q, block, pf, s);
+  } else if constexpr (is_turbo(K)) {
+    key_scores_turbo<V, NQ, turbo_bits(K)>(a, q, block, pf, s);
+  } else if constexpr (is_prod(K)) {
+    key_scores_turbo_prod<V, NQ, turbo_bits(K)>(a, q, block, pf, s);
+  } else if constexpr (K == BlockFormat::qjl) {
+    key_scores_qjl<V, NQ>(a, q, block, pf, s);
+  } else if constexpr (K == BlockFormat::f16) {
+    if (prep.split_queries) {
+      key_scores_f16_split<V, NQ>(a, prep.split_queries + static_cast<size_t>(i0) * d, block, pf, s);
+    } else {
+      key_scores_f16<V, NQ>(a, q, block, pf, s);
+    }
+  } else if constexpr (V::kVnni) {
+    key_scores_int_vnni<V, NQ, bits_of(K)>(a, prep.vq, i0, block, pf, s);
+  } else {
+    key_scores_int<V, NQ, bits_of(K)>(a, q, block, pf, s);
+  }
+}
+
+// The weights s of a pass summed over a page's VF block into o (NQ rows of value_space floats).
+template <class V, BlockFormat VF, int NQ>
+[[gnu::noinline]] void value_phase(const KernelArgs& a, const RunPrep& prep, const float* s, const uint8_t* page,
+                                   const uint8_t* next_page, float* o) {
+  const uint8_t* block = page + a.value_offset;
+  Prefetch<V> pf(block, next_page ? next_page + a.value_offset : nullptr, value_block_bytes(a, VF));
+  if constexpr (VF == BlockFormat::f16) {
+    if (prep.split_values) {
+      values_f16_split<V, NQ>(a, s, block, pf, o);
+    } else {
+      values_f16<V, NQ>(a, s, block, pf, o);
+    }
+  } else if constexpr (is_kivi(VF)) {
+    values_kivi<V, NQ, bits_of(VF)>(a, s, block, pf, o);
+  } else if constexpr (is_turbo(VF)) {
+    values_turbo<V, NQ, turbo_bits(VF)>(a, s, block, pf, o);
+  } else if constexpr (is_prod(VF)) {
+    values_turbo_prod<V, NQ, turbo_bits(VF)>(a, s, block, pf, o);
+  } else {
+    values_int<V, NQ, bits_of(VF)>(a, s, block, pf, o);
+  }
+}
+
 template <class V, BlockFormat K, BlockFormat VF, int NQ>
 void page_pass(const KernelArgs& a, const RunPrep& prep, int i0, size_t base, const uint8_t* page,
                const uint8_t* next_page) {
-  const int d = a.d, T = a.T;
+  const int T = a.T;
   int seen[NQ];
   bool any = false;
   for (int i = 0; i < NQ; ++i) {
@@ -680,42 +862,11 @@ void page_pass(const KernelArgs& a, const RunPrep& prep, int i0, size_t base, co
   }
   if (!any) return;
   alignas(64) float s[NQ * kMaxTokens];
-  const float* q = a.q + static_cast<size_t>(i0) * d;
-  float* o = a.o + static_cast<size_t>(i0) * d;
-
-  Prefetch<V> pf{next_page ? next_page + a.key_offset : nullptr, key_block_bytes(a, K)};
-  if constexpr (is_kivi(K)) {
-    key_scores_kivi<V, NQ, bits_of(K)>(a, q, page + a.key_offset, pf, s);
-  } else if constexpr (is_turbo(K)) {
-    key_scores_turbo<V, NQ, turbo_bits(K)>(a, q, page + a.key_offset, pf, s);
-  } else if constexpr (K == BlockFormat::prod3) {
-    key_scores_turbo_prod<V, NQ>(a, a.q + static_cast<size_t>(i0) * a.key_space, page + a.key_offset, pf, s);
-  } else if constexpr (K == BlockFormat::f16) {
-    if (prep.split_queries) {
-      key_scores_f16_split<V, NQ>(a, prep.split_queries + static_cast<size_t>(i0) * d, page + a.key_offset, pf, s);
-    } else {
-      key_scores_f16<V, NQ>(a, q, page + a.key_offset, pf, s);
-    }
-  } else if constexpr (V::kVnni) {
-    key_scores_int_vnni<V, NQ, bits_of(K)>(a, prep.vq, i0, page + a.key_offset, pf, s);
-  } else {
-    key_scores_int<V, NQ, bits_of(K)>(a, q, page + a.key_offset, pf, s);
-  }
-  for (int i = 0; i < NQ; ++i) softmax_row<V>(a, seen[i], s + i * T, a.m[i0 + i], a.l[i0 + i], o + i * d);
-  pf = {next_page ? next_page + a.value_offset : nullptr, value_block_bytes(a, VF)};
-  if constexpr (VF == BlockFormat::f16) {
-    if (prep.split_values) {
-      values_f16_split<V, NQ>(a, s, page + a.value_offset, pf, o);
-    } else {
-      values_f16<V, NQ>(a, s, page + a.value_offset, pf, o);
-    }
-  } else if constexpr (is_kivi(VF)) {
-    values_kivi<V, NQ, bits_of(VF)>(a, s, page + a.value_offset, pf, o);
-  } else if constexpr (is_turbo(VF)) {
-    values_turbo<V, NQ, turbo_bits(VF)>(a, s, page + a.value_offset, pf, o);
-  } else {
-    values_int<V, NQ, bits_of(VF)>(a, s, page + a.value_offset, pf, o);
-  }
+  float* o = a.o + static_cast<size_t>(i0) * a.value_space;
+  key_phase<V, K, NQ>(a, prep, i0, page, next_page, s);
+  for (int i = 0; i < NQ; ++i)
+    softmax_row<V>(a, seen[i], s + i * T, a.m[i0 + i], a.l[i0 + i], o + static_cast<size_t>(i) * a.value_space);
+  value_phase<V, VF, NQ>(a, prep, s, page, next_page, o);
 }
 
 template <class V, BlockFormat K, BlockFormat VF>
@@ -768,21 +919,29 @@ KernelFn fused_kernel_with_keys(BlockFormat value) {
       return attend<V, K, F::kivi2>;
     case F::kivi4:
       return attend<V, K, F::kivi4>;
+    case F::turbo1:
+      return attend<V, K, F::turbo1>;
     case F::turbo2:
       return attend<V, K, F::turbo2>;
     case F::turbo3:
       return attend<V, K, F::turbo3>;
     case F::turbo4:
       return attend<V, K, F::turbo4>;
-    case F::prod3:  // keys only
+    case F::prod2:
+      return attend<V, K, F::prod2>;
+    case F::prod3:
+      return attend<V, K, F::prod3>;
+    case F::prod4:
+      return attend<V, K, F::prod4>;
+    case F::qjl:  // keys only
     case F::other:
       break;
   }
   return nullptr;
 }
 
-// The kernel for every pair of f16, int8, int4, kivi:2, kivi:4 and turbo_mse:2..4 blocks; turbo_prod:3 keys with
-// any of these values.
+// The kernel for every pair of f16, int8, int4, kivi:2, kivi:4, turbo_mse:1..4 and turbo_prod:2..4 blocks; qjl keys
+// with any of these values.
 template <class V>
 KernelFn fused_kernel_for(BlockFormat key, BlockFormat value) {
   using F = BlockFormat;
@@ -797,14 +956,22 @@ KernelFn fused_kernel_for(BlockFormat key, BlockFormat value) {
       return fused_kernel_with_keys<V, F::kivi2>(value);
     case F::kivi4:
       return fused_kernel_with_keys<V, F::kivi4>(value);
+    case F::turbo1:
+      return fused_kernel_with_keys<V, F::turbo1>(value);
     case F::turbo2:
       return fused_kernel_with_keys<V, F::turbo2>(value);
     case F::turbo3:
       return fused_kernel_with_keys<V, F::turbo3>(value);
     case F::turbo4:
       return fused_kernel_with_keys<V, F::turbo4>(value);
+    case F::prod2:
+      return fused_kernel_with_keys<V, F::prod2>(value);
     case F::prod3:
       return fused_kernel_with_keys<V, F::prod3>(value);
+    case F::prod4:
+      return fused_kernel_with_keys<V, F::prod4>(value);
+    case F::qjl:
+      return fused_kernel_with_keys<V, F::qjl>(value);
     case F::other:
       break;
   }

@@ -9,8 +9,23 @@
 namespace kvq::detail {
 
 /// Block formats a fused kernel reads: f16, int8 and int4 (layout::IntGroup), kivi:2 and kivi:4 (layout::Kivi),
-/// turbo_mse:2, 3 and 4 (layout::TurboMse), turbo_prod:3 keys (layout::TurboProd).
-enum class BlockFormat { f16, int8, int4, kivi2, kivi4, turbo2, turbo3, turbo4, prod3, other };
+/// turbo_mse:1..4 (layout::TurboMse), turbo_prod:2..4 (layout::TurboProd), qjl keys (layout::Qjl).
+enum class BlockFormat {
+  f16,
+  int8,
+  int4,
+  kivi2,
+  kivi4,
+  turbo1,
+  turbo2,
+  turbo3,
+  turbo4,
+  prod2,
+  prod3,
+  prod4,
+  qjl,
+  other
+};
 
 /// One run of pages of one (sequence, kv head) for n_q queries. The kernel folds the run into the n_q partial
 /// states (m, l, o), which may already hold tokens (the online softmax rescales them).
@@ -22,23 +37,27 @@ struct KernelArgs {
   const uint32_t* pages = nullptr;
   size_t n_pages = 0;
   size_t first_token = 0;
-  int d = 0;            ///< head dimension, a multiple of 16 (= the space dimension of both codecs)
+  int d = 0;            ///< head dimension, a multiple of 16
   int T = 0;            ///< tokens per page, a multiple of 16, at most kMaxTokens
   int n_q = 0;          ///< queries
   int key_group = 0;    ///< int keys: channels per fp16 scale (a multiple of 8)
   int value_group = 0;  ///< int and kivi values: channels per fp16 scale (a multiple of 16)
-  size_t key_scales_offset = 0, value_scales_offset = 0;  ///< int, kivi: scales_offset(); turbo: norms_offset()
-  size_t key_mins_offset = 0, value_mins_offset = 0;      ///< kivi: the block's mins_offset()
+  /// int, kivi: scales_offset(); turbo_mse, turbo_prod, qjl: the norms' offset
+  size_t key_scales_offset = 0, value_scales_offset = 0;
+  size_t key_mins_offset = 0, value_mins_offset = 0;  ///< kivi: the block's mins_offset()
   const float* key_levels = nullptr;    ///< turbo keys: the 16 nibble levels (TurboMseParams::nibble_levels)
   const float* value_levels = nullptr;  ///< turbo values: the same
-  int key_space = 0;                    ///< floats per query row: d, or d + m (turbo_prod: [R q | S q])
-  size_t key_signs_offset = 0, key_residual_norms_offset = 0;  ///< turbo_prod keys: layout::TurboProd's offsets
-  float key_sketch_scale = 0;                                  ///< turbo_prod keys: sqrt(pi/2) / m
+  int key_space = 0;    ///< floats per query row: d, d + m (turbo_prod: [R q | S q]) or m (qjl: S q)
+  int value_space = 0;  ///< floats per output row: d, or d + m (turbo_prod: [R o | S o])
+  /// turbo_prod, qjl: the sign tiles' offset (layout::SignTiles), the residual norms' offset, sqrt(pi/2) / m
+  size_t key_signs_offset = 0, value_signs_offset = 0;
+  size_t key_residual_norms_offset = 0, value_residual_norms_offset = 0;
+  float key_sketch_scale = 0, value_sketch_scale = 0;
   const float* q = nullptr;  ///< n_q x key_space queries in the key codec's space, softmax scale and key lambda folded
   const size_t* visible = nullptr;  ///< n_q causal limits: query i sees tokens t < visible[i]
   float* m = nullptr;               ///< n_q running maxima (-inf: no token yet)
   float* l = nullptr;               ///< n_q running sums of exp(s - m)
-  float* o = nullptr;               ///< n_q x d unnormalized outputs in the value codec's space, value lambda left out
+  float* o = nullptr;  ///< n_q x value_space unnormalized outputs in the value codec's space, value lambda left out
   uint8_t* scratch = nullptr;       ///< kernel_scratch_bytes(n_q, d) bytes, 64-byte aligned, for the kernel's own use
 };
 
@@ -51,6 +70,8 @@ constexpr size_t kernel_scratch_bytes(int n_q, int d) {
 constexpr int kMaxTokens = 128;
 /// The largest head dimension a codec takes.
 constexpr int kMaxDim = 512;
+/// The largest query row a fused kernel takes (key_space: turbo_prod's d + m, qjl's m).
+constexpr int kMaxKeySpace = 2 * kMaxDim;
 
 using KernelFn = void (*)(const KernelArgs&);
 

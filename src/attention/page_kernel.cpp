@@ -14,7 +14,7 @@ struct Format {
   int group = 0;
   size_t scales_offset = 0, mins_offset = 0;
   const float* levels = nullptr;
-  size_t signs_offset = 0, residual_norms_offset = 0;  // turbo_prod
+  size_t signs_offset = 0, residual_norms_offset = 0;  // turbo_prod, qjl
   float sketch_scale = 0;
 };
 
@@ -30,16 +30,23 @@ Format format_of(const Codec& codec, int T) {
             l->scales_offset(), l->mins_offset()};
   if (const auto p = turbo_mse_params(codec)) {
     const auto& l = p->layout;
-    const bool tiles_fit = l.key ? l.d % 32 == 0 : l.T % 32 == 0;  // whole 32-element chunks
-    if (l.bits < 2 || !tiles_fit) return {};
-    const BlockFormat f = l.bits == 2 ? BlockFormat::turbo2 : l.bits == 3 ? BlockFormat::turbo3 : BlockFormat::turbo4;
-    return {f, nullptr, 0, l.norms_offset(), 0, p->nibble_levels};
+    if (!(l.key ? l.d % 32 == 0 : l.T % 32 == 0)) return {};  // whole 32-element chunks
+    constexpr BlockFormat formats[] = {BlockFormat::turbo1, BlockFormat::turbo2, BlockFormat::turbo3,
+                                       BlockFormat::turbo4};
+    return {formats[l.bits - 1], nullptr, 0, l.norms_offset(), 0, p->nibble_levels};
   }
   if (const auto p = turbo_prod_params(codec)) {
+    // Channel chunk k and sign tile k side by side: m = d, whole 32-element chunks.
     const auto& l = p->layout;
-    if (!l.key || l.bits != 3 || l.d % 32 != 0 || l.m != l.d) return {};
-    return {BlockFormat::prod3, nullptr, 0, l.mse().norms_offset(), 0, p->nibble_levels,
-            l.signs_offset(), l.residual_norms_offset(), p->sketch_scale};
+    if (l.m != l.d || !(l.key ? l.d % 32 == 0 : l.T % 32 == 0)) return {};
+    constexpr BlockFormat formats[] = {BlockFormat::prod2, BlockFormat::prod3, BlockFormat::prod4};
+    return {formats[l.bits - 2], nullptr, 0, l.mse().norms_offset(), 0, p->nibble_levels,
+            l.signs_offset(),    l.residual_norms_offset(), p->sketch_scale};
+  }
+  if (const auto p = qjl_params(codec)) {
+    const auto& l = p->layout;
+    if (codec.role() != Role::key || l.m % 32 != 0 || l.m > static_cast<size_t>(kMaxKeySpace)) return {};
+    return {BlockFormat::qjl, nullptr, 0, l.norms_offset(), 0, nullptr, 0, 0, p->sketch_scale};
   }
   return {};
 }
@@ -82,10 +89,13 @@ PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa i
   kernel.key_mins_offset = k.mins_offset;
   kernel.value_mins_offset = v.mins_offset;
   kernel.key_levels = k.levels;
-  kernel.key_signs_offset = k.signs_offset;
-  kernel.key_residual_norms_offset = k.residual_norms_offset;
-  kernel.key_sketch_scale = k.sketch_scale;
   kernel.value_levels = v.levels;
+  kernel.key_signs_offset = k.signs_offset;
+  kernel.value_signs_offset = v.signs_offset;
+  kernel.key_residual_norms_offset = k.residual_norms_offset;
+  kernel.value_residual_norms_offset = v.residual_norms_offset;
+  kernel.key_sketch_scale = k.sketch_scale;
+  kernel.value_sketch_scale = v.sketch_scale;
   return kernel;
 }
 

@@ -21,14 +21,15 @@ struct PageKernel {
   size_t key_mins_offset = 0, value_mins_offset = 0;
   const float* key_levels = nullptr;
   const float* value_levels = nullptr;
-  size_t key_signs_offset = 0, key_residual_norms_offset = 0;
-  float key_sketch_scale = 0;
+  size_t key_signs_offset = 0, value_signs_offset = 0;
+  size_t key_residual_norms_offset = 0, value_residual_norms_offset = 0;
+  float key_sketch_scale = 0, value_sketch_scale = 0;
 };
 
 /// The kernel for blocks of T tokens of these codecs on `isa`: fused for f16, int8, int4, kivi:2, kivi:4,
-/// turbo_mse:2..4 or turbo_prod:3 keys with f16, int8, int4, kivi or turbo_mse:2..4 values (T a multiple of 16 up to
-/// kMaxTokens; turbo keys need d, and turbo_mse values T, a multiple of 32), from the widest instruction set up to
-/// `isa` that has one; else generic.
+/// turbo_mse:1..4, turbo_prod:2..4 or qjl keys with f16, int8, int4, kivi, turbo_mse:1..4 or turbo_prod:2..4 values
+/// (T a multiple of 16 up to kMaxTokens; turbo keys need d, and turbo values T, a multiple of 32; qjl keys m a
+/// multiple of 32 up to kMaxKeySpace), from the widest instruction set up to `isa` that has one; else generic.
 PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa isa);
 
 /// The queries a fused kernel takes: n_q x d rows (scaled already) mapped to the key codec's space (n_q x

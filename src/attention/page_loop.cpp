@@ -59,9 +59,13 @@ void attend_fused(const PageRun& run) {
   a.key_levels = k.key_levels;
   a.value_levels = k.value_levels;
   a.key_space = run.key_codec->space_dim();
+  a.value_space = run.value_codec->space_dim();
   a.key_signs_offset = k.key_signs_offset;
+  a.value_signs_offset = k.value_signs_offset;
   a.key_residual_norms_offset = k.key_residual_norms_offset;
+  a.value_residual_norms_offset = k.value_residual_norms_offset;
   a.key_sketch_scale = k.key_sketch_scale;
+  a.value_sketch_scale = k.value_sketch_scale;
   a.q = run.q;
   a.visible = run.visible;
   a.m = run.scores;  // n_q x T floats of scratch hold the n_q maxima and sums
@@ -74,7 +78,7 @@ void attend_fused(const PageRun& run) {
     a.l[i] = run.states[i].l;
   }
   k.fn(a);
-  const size_t d = static_cast<size_t>(a.d);
+  const size_t d = static_cast<size_t>(a.d);  // value_lambda: int values, whose space is d wide
   for (size_t i = 0; i < n_q; ++i) {
     run.states[i].m = a.m[i];
     run.states[i].l = a.l[i];

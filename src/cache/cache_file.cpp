@@ -1,4 +1,4 @@
-// KVCache::save / KVCache::load. File format, version 3, all integers little-endian:
+// KVCache::save / KVCache::load. File format, version 4, all integers little-endian:
 //
 //   header (24 bytes): char[8] "KVQCACHE" | u32 version | u32 CRC-32C of the payload | u64 payload bytes
 //   payload:
@@ -20,9 +20,11 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <string>
 
 #include "cache/key_offset.hpp"
 #include "kvq/cache.hpp"
+#include "kvq/codec.hpp"
 #include "kvq/crc32c.hpp"
 #include "kvq/error.hpp"
 
@@ -34,8 +36,10 @@ static_assert(std::endian::native == std::endian::little, "cache files are writt
 constexpr std::array<char, 8> kMagic{'K', 'V', 'Q', 'C', 'A', 'C', 'H', 'E'};
 // Version 2: kivi, turbo_mse and turbo_prod blocks in lane tiles (block_layout.hpp); version 1 files hold them in
 // the older token-major layout and are not read. Version 3 adds centered keys (the u8 center_keys and the key
-// offsets); a version 2 file is read as a cache without them.
-constexpr uint32_t kVersion = 3, kOldestVersion = 2;
+// offsets); a version 2 file is read as a cache without them. Version 4: qjl signs, and turbo_prod value signs, in
+// sign tiles (layout::SignTiles); older files with qjl keys or values or turbo_prod values are not read, the others
+// are.
+constexpr uint32_t kVersion = 4, kOldestVersion = 2, kSignTilesVersion = 4;
 constexpr size_t kHeaderBytes = 24;
 constexpr uint32_t kMaxSpecBytes = 1024;
 
@@ -171,6 +175,13 @@ KVCache CacheFile::read(std::ifstream& in, uint64_t payload_bytes, uint32_t vers
   c.center_keys = version >= 3 && r.num<uint8_t>("center_keys flag") != 0;
   c.key_codec = r.str("key codec spec");
   c.value_codec = r.str("value codec spec");
+  if (version < kSignTilesVersion) {
+    const std::string k = CodecSpec::parse(c.key_codec).name, v = CodecSpec::parse(c.value_codec).name;
+    KVQ_CHECK(k != "qjl" && v != "qjl" && v != "turbo_prod", "format version ", version, " holds ",
+              k == "qjl" ? "qjl key" : v == "qjl" ? "qjl value" : "turbo_prod value",
+              " blocks in an earlier sign layout (version ", kSignTilesVersion,
+              " moved their signs to sign tiles): write it again");
+  }
   const auto key_block = r.num<uint64_t>("key block bytes"), value_block = r.num<uint64_t>("value block bytes");
   const auto page_bytes = r.num<uint64_t>("page bytes");
 

@@ -3,10 +3,12 @@
 // Codec model: A = S (space_dim = m), y = sqrt(pi/2)/m ||k|| sign(S k), decode = S^T y. No rotation.
 // Layout: layout::Qjl.
 #include <cmath>
+#include <cstring>
 #include <memory>
 
 #include "codec/codec_factories.hpp"
 #include "codec/qjl_sketch.hpp"
+#include "codec/turbo_mse.hpp"
 #include "codec/turbo_parts.hpp"
 #include "kvq/block_layout.hpp"
 #include "kvq/error.hpp"
@@ -14,6 +16,8 @@
 
 namespace kvq {
 namespace {
+
+constexpr int kMaxSignBytes = 4096 / 8;  // the most sketch rows a qjl codec takes
 
 class QjlCodec final : public Codec {
  public:
@@ -25,7 +29,11 @@ class QjlCodec final : public Codec {
   }
 
   const QjlSketch& sketch() const { return sketch_; }
-  const uint8_t* signs(const uint8_t* block, int t) const { return block + t * layout_.sign_bytes(); }
+  /// Token t's sign bits (m bits, bitpack.hpp order) gathered from the sign tiles into `bits`.
+  const uint8_t* signs(const uint8_t* block, int t, uint8_t* bits) const {
+    return read_sign_bits(layout_.signs(), block, static_cast<size_t>(t), bits);
+  }
+  const layout::Qjl& layout() const { return layout_; }
   /// sqrt(pi/2)/m ||k_t||: the magnitude of every coordinate of token t in the sketch space.
   float magnitude(const uint8_t* block, int t) const {
     return sketch_.scale() * load_f16(block + layout_.norms_offset(), t);
@@ -34,31 +42,38 @@ class QjlCodec final : public Codec {
  protected:
   void encode_block(const float* x, int n, uint8_t* block) const override {
     double k[kMaxCodecDim];
+    uint8_t bits[kMaxSignBytes];
     const int d = dim();
+    std::memset(block, 0, block_bytes());
     for (int t = 0; t < block_tokens(); ++t) {
       double sum = 0;
       for (int j = 0; j < d; ++j) {
         k[j] = t < n ? x[static_cast<size_t>(t) * d + j] : 0.0f;  // tokens past n: zero vectors
         sum += k[j] * k[j];
       }
-      sketch_.sign_bits(k, block + t * layout_.sign_bytes());
+      sketch_.sign_bits(k, bits);
+      write_sign_bits(layout_.signs(), static_cast<size_t>(t), bits, block);
       store_f16(block + layout_.norms_offset(), t, stored_norm(std::sqrt(sum), spec().str()));
     }
   }
 
   void decode_block_space(const uint8_t* block, int n, float* y) const override {
+    uint8_t bits[kMaxSignBytes];
     const int m = space_dim();
     for (int t = 0; t < n; ++t)
-      decode_signs(signs(block, t), magnitude(block, t), m, y + static_cast<size_t>(t) * m);
+      decode_signs(signs(block, t, bits), magnitude(block, t), m, y + static_cast<size_t>(t) * m);
   }
 
   void accumulate_block(const float* w, int n_q, const uint8_t* block, int n, float* acc) const override {
+    uint8_t bits[kMaxSignBytes];
     const int m = space_dim();
-    for (int t = 0; t < n; ++t)
+    for (int t = 0; t < n; ++t) {
+      signs(block, t, bits);
       for (int i = 0; i < n_q; ++i) {
         const float a = w[static_cast<size_t>(i) * block_tokens() + t] * magnitude(block, t);
-        add_signs(signs(block, t), a, m, acc + static_cast<size_t>(i) * m);
+        add_signs(bits, a, m, acc + static_cast<size_t>(i) * m);
       }
+    }
   }
 
   void map_to_space(const float* q, int n_q, float* y) const override { sketch_.apply(q, y, n_q); }
@@ -79,12 +94,14 @@ class QjlScorer final : public Scorer {
   }
 
   void scores(const uint8_t* block, int n, float* out) override {
+    uint8_t bits[kMaxSignBytes];
     const int m = codec_.space_dim();
     for (int t = 0; t < n; ++t) {
       const float a = codec_.magnitude(block, t);
+      codec_.signs(block, t, bits);
       for (int i = 0; i < n_queries(); ++i)
         out[static_cast<size_t>(i) * block_tokens() + t] =
-            a * signed_sum(codec_.signs(block, t), sq_.data() + static_cast<size_t>(i) * m, m);
+            a * signed_sum(bits, sq_.data() + static_cast<size_t>(i) * m, m);
     }
   }
 
@@ -98,6 +115,12 @@ std::unique_ptr<Scorer> QjlCodec::make_scorer(const float* q, int n_q) const {
 }
 
 }  // namespace
+
+std::optional<QjlParams> qjl_params(const Codec& codec) {
+  const auto* c = dynamic_cast<const QjlCodec*>(&codec);
+  if (!c) return std::nullopt;
+  return QjlParams{c->layout(), c->sketch().scale()};
+}
 
 std::unique_ptr<Codec> make_qjl_codec(const CodecSpec& spec, const CodecParams& params) {
   check_spec_shape(spec, 1, "");

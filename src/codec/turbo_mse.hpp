@@ -1,4 +1,4 @@
-// What a fused attention kernel needs to know of a turbo_mse or turbo_prod codec beyond its block layout.
+// What a fused attention kernel needs to know of a turbo_mse, turbo_prod or qjl codec beyond its block layout.
 #pragma once
 
 #include <optional>
@@ -24,5 +24,13 @@ struct TurboProdParams {
 
 /// The parameters of a turbo_prod codec; nullopt for any other codec (defined in turbo_prod.cpp).
 std::optional<TurboProdParams> turbo_prod_params(const Codec& codec);
+
+struct QjlParams {
+  layout::Qjl layout;
+  float sketch_scale;  ///< sqrt(pi/2) / m
+};
+
+/// The parameters of a qjl codec; nullopt for any other codec (defined in qjl.cpp).
+std::optional<QjlParams> qjl_params(const Codec& codec);
 
 }  // namespace kvq

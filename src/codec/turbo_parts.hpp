@@ -77,6 +77,20 @@ inline void read_lane_codes(const layout::LaneCodes& l, int t, const uint8_t* co
   }
 }
 
+/// Token t's m sign bits (bitpack.hpp order: bit i of byte i / 8) from a SignTiles section into `bits`; returns bits.
+inline const uint8_t* read_sign_bits(const layout::SignTiles& l, const uint8_t* section, size_t t, uint8_t* bits) {
+  std::memset(bits, 0, (l.m + 7) / 8);
+  for (size_t r = 0; r < l.m; ++r)
+    bits[r / 8] |= static_cast<uint8_t>(((section[l.byte(t, r)] >> l.shift(t, r)) & 1) << (r % 8));
+  return bits;
+}
+
+/// Writes token t's m sign bits (bitpack.hpp order) into a zeroed SignTiles section.
+inline void write_sign_bits(const layout::SignTiles& l, size_t t, const uint8_t* bits, uint8_t* section) {
+  for (size_t r = 0; r < l.m; ++r)
+    section[l.byte(t, r)] |= static_cast<uint8_t>(((bits[r / 8] >> (r % 8)) & 1) << l.shift(t, r));
+}
+
 /// The level of each nibble 0..15 that a LaneCodes chunk of b-bit indices decodes to (layout::LaneCodes: the index
 /// is the nibble for b = 4, its low 3 bits for b = 2, 3, bit 2 for b = 1).
 inline std::array<float, 16> nibble_levels(int bits, const float* centroids) {

@@ -46,11 +46,7 @@ class TurboProdCodec final : public Codec {
   float sketch_scale() const { return sketch_.scale(); }
   /// Token t's residual sign bits (m bits, bitpack.hpp order) gathered from the sign tiles into `bits`.
   const uint8_t* signs(const uint8_t* block, int t, uint8_t* bits) const {
-    std::memset(bits, 0, static_cast<size_t>(rows()) / 8);
-    for (size_t r = 0; r < static_cast<size_t>(rows()); ++r)
-      bits[r / 8] |= static_cast<uint8_t>(((block[layout_.sign_byte(static_cast<size_t>(t), r)] >> (r % 8)) & 1)
-                                          << (r % 8));
-    return bits;
+    return read_sign_bits(layout_.signs(), block + layout_.signs_offset(), static_cast<size_t>(t), bits);
   }
   /// sqrt(pi/2)/m ||r_t||: the magnitude of token t's coordinates in the sketch space.
   float magnitude(const uint8_t* block, int t) const {
@@ -83,9 +79,7 @@ class TurboProdCodec final : public Codec {
       }
       uint8_t bits[kMaxCodecDim / 8];
       sketch_.sign_bits(r, bits);
-      for (size_t i = 0; i < static_cast<size_t>(rows()); ++i)
-        block[layout_.sign_byte(static_cast<size_t>(t), i)] |= static_cast<uint8_t>(((bits[i / 8] >> (i % 8)) & 1)
-                                                                                   << (i % 8));
+      write_sign_bits(layout_.signs(), static_cast<size_t>(t), bits, block + layout_.signs_offset());
       store_f16(block + layout_.residual_norms_offset(), t, stored_norm(std::sqrt(sum), spec().str()));
     }
   }
