@@ -117,6 +117,19 @@ KVQ_HD constexpr int lane_tile_channel(int j, int col) {
 /// The 16-channel tile (of the block) of a lane's value piece r for the part starting at channel pc.
 KVQ_HD int lane_tile_k16(int pc, int r, int n) { return (pc + 32 * r + 16 * (n >> 2)) >> 4; }
 
+// Keys whose scores need no per-group factor (f16/bf16, kivi): a group's hi and lo products are summed as they are.
+struct UnscaledKeyGroups {
+  template <int D, int C>
+  KVQ_HD static void scale_group(const uint8_t* const*, const CodecArgs&, int, int, const float (&acc)[C / 8][4],
+                                 float (&s)[C / 8][2]) {
+KVQ_UNROLL
+    for (int jj = 0; jj < C / 8; ++jj) {
+      s[jj][0] += acc[jj][0] + acc[jj][2];
+      s[jj][1] += acc[jj][1] + acc[jj][3];
+    }
+  }
+};
+
 // ---- f16 / bf16: [T x d] token-major ---------------------------------------------------------------------------
 // The chunk's rows come whole (kBulk: the kernel copies the C x d keys and the C x d values with the copy engine,
 // as they lie in the block), so the fragments read the block's own layout. Keys: lane (n, i) reads 16 bytes of
@@ -125,7 +138,7 @@ KVQ_HD int lane_tile_k16(int pc, int r, int n) { return (pc + 32 * r + 16 * (n >
 // stages let 12 warps share an SM.
 template <bool kBf16Codes>
 struct FloatTraits {
-  struct Key {
+  struct Key : UnscaledKeyGroups {
     static constexpr bool kBf16 = kBf16Codes, kSplitB = false, kChunkA = false, kDense = false, kBulk = true;
     static constexpr bool kGroups = false;  // one factor per token, after all k steps
     static constexpr int kChunk = 16, kRanges = 0;
@@ -159,15 +172,6 @@ KVQ_UNROLL
     }
     template <int D, int C>
     KVQ_HD static void bfrags_lo(const uint4*, int, const CodecArgs&, int, uint32_t (&)[C / 8][2]) {}
-    template <int D, int C>
-    KVQ_HD static void scale_group(const uint8_t* const*, const CodecArgs&, int, int, const float (&acc)[C / 8][4],
-                                   float (&s)[C / 8][2]) {
-KVQ_UNROLL
-      for (int jj = 0; jj < C / 8; ++jj) {
-        s[jj][0] += acc[jj][0] + acc[jj][2];
-        s[jj][1] += acc[jj][1] + acc[jj][3];
-      }
-    }
   };
 
   struct Value {
@@ -364,7 +368,7 @@ template <int kBits>
 struct KiviTraits {
   static_assert(kBits == 2, "kivi:2 has a kernel");
 
-  struct Key {
+  struct Key : UnscaledKeyGroups {
     static constexpr bool kBf16 = false, kSplitB = false, kChunkA = true, kDense = false, kBulk = false;
     static constexpr int kChunk = 32, kRanges = 1;
     /// Piece m * (C / 32) + h: tokens (C/8) n + 4h .. + 3 of the lane word 4m + i (channels 16 (4m + i) ..).
@@ -434,15 +438,6 @@ KVQ_UNROLL
         }
       }
       return cst;
-    }
-    template <int D, int C>
-    KVQ_HD static void scale_group(const uint8_t* const*, const CodecArgs&, int, int, const float (&acc)[C / 8][4],
-                                   float (&s)[C / 8][2]) {
-KVQ_UNROLL
-      for (int jj = 0; jj < C / 8; ++jj) {
-        s[jj][0] += acc[jj][0] + acc[jj][2];
-        s[jj][1] += acc[jj][1] + acc[jj][3];
-      }
     }
   };
 
