@@ -20,9 +20,25 @@ namespace {
 
 using test::Shape;
 
+// Every pair of the default build (src/cuda/decode_pairs.cmake).
 const std::vector<std::pair<std::string, std::string>> kPairs = {
-    {"f16", "f16"},   {"bf16", "bf16"},     {"int4", "int4"},
-    {"int8", "int8"}, {"kivi:2", "kivi:2"}, {"turbo_mse:3", "turbo_mse:3"},
+    {"f16", "f16"},
+    {"bf16", "bf16"},
+    {"int4", "int4"},
+    {"int8", "int8"},
+    {"kivi:2", "kivi:2"},
+    {"kivi:4", "kivi:4"},
+    {"turbo_mse:1", "turbo_mse:1"},
+    {"turbo_mse:2", "turbo_mse:2"},
+    {"turbo_mse:3", "turbo_mse:3"},
+    {"turbo_mse:4", "turbo_mse:4"},
+    {"kivi:4", "int4"},
+    {"int8", "int4"},
+    {"int8", "turbo_mse:3"},
+    {"int4", "turbo_mse:2"},
+    {"turbo_mse:4", "turbo_mse:2"},
+    {"kivi:4", "kivi:2"},
+    {"f16", "int4"},
 };
 
 // Runs the device kernel on the scenario's cache (layer 1) and returns its output.
@@ -169,14 +185,23 @@ TEST(CudaDeviceCache, ErrorsNameTheProblem) {
   KVQ_REQUIRE_GPU();
   KVQ_FRESH_SEED();
   const Shape shape{128, 64, 0, 2, 4, {100}, true};
-  const test::Scenario sc = test::build(shape, "f16", "int4", seed);
-  const cuda::DeviceKVCache mixed(sc.cache);
+  const test::Scenario sc = test::build(shape, "f32", "f32", seed);
+  const cuda::DeviceKVCache f32(sc.cache);
   try {
-    cuda::decode_kernel(mixed, 1);
+    cuda::decode_kernel(f32, 1);
     ADD_FAILURE() << "a pair without a kernel must throw";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no kernel for key codec 'f16' with value codec 'int4'"), std::string::npos)
-        << e.what();
+    const std::string what = e.what();
+    EXPECT_NE(what.find("no kernel for key codec 'f32' with value codec 'f32'"), std::string::npos) << what;
+    EXPECT_NE(what.find("kernels: f16/f16, bf16/bf16, int4/int4"), std::string::npos) << what;  // what exists
+  }
+  // A mixed pair outside the default build names the option that builds it.
+  const test::Scenario mixed = test::build(shape, "int4", "f16", seed);
+  const cuda::DeviceKVCache int4_f16(mixed.cache);
+  try {
+    EXPECT_EQ(cuda::decode_kernel(int4_f16, 1), "cuda_int4_f16");  // a build with every pair
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("-DKVQ_CUDA_ALL_PAIRS=ON"), std::string::npos) << e.what();
   }
   const test::Scenario ok = test::build(shape, "int4", "int4", seed);
   const cuda::DeviceKVCache dev(ok.cache);
