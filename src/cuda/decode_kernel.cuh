@@ -76,7 +76,10 @@ struct SplitShape {
   static_assert(C == 16 || C == 32 || C == 64, "chunks of 16, 32 or 64 tokens");
   static constexpr int kWarps = kWide ? 2 : 4;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kMinBlocks = (D > 128 ? 256 : kDense ? 512 : 384) / kThreads;  // registers: 128, 168, 255
+  // Registers: 128 (dense), 168, or 255 at d = 256 and for grouped (int) keys in 64-token chunks (beside kivi:2
+  // values: 8 score tiles per scale group).
+  static constexpr bool kHeavy = D > 128 || (C == 64 && K::kGroups);
+  static constexpr int kMinBlocks = (kHeavy ? 256 : kDense ? 512 : 384) / kThreads;
   static constexpr int kTableBytes = KS * 32 * 16;                              // one [KS][32] fragment table
   static constexpr int kBlockBytes = kTableBytes * (K::kChunkA ? 2 : 1);        // queries (+ their fp32 values)
   static constexpr int kWarpBytes = (K::kChunkA ? kTableBytes : 0) +             // per-chunk query fragments

@@ -4,6 +4,7 @@
 // appends and the errors it owes its callers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -78,6 +79,30 @@ TEST(CudaDecodeAttention, EveryPairMatchesTheReference) {
     expect_matches({128, 64, 64, 2, 4, {5, 130, 1000}, false}, k, v, seed + 1);
     expect_matches({128, 64, 64, 2, 4, {5, 130, 1000}, true}, k, v, seed + 2, 0, true);
   }
+}
+
+// Every key codec with kernel traits against every value codec: each pair this build has (all of them with
+// -DKVQ_CUDA_ALL_PAIRS=ON) matches the reference; the default pairs are among them.
+TEST(CudaDecodeAttention, EveryBuiltPairMatchesTheReference) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  const std::vector<std::string> codecs = {"f16",         "bf16",        "int4",        "int8",        "kivi:2",
+                                           "kivi:4",      "turbo_mse:1", "turbo_mse:2", "turbo_mse:3", "turbo_mse:4"};
+  const Shape shape{128, 64, 0, 2, 4, {1, 130, 700}, true};
+  size_t built = 0, defaults = 0;
+  for (const std::string& k : codecs)
+    for (const std::string& v : codecs) {
+      try {
+        cuda::decode_kernel(cuda::DeviceKVCache(test::config_for(shape, k, v, seed)), 1);
+      } catch (const Error&) {
+        continue;  // not in this build
+      }
+      ++built;
+      defaults += std::count(kPairs.begin(), kPairs.end(), std::make_pair(k, v)) > 0;
+      expect_matches(shape, k, v, seed);
+    }
+  EXPECT_EQ(defaults, kPairs.size());
+  EXPECT_GE(built, kPairs.size());
 }
 
 TEST(CudaDecodeAttention, HeadDimensionsGroupsAndPageSizes) {
