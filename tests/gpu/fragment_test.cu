@@ -371,6 +371,8 @@ TEST(CudaFragments, MixedPairsMatchTheCodecs) {
   check_every_dim<KiviTraits<4>, KiviTraits<2>>("kivi:4", seed + 2, "kivi:2");
   check_every_dim<TurboMseTraits<3>, KiviTraits<2>>("turbo_mse:3", seed + 3, "kivi:2");
   check_every_dim<TurboMseTraits<4>, KiviTraits<2>>("turbo_mse:4", seed + 4, "kivi:2");
+  check_every_dim<TurboMseTraits<1>, KiviTraits<2>>("turbo_mse:1", seed + 9, "kivi:2");
+  check_every_dim<TurboMseTraits<2>, KiviTraits<2>>("turbo_mse:2", seed + 10, "kivi:2");
   check_every_dim<FloatTraits<true>, KiviTraits<2>>("bf16", seed + 5, "kivi:2");
   check_every_dim<IntTraits<4>, FloatTraits<false>>("int4", seed + 6, "f16");
   check_every_dim<KiviTraits<4>, IntTraits<4>>("kivi:4", seed + 7, "int4");
