@@ -5,7 +5,8 @@
 # also written under $OUT (run.log, kvq.jsonl, sdpa.jsonl, summary.json, ptxas.log, sanitizer logs).
 #   here:     bash bench/gpu/pack-deps.sh
 #   device:   run(command="bash bench/gpu/run.sh", carry=[".gpu-deps"])
-# KVQ_GPU_QUICK=1 times two shapes only (1 x 4096, 32 x 131072); KVQ_SANITIZE_FILTER picks the sanitized tests,
+# KVQ_GPU_QUICK=1 times two shapes only (1 x 4096, 32 x 131072); KVQ_CUDA_ALL_PAIRS=1 builds (and tests) every
+# key codec with every value codec (src/cuda/decode_pairs.cmake); KVQ_SANITIZE_FILTER picks the sanitized tests,
 # KVQ_SANITIZE=0 skips them; KVQ_NCU="batch ctx codec kernel-regex[;...]" adds an ncu profile of one launch of each
 # pair's split kernel (ncu-<codec>.txt; the regex matches the mangled name, e.g. "32 32768 int4 IntTraitsILi4EE3Key").
 # The split kernels' SASS opcode counts go to sass.txt (bench/gpu/sass_stats.py).
@@ -16,7 +17,9 @@ mkdir -p "$OUT"
 exec > >(tee "$OUT/run.log") 2>&1
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader || true
 start=$(date +%s)
-cmake --preset cuda-device -Wno-dev -Wno-deprecated >/dev/null
+all_pairs=OFF
+[ "${KVQ_CUDA_ALL_PAIRS:-0}" = 1 ] && all_pairs=ON
+cmake --preset cuda-device -Wno-dev -Wno-deprecated -DKVQ_CUDA_ALL_PAIRS=$all_pairs >/dev/null
 cmake --build build/cuda-device -j "$(nproc)" --target kvq_gpu_tests kvq_tool >"$OUT/build.log" ||
   { tail -50 "$OUT/build.log"; exit 1; }
 echo "kvq-gpu: built in $(( $(date +%s) - start )) s"
@@ -24,7 +27,9 @@ build/cuda-device/tests/kvq_gpu_tests --gtest_brief=1 2>&1 | tail -40
 echo "kvq-gpu: tests done at $(( $(date +%s) - start )) s"
 
 : >"$OUT/kvq.jsonl"
-pairs=(--k int4 --v int4 --k int8 --v int8 --k f16 --v f16 --k kivi:2 --v kivi:2 --k turbo_mse:3 --v turbo_mse:3)
+pairs=(--k int4 --v int4 --k int8 --v int8 --k f16 --v f16 --k kivi:2 --v kivi:2 --k turbo_mse:3 --v turbo_mse:3
+  --k kivi:4 --v kivi:4 --k turbo_mse:2 --v turbo_mse:2 --k turbo_mse:4 --v turbo_mse:4
+  --k kivi:4 --v int4 --k turbo_mse:4 --v turbo_mse:2 --k int4 --v turbo_mse:2 --k f16 --v int4)
 shapes=(1x4096 1x32768 1x131072 8x4096 8x32768 8x131072 32x4096 32x32768 32x131072)
 [ "${KVQ_GPU_QUICK:-0}" = 1 ] && shapes=(1x4096 32x131072)
 for shape in "${shapes[@]}"; do

@@ -2,8 +2,12 @@
 """Opcode counts of the decode split kernels in `cuobjdump -sass` output (stdin): one line per kernel with its
 instruction count and most frequent opcodes, then the whole SASS of the int4 kernel at d = 128 for reading."""
 import collections
+import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pair_label import pair_label  # noqa: E402
 
 kernels, name = {}, None
 for line in sys.stdin:
@@ -19,9 +23,8 @@ for name, ins in kernels.items():
     if "decode_split_kernel" not in name:
         continue
     ops = collections.Counter(op.split(".")[0] for op, _ in ins)
-    short = re.sub(r".*?(Float|Int|Kivi|TurboMse)TraitsIL(?:b|i)(\w+?)EE3Key.*Li(\d+)ELi(\d+)EEEv.*", r"\1\2 d=\3 g=\4",
-                   name)
-    print(f"{short:16s} {len(ins):6d} " + " ".join(f"{o}:{c}" for o, c in ops.most_common(28)))
+    short = pair_label(name) or name
+    print(f"{short:32s} {len(ins):6d} " + " ".join(f"{o}:{c}" for o, c in ops.most_common(28)))
 for name, ins in kernels.items():
     if "IntTraitsILi4EE3KeyENS4_5ValueELi128ELi1E" in name:
         print("\n" + name)

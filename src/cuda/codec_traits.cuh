@@ -38,8 +38,10 @@ struct CodecArgs {
   int groups = 0;      ///< d / group
   uint32_t sec0 = 0;   ///< int: scales; kivi: minima; turbo_mse: norms (byte offset in the block)
   uint32_t sec1 = 0;   ///< kivi: scales
-  uint32_t table_hi[4] = {};  ///< turbo_mse: levels * 2^12 as fp16, low bytes of levels 0-3, 4-7, high bytes 0-3, 4-7
-  uint32_t table_lo[4] = {};  ///< the same for the remainders level * 2^12 - hi
+  /// turbo_mse: the 16 nibble levels * 2^12 as fp16: low bytes of levels 0-3, 4-7, high bytes of 0-3, 4-7, then
+  /// the same for levels 8-15 (read by b = 4 alone: the nibbles of b <= 3 stay below 8)
+  uint32_t table_hi[8] = {};
+  uint32_t table_lo[8] = {};  ///< the same for the remainders level * 2^12 - hi
 };
 
 constexpr uint32_t kHalf1032 = 0x64086408u;  // {1032, 1032}: 1024 + the offset of int4 codes
@@ -55,9 +57,19 @@ KVQ_HD uint32_t word(const uint4& p, int j) { return j == 0 ? p.x : j == 1 ? p.y
 /// An fp16 of a parameter section (16-byte aligned in shared memory): 8 halves per uint4.
 KVQ_HD uint4 load16(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
 
-/// The scales of the lane's run of 8 tokens (C = 32) of one group, from a chunk's [C/16][groups][16] fp16 tiles.
-KVQ_HD uint4 run_scales(const uint8_t* prm, int groups, int i, int gr) {
-  return load16(prm + 2 * (((i >> 1) * groups + gr) * 16 + 8 * (i & 1)));
+/// The fp16 parameters of lane i's run of C / 4 tokens (C / 4) i .. (C / 4) i + C / 4 - 1 of one group, from a
+/// chunk's [C/16][groups][16] tiles (groups = 1, gr = 0: a plain per-token array), 8 tokens a uint4.
+template <int C>
+KVQ_HD void run_halves(const uint8_t* prm, int groups, int i, int gr, uint4 (&r)[C / 32]) {
+  const int t0 = C / 4 * i;
+  const uint8_t* p = prm + 2 * (((t0 >> 4) * groups + gr) * 16 + (t0 & 15));
+KVQ_UNROLL
+  for (int x = 0; x < C / 32; ++x) r[x] = load16(p + 16 * x);
+}
+/// Token u of a lane's run (run_halves) as fp32.
+template <int N>
+KVQ_HD float run_at(const uint4 (&r)[N], int u) {
+  return half_to_float(word(r[u >> 3], (u & 7) >> 1), u & 1);
 }
 
 /// Half j (0..7) of a uint4 as fp32.
@@ -95,17 +107,60 @@ KVQ_HD uint32_t u2_pair(uint32_t w, int x) {
   }
   return h2_fma(h, kScale[x & 3], kOffset[x & 3]);
 }
-// 3-bit LaneCodes (turbo_mse): nibble lane v of a 32-element chunk from its 2-bit plane word (tile v / 2) and its
-// 1-bit plane word (tile 2): index j at bits 4j .. 4j + 2.
-KVQ_HD uint32_t lane3_nibbles(uint32_t low_plane, uint32_t high_plane, int v) {
-  const int rot = (34 - ((v + 2) & 3)) & 31;  // 0, 31, 2, 1: moves bit 4j + (v + 2) % 4 to bit 4j + 2
-  return ((low_plane >> (2 * (v & 1))) & 0x33333333u) | (rotl(high_plane, rot) & 0x44444444u);
+// 4-bit lanes (kivi:4): 8 unsigned codes, element j at bits 4j. Pair x (0..3) holds elements (x, x + 4): the code in
+// the mantissa of 1024 minus 1024, or times 1/16 minus 64 for the nibbles at bits 4..7.
+KVQ_HD uint32_t u4_pair(uint32_t w, int x) {
+  const uint32_t src = x < 2 ? w : w >> 8;
+  if ((x & 1) == 0) return h2_sub(and_or<0x000F000Fu, 0x64006400u>(src), 0x64006400u);
+  return h2_fma(and_or<0x00F000F0u, 0x64006400u>(src), kHalfSixteenth, 0xD400D400u);
 }
-// Table lookup of 4 indices (the low 4 nibbles of nib) into fp16 levels: {level[n0], level[n1]}, {level[n2], ...}.
-KVQ_HD void lookup4(uint32_t nib, const uint32_t (&t)[4], uint32_t& p01, uint32_t& p23) {
+/// The unsigned b-bit pair x of a kivi lane: elements (x, x + 16 / b).
+template <int kBits>
+KVQ_HD uint32_t kivi_pair(uint32_t w, int x) {
+  if constexpr (kBits == 2) return u2_pair(w, x);
+  else return u4_pair(w, x);
+}
+
+// LaneCodes (turbo_mse:b): nibble lane v (0..3) of a 32-element chunk, index j at bits 4j .. 4j + 3, from the lane
+// word of the tile holding its low bits (b = 2, 3: tile v / 2; b = 4: tile v, the nibbles themselves) and the lane
+// word of the 1-bit tile (b = 1, 3: the last one; its bit 4j + (v + 2) % 4 goes to bit 4j + 2).
+template <int kBits>
+KVQ_HD uint32_t lane_nibbles(uint32_t low_plane, uint32_t bit_plane, int v) {
+  if constexpr (kBits == 4) return low_plane;
+  const uint32_t low = kBits == 1 ? 0u : (low_plane >> (2 * (v & 1))) & 0x33333333u;
+  if constexpr (kBits == 2) return low;
+  const int rot = (34 - ((v + 2) & 3)) & 31;  // 0, 31, 2, 1
+  return low | (rotl(bit_plane, rot) & 0x44444444u);
+}
+/// The LaneCodes tile (of a chunk's b) holding nibble lane v's low bits (pieces of part 0), and the tiles per chunk
+/// a lane reads: 2 for b = 3 (its low tile, then the 1-bit tile b - 1), else 1.
+template <int kBits>
+KVQ_HD constexpr int lane_code_tile(int v) {
+  return kBits == 4 ? v : kBits == 1 ? 0 : v >> 1;
+}
+template <int kBits>
+inline constexpr int kLaneCodeParts = kBits == 3 ? 2 : 1;
+
+// Table lookup of 4 indices (the low 4 nibbles of nib, each below 8) into fp16 levels (CodecArgs::table_hi's
+// layout): {level[n0], level[n1]}, {level[n2], level[n3]}.
+KVQ_HD void lookup4(uint32_t nib, const uint32_t (&t)[8], uint32_t& p01, uint32_t& p23) {
   const uint32_t lo = prmt(t[0], t[1], nib & 0xffffu), hi = prmt(t[2], t[3], nib & 0xffffu);
   p01 = prmt(lo, hi, 0x5140u);
   p23 = prmt(lo, hi, 0x7362u);
+}
+// The same for indices 0..15: both halves of the table looked up with the low 3 bits, then byte j taken from the
+// upper half (selector j + 4) where nibble j's bit 3 is set.
+KVQ_HD void lookup16(uint32_t nib, const uint32_t (&t)[8], uint32_t& p01, uint32_t& p23) {
+  const uint32_t sel = nib & 0x7777u, upper = ((nib >> 1) & 0x4444u) | 0x3210u;
+  const uint32_t lo = prmt(prmt(t[0], t[1], sel), prmt(t[4], t[5], sel), upper);
+  const uint32_t hi = prmt(prmt(t[2], t[3], sel), prmt(t[6], t[7], sel), upper);
+  p01 = prmt(lo, hi, 0x5140u);
+  p23 = prmt(lo, hi, 0x7362u);
+}
+template <int kBits>
+KVQ_HD void lookup(uint32_t nib, const uint32_t (&t)[8], uint32_t& p01, uint32_t& p23) {
+  if constexpr (kBits == 4) lookup16(nib, t, p01, p23);
+  else lookup4(nib, t, p01, p23);
 }
 
 /// The channel of the value column `col` of value tile j for the codecs with channels-in-lanes tiles of 16
@@ -235,6 +290,54 @@ KVQ_UNROLL
   };
 };
 
+// Keys in tokens-in-lanes tiles of E-element lane words (IntGroup, Kivi). Piece m (C / 32) + h: tokens (C / 8) n +
+// 4h .. + 3 of the lane word 4m + i (channels E (4m + i) .. + E - 1). A lane word feeds E / 4 k steps; step ks takes
+// its pairs 2 (ks % (E / 4)) and 2 (ks % (E / 4)) + 1, pair x holding elements (x, x + E / 2).
+template <int E>
+struct LaneWordKeys {
+  static constexpr int kSteps = E / 4;  // k steps per lane word
+  template <int D, int C>
+  static constexpr int pieces() {
+    static_assert(C == 32 || C == 64, "lane-word keys: chunks of 32 or 64 tokens");
+    return D / E / 4 * (C / 32);
+  }
+  template <int D, int C>
+  KVQ_HD static int piece(const CodecArgs&, int lane, int k) {
+    const int t = C / 8 * (lane >> 2) + 4 * (k % (C / 32));
+    return 64 * ((t >> 4) * (D / E) + 4 * (k / (C / 32)) + (lane & 3)) + 4 * (t & 15);
+  }
+  template <int D>
+  KVQ_HD static constexpr int channel(int ks, int k) {
+    return E * (4 * (ks / kSteps) + ((k & 7) >> 1)) + 2 * (ks % kSteps) + (k >> 3) + E / 2 * (k & 1);
+  }
+  /// The B fragments of k step ks for the chunk's C / 8 tiles (tile 4h + x: word x of piece h), codes decoded by
+  /// Pair(word, x).
+  template <int C, uint32_t (*Pair)(uint32_t, int)>
+  KVQ_HD static void decode(const uint4* codes, int ks, int lane, uint32_t (&b)[C / 8][2]) {
+    const int x0 = 2 * (ks % kSteps);
+KVQ_UNROLL
+    for (int h = 0; h < C / 32; ++h) {
+      const uint4 p = codes[32 * ((ks / kSteps) * (C / 32) + h) + lane];
+KVQ_UNROLL
+      for (int x = 0; x < 4; ++x) {
+        b[4 * h + x][0] = Pair(word(p, x), x0);
+        b[4 * h + x][1] = Pair(word(p, x), x0 + 1);
+      }
+    }
+  }
+};
+
+/// Adds each score tile times the per-token factor of its tokens (scores (C / 4) i + {jj, C / 8 + jj} of lane i;
+/// `run`: the lane's run_halves) times `unit`.
+template <int C>
+KVQ_HD void scale_tiles(const uint4 (&run)[C / 32], float unit, const float (&acc)[C / 8][4], float (&s)[C / 8][2]) {
+KVQ_UNROLL
+  for (int jj = 0; jj < C / 8; ++jj) {
+    s[jj][0] = fmaf(run_at(run, jj) * unit, acc[jj][0] + acc[jj][2], s[jj][0]);
+    s[jj][1] = fmaf(run_at(run, C / 8 + jj) * unit, acc[jj][1] + acc[jj][3], s[jj][1]);
+  }
+}
+
 // ---- int8 / int4 (IntGroup): keys tokens-in-lanes, values channels-in-lanes, fp16 scales in 16-token tiles -----
 // The scale of a key group multiplies its score tile in fp32 (the k steps of a group accumulate apart); the scale of
 // a value multiplies the decoded fp16 code (rounded once). Key groups must hold a multiple of 32 (int4) or 16 (int8)
@@ -243,23 +346,12 @@ template <int kBits>
 struct IntTraits {
   static constexpr int E = 32 / kBits;  // elements per 32-bit lane
 
-  struct Key {
+  struct Key : LaneWordKeys<E> {
     static constexpr bool kBf16 = false, kSplitB = false, kChunkA = false, kDense = kBits == 4, kBulk = false;
     static constexpr int kChunk = 32, kRanges = 1;
-    /// Piece m: tokens 4n .. 4n + 3 of the lane word 4m + i (int4: channels 8 (4m + i) ..; int8: 4 (4m + i) ..).
-    template <int D, int C>
-    static constexpr int pieces() {
-      static_assert(C == 32, "int keys: chunks of 32 tokens");
-      return D / E / 4;
-    }
     template <int D, int C>
     static constexpr uint32_t chunk_bytes() {
       return C * D * kBits / 8;
-    }
-    template <int D, int C>
-    KVQ_HD static int piece(const CodecArgs&, int lane, int k) {
-      const int t = 4 * (lane >> 2);
-      return 64 * ((t >> 4) * (D / E) + 4 * k + (lane & 3)) + 4 * (t & 15);
     }
     /// The chunk's scale tiles: [C/16][D/G][16] fp16.
     template <int D, int C>
@@ -267,39 +359,21 @@ struct IntTraits {
       bytes = 2u * static_cast<uint32_t>(C * a.groups);
       offset = a.sec0 + static_cast<uint32_t>(cc) * bytes;
     }
-    template <int D>
-    KVQ_HD static constexpr int channel(int ks, int k) {
-      const int i = (k & 7) >> 1;
-      if constexpr (kBits == 4) return 8 * (4 * (ks >> 1) + i) + 2 * (ks & 1) + (k >> 3) + 4 * (k & 1);
-      else return 16 * ks + 4 * i + (k >> 3) + 2 * (k & 1);
-    }
     static constexpr bool kGroups = true;  // a scale per group of 2^group_shift k steps
     static constexpr int kMinGroupShift = kBits == 4 ? 1 : 0;  // int4: a lane word feeds two k steps
     template <int D, int C>
     KVQ_HD static void bfrags(const uint4* codes, int ks, const CodecArgs&, int lane, uint32_t (&b)[C / 8][2]) {
-      const uint4 p = codes[32 * (kBits == 4 ? ks >> 1 : ks) + lane];  // tokens 4n .. 4n + 3: tiles jj
-KVQ_UNROLL
-      for (int jj = 0; jj < C / 8; ++jj) {
-        if constexpr (kBits == 4) {
-          b[jj][0] = int4_pair(word(p, jj), 2 * (ks & 1));      // elements (2σ, 2σ + 4)
-          b[jj][1] = int4_pair(word(p, jj), 2 * (ks & 1) + 1);  // elements (2σ + 1, 2σ + 5)
-        } else {
-          b[jj][0] = int8_pair(word(p, jj), 0);  // elements (0, 2)
-          b[jj][1] = int8_pair(word(p, jj), 1);  // elements (1, 3)
-        }
-      }
+      if constexpr (kBits == 4) LaneWordKeys<E>::template decode<C, int4_pair>(codes, ks, lane, b);
+      else LaneWordKeys<E>::template decode<C, int8_pair>(codes, ks, lane, b);
     }
     template <int D, int C>
     KVQ_HD static void bfrags_lo(const uint4*, int, const CodecArgs&, int, uint32_t (&)[C / 8][2]) {}
     template <int D, int C>
     KVQ_HD static void scale_group(const uint8_t* const* prm, const CodecArgs& a, int lane, int gr,
                                    const float (&acc)[C / 8][4], float (&s)[C / 8][2]) {
-      const uint4 sc = run_scales(prm[0], a.groups, lane & 3, gr);
-KVQ_UNROLL
-      for (int jj = 0; jj < C / 8; ++jj) {
-        s[jj][0] = fmaf(half_at(sc, jj), acc[jj][0] + acc[jj][2], s[jj][0]);
-        s[jj][1] = fmaf(half_at(sc, 4 + jj), acc[jj][1] + acc[jj][3], s[jj][1]);
-      }
+      uint4 sc[C / 32];
+      run_halves<C>(prm[0], a.groups, lane & 3, gr, sc);
+      scale_tiles<C>(sc, 1.0f, acc, s);
     }
   };
 
@@ -343,7 +417,9 @@ KVQ_UNROLL
     KVQ_HD static void bfrags(const uint4* codes, const uint8_t* const* prm, const CodecArgs& a, int lane, int j,
                               int pc, uint32_t (&b)[C / 16][2]) {
       const int r = j >> 2, e = j & 3, n = lane >> 2;
-      const uint4 sc = run_scales(prm[0], a.groups, lane & 3, (pc + 32 * r + 16 * (n >> 2)) >> a.group_log2);
+      uint4 run[1];
+      run_halves<C>(prm[0], a.groups, lane & 3, (pc + 32 * r + 16 * (n >> 2)) >> a.group_log2, run);
+      const uint4 sc = run[0];
 KVQ_UNROLL
       for (int vs = 0; vs < C / 16; ++vs) {
         if constexpr (kBits == 4) {
@@ -360,30 +436,21 @@ KVQ_UNROLL
   };
 };
 
-// ---- kivi:2 (Kivi): unsigned 2-bit codes in IntGroup's tiles (16 per lane) -------------------------------------
+// ---- kivi:2 / kivi:4 (Kivi): unsigned b-bit codes in IntGroup's tiles (E = 32 / b per lane) -------------------
 // Keys: x_c = m_c + s_c u per channel of the block, so the score is <q o s, u> + <q, m>: the query fragments are
 // rebuilt per chunk (q o s, split hi + lo) and the constant added to the tile. Values: one (m, s) per token and
 // group, applied to the decoded fp16 code (fma, rounded once).
 template <int kBits>
 struct KiviTraits {
-  static_assert(kBits == 2, "kivi:2 has a kernel");
+  static_assert(kBits == 2 || kBits == 4, "kivi:2 and kivi:4 have kernels");
+  static constexpr int E = 32 / kBits;  // codes per 32-bit lane
 
-  struct Key : UnscaledKeyGroups {
+  struct Key : UnscaledKeyGroups, LaneWordKeys<E> {
     static constexpr bool kBf16 = false, kSplitB = false, kChunkA = true, kDense = false, kBulk = false;
     static constexpr int kChunk = 32, kRanges = 1;
-    /// Piece m * (C / 32) + h: tokens (C/8) n + 4h .. + 3 of the lane word 4m + i (channels 16 (4m + i) ..).
-    template <int D, int C>
-    static constexpr int pieces() {
-      return D / 64 * (C / 32);
-    }
     template <int D, int C>
     static constexpr uint32_t chunk_bytes() {
-      return C * D / 4;
-    }
-    template <int D, int C>
-    KVQ_HD static int piece(const CodecArgs&, int lane, int k) {
-      const int t = C / 8 * (lane >> 2) + 4 * (k % (C / 32));
-      return 64 * ((t >> 4) * (D / 16) + 4 * (k / (C / 32)) + (lane & 3)) + 4 * (t & 15);
+      return C * D * kBits / 8;
     }
     /// The block's minima and scales (d fp16 each, the scales 16-byte aligned after the minima).
     template <int D, int C>
@@ -391,22 +458,10 @@ struct KiviTraits {
       offset = a.sec0;
       bytes = a.sec1 - a.sec0 + 2 * D;
     }
-    template <int D>
-    KVQ_HD static constexpr int channel(int ks, int k) {
-      return 16 * (4 * (ks >> 2) + ((k & 7) >> 1)) + 2 * (ks & 3) + (k >> 3) + 8 * (k & 1);
-    }
     static constexpr bool kGroups = false;  // one factor per token, after all k steps
     template <int D, int C>
     KVQ_HD static void bfrags(const uint4* codes, int ks, const CodecArgs&, int lane, uint32_t (&b)[C / 8][2]) {
-KVQ_UNROLL
-      for (int h = 0; h < C / 32; ++h) {
-        const uint4 p = codes[32 * ((ks >> 2) * (C / 32) + h) + lane];  // tokens (C/8) n + 4h ..: tiles 4h ..
-KVQ_UNROLL
-        for (int x = 0; x < 4; ++x) {
-          b[4 * h + x][0] = u2_pair(word(p, x), 2 * (ks & 3));
-          b[4 * h + x][1] = u2_pair(word(p, x), 2 * (ks & 3) + 1);
-        }
-      }
+      LaneWordKeys<E>::template decode<C, kivi_pair<kBits>>(codes, ks, lane, b);
     }
     template <int D, int C>
     KVQ_HD static void bfrags_lo(const uint4*, int, const CodecArgs&, int, uint32_t (&)[C / 8][2]) {}
@@ -415,26 +470,31 @@ KVQ_UNROLL
     template <int D>
     KVQ_HD static float prepare(const uint8_t* const* prm, const CodecArgs& a, int lane, const float4* qf,
                                 uint4* atab) {
+      constexpr int kSteps = LaneWordKeys<E>::kSteps;
       const uint8_t* mins = prm[0];
       const uint8_t* scales = prm[0] + (a.sec1 - a.sec0);
       float cst = 0;
 KVQ_UNROLL
-      for (int m = 0; m < D / 64; ++m) {
-        const int c0 = 16 * (4 * m + (lane & 3));
-        const uint4 s0 = load16(scales + 2 * c0), s1 = load16(scales + 2 * c0 + 16);
-        const uint4 m0 = load16(mins + 2 * c0), m1 = load16(mins + 2 * c0 + 16);
+      for (int m = 0; m < D / E / 4; ++m) {
+        const int c0 = E * (4 * m + (lane & 3));  // the lane word's E channels
+        uint4 sv[E / 8], mv[E / 8];
 KVQ_UNROLL
-        for (int sg = 0; sg < 4; ++sg) {
-          const int ks = 4 * m + sg;
+        for (int x = 0; x < E / 8; ++x) {
+          sv[x] = load16(scales + 2 * c0 + 16 * x);
+          mv[x] = load16(mins + 2 * c0 + 16 * x);
+        }
+KVQ_UNROLL
+        for (int sg = 0; sg < kSteps; ++sg) {
+          const int ks = kSteps * m + sg;
           const float4 q = qf[32 * ks + lane];
-          // channels c0 + 2sg, + 2sg + 8, + 2sg + 1, + 2sg + 9 (k = 2i, 2i+1, 2i+8, 2i+9)
-          const float f0 = half_at(s0, 2 * sg), f1 = half_at(s1, 2 * sg), f2 = half_at(s0, 2 * sg + 1),
-                      f3 = half_at(s1, 2 * sg + 1);
-          cst = fmaf(q.x, half_at(m0, 2 * sg), cst);
-          cst = fmaf(q.y, half_at(m1, 2 * sg), cst);
-          cst = fmaf(q.z, half_at(m0, 2 * sg + 1), cst);
-          cst = fmaf(q.w, half_at(m1, 2 * sg + 1), cst);
-          atab[32 * ks + lane] = split_fragment<false>(q.x * f0, q.y * f1, q.z * f2, q.w * f3);
+          // channels c0 + 2sg, + 2sg + E/2, + 2sg + 1, + 2sg + E/2 + 1 (k = 2i, 2i+1, 2i+8, 2i+9)
+          const int e[4] = {2 * sg, 2 * sg + E / 2, 2 * sg + 1, 2 * sg + E / 2 + 1};
+          cst = fmaf(q.x, run_at(mv, e[0]), cst);
+          cst = fmaf(q.y, run_at(mv, e[1]), cst);
+          cst = fmaf(q.z, run_at(mv, e[2]), cst);
+          cst = fmaf(q.w, run_at(mv, e[3]), cst);
+          atab[32 * ks + lane] = split_fragment<false>(q.x * run_at(sv, e[0]), q.y * run_at(sv, e[1]),
+                                                       q.z * run_at(sv, e[2]), q.w * run_at(sv, e[3]));
         }
       }
       return cst;
@@ -443,16 +503,16 @@ KVQ_UNROLL
 
   struct Value {
     static constexpr bool kBf16 = false, kDense = false, kBulk = false;
-    static constexpr int kChunk = 64, kRanges = 2;
-    /// Piece r: channels lane_tile_channel(4r + e, n) of the lane's 16 tokens 16i .. 16i + 15.
+    static constexpr int kChunk = 4 * E, kRanges = 2;  // a lane word holds the lane's C / 4 tokens
+    /// Piece r: channels lane_tile_channel(4r + e, n) of the lane's E tokens (C / 4) i .. (C / 4) i + E - 1.
     template <int D, int DP, int C>
     static constexpr int pieces() {
-      static_assert(C == 64, "kivi:2 values: chunks of 64 tokens (16-token lanes)");
+      static_assert(C == kChunk, "kivi values: chunks of 4 lane words of tokens (kivi:2: 64, kivi:4: 32)");
       return DP / 32;
     }
     template <int D, int C>
     static constexpr uint32_t chunk_bytes() {
-      return C * D / 4;
+      return C * D * kBits / 8;
     }
     template <int D, int DP, int C>
     KVQ_HD static int piece(const CodecArgs&, int lane, int k, int pc) {
@@ -466,7 +526,8 @@ KVQ_UNROLL
       offset = (r == 0 ? a.sec0 : a.sec1) + static_cast<uint32_t>(cc) * bytes;
     }
     KVQ_HD static constexpr int channel(int j, int col) { return lane_tile_channel(j, col); }
-    KVQ_HD static constexpr int token_at(int vs, int q) { return 2 * vs + (q >> 1) + 8 * (q & 1); }
+    /// Pair x of the lane word holds tokens (x, x + E / 2): value step vs takes pairs 2vs and 2vs + 1.
+    KVQ_HD static constexpr int token_at(int vs, int q) { return 2 * vs + (q >> 1) + E / 2 * (q & 1); }
     template <int C>
     KVQ_HD static void weights(const uint8_t* const*, int, float (&w)[C / 4]) {
 KVQ_UNROLL
@@ -476,49 +537,64 @@ KVQ_UNROLL
     KVQ_HD static void bfrags(const uint4* codes, const uint8_t* const* prm, const CodecArgs& a, int lane, int j,
                               int pc, uint32_t (&b)[C / 16][2]) {
       const int r = j >> 2, e = j & 3, n = lane >> 2, i = lane & 3;
-      const int groups = a.groups, gr = (pc + 32 * r + 16 * (n >> 2)) >> a.group_log2;
-      const uint8_t* mrow = prm[0] + 32 * (i * groups + gr);
-      const uint8_t* srow = prm[1] + 32 * (i * groups + gr);
-      const uint4 m0 = load16(mrow), m1 = load16(mrow + 16), s0 = load16(srow), s1 = load16(srow + 16);
+      const int gr = (pc + 32 * r + 16 * (n >> 2)) >> a.group_log2;
+      uint4 m[C / 32], s[C / 32];
+      run_halves<C>(prm[0], a.groups, i, gr, m);
+      run_halves<C>(prm[1], a.groups, i, gr, s);
       const uint32_t w = word(codes[32 * r + lane], e);
-      // pair x: tokens (x, x + 8) of the lane's 16
 KVQ_UNROLL
       for (int vs = 0; vs < C / 16; ++vs)
 KVQ_UNROLL
         for (int h = 0; h < 2; ++h) {
-          const int x = 2 * vs + h;
-          b[vs][h] = h2_fma(u2_pair(w, x), half_pair(s0, s1, x, x), half_pair(m0, m1, x, x));
+          const int x = 2 * vs + h, y = x + E / 2;  // tokens of pair x
+          b[vs][h] = h2_fma(kivi_pair<kBits>(w, x), run_pair(s, x, y), run_pair(m, x, y));
         }
+    }
+
+   private:
+    /// {run token x, run token y} as fp16 (x, y of equal parity).
+    template <int N>
+    KVQ_HD static uint32_t run_pair(const uint4 (&r)[N], int x, int y) {
+      return half_pair(r[x >> 3], r[y >> 3], x & 7, y & 7);
     }
   };
 };
 
-// ---- turbo_mse:3 (TurboMse, LaneCodes): y = ||x|| c[idx] -------------------------------------------------------
+// ---- turbo_mse:b (TurboMse, LaneCodes; b = 1..4): y = ||x|| c[idx] ----------------------------------------------
 // Indices become fp16 levels (times 2^12) by byte-permute table lookups; keys add the remainders (level * 2^12 -
 // hi) as a second product, values take the hi levels. The norm (times 2^-12) scales the score tile (keys) or the
-// softmax weight (values).
+// softmax weight (values). A lane reads nibble lane i of every 32-element chunk: kLaneCodeParts<b> pieces (its
+// low-bits tile lane_code_tile(i), then for b = 3 the 1-bit tile).
 template <int kBits>
 struct TurboMseTraits {
-  static_assert(kBits == 3, "turbo_mse:3 has a kernel");
+  static_assert(kBits >= 1 && kBits <= 4, "turbo_mse:1..4");
+  static constexpr int P = kLaneCodeParts<kBits>;
+
+  /// The tile of a chunk's b that a lane's piece p reads (p = 0: its low bits; p = 1: the 1-bit tile, b = 3).
+  KVQ_HD static constexpr int part(int p, int lane) { return p == 0 ? lane_code_tile<kBits>(lane & 3) : kBits - 1; }
+  /// Nibble lane (lane & 3) of a chunk from the words of its pieces.
+  KVQ_HD static uint32_t nibbles(const uint4& low, const uint4& bit, int x, int lane) {
+    return lane_nibbles<kBits>(word(low, x), word(bit, x), lane & 3);
+  }
 
   struct Key {
     static constexpr bool kBf16 = false, kSplitB = true, kChunkA = false, kDense = false, kBulk = false;
     static constexpr int kChunk = 32, kRanges = 1;
-    /// Piece 2 kk + h: tokens 4n .. 4n + 3 of the 32-channel chunk kk, the 2-bit plane holding nibble lane i
-    /// (h = 0) or the 1-bit plane (h = 1).
+    /// Piece (kk (C / 32) + h) P + p: tokens (C / 8) n + 4h .. + 3 of the 32-channel chunk kk, part(p).
     template <int D, int C>
     static constexpr int pieces() {
-      static_assert(C == 32, "turbo_mse keys: chunks of 32 tokens");
-      return D / 32 * 2;
+      static_assert(C == 32 || C == 64, "turbo_mse keys: chunks of 32 or 64 tokens");
+      return D / 32 * (C / 32) * P;
     }
     template <int D, int C>
     static constexpr uint32_t chunk_bytes() {
-      return C * D * 3 / 8;
+      return C * D * kBits / 8;
     }
     template <int D, int C>
     KVQ_HD static int piece(const CodecArgs&, int lane, int k) {
-      const int t = 4 * (lane >> 2), part = k & 1 ? 2 : (lane & 3) >> 1;
-      return 64 * (3 * ((t >> 4) * (D / 32) + (k >> 1)) + part) + 4 * (t & 15);
+      const int h = k / P % (C / 32), kk = k / P / (C / 32);
+      const int t = C / 8 * (lane >> 2) + 4 * h;
+      return 64 * (kBits * ((t >> 4) * (D / 32) + kk) + part(k % P, lane)) + 4 * (t & 15);
     }
     /// The chunk's norms.
     template <int D, int C>
@@ -542,23 +618,25 @@ struct TurboMseTraits {
     template <int D, int C>
     KVQ_HD static void scale_group(const uint8_t* const* prm, const CodecArgs&, int lane, int,
                                    const float (&acc)[C / 8][4], float (&s)[C / 8][2]) {
-      const uint4 nr = load16(prm[0] + 16 * (lane & 3));
-KVQ_UNROLL
-      for (int jj = 0; jj < C / 8; ++jj) {
-        s[jj][0] = fmaf(half_at(nr, jj) * 0x1p-12f, acc[jj][0] + acc[jj][2], s[jj][0]);
-        s[jj][1] = fmaf(half_at(nr, 4 + jj) * 0x1p-12f, acc[jj][1] + acc[jj][3], s[jj][1]);
-      }
+      uint4 nr[C / 32];
+      run_halves<C>(prm[0], 1, lane & 3, 0, nr);
+      scale_tiles<C>(nr, 0x1p-12f, acc, s);
     }
 
    private:
+    /// Indices 8i + 4 (ks & 1) .. + 3 of the channel chunk ks / 2 for the C / 8 tiles (tile 4h + x: word x).
     template <int C>
-    KVQ_HD static void decode(const uint4* codes, int ks, const uint32_t (&table)[4], int lane,
+    KVQ_HD static void decode(const uint4* codes, int ks, const uint32_t (&table)[8], int lane,
                               uint32_t (&b)[C / 8][2]) {
-      const uint4 low = codes[32 * (2 * (ks >> 1)) + lane], high = codes[32 * (2 * (ks >> 1) + 1) + lane];
 KVQ_UNROLL
-      for (int jj = 0; jj < C / 8; ++jj) {
-        const uint32_t nib = lane3_nibbles(word(low, jj), word(high, jj), lane & 3);
-        lookup4(ks & 1 ? nib >> 16 : nib, table, b[jj][0], b[jj][1]);
+      for (int h = 0; h < C / 32; ++h) {
+        const int slot = ((ks >> 1) * (C / 32) + h) * P;
+        const uint4 low = codes[32 * slot + lane], bit = codes[32 * (slot + P - 1) + lane];
+KVQ_UNROLL
+        for (int x = 0; x < 4; ++x) {
+          const uint32_t nib = nibbles(low, bit, x, lane);
+          lookup<kBits>(ks & 1 ? nib >> 16 : nib, table, b[4 * h + x][0], b[4 * h + x][1]);
+        }
       }
     }
   };
@@ -566,21 +644,21 @@ KVQ_UNROLL
   struct Value {
     static constexpr bool kBf16 = false, kDense = false, kBulk = false;
     static constexpr int kChunk = 32, kRanges = 1;
-    /// Piece 2r + h: channels lane_tile_channel(4r + e, n) of the chunk's 32-token lanes, the 2-bit plane holding
-    /// nibble lane i (tokens 8i .. 8i + 7; h = 0) or the 1-bit plane (h = 1).
+    /// Piece P r + p: channels lane_tile_channel(4r + e, n) of the chunk's 32-token lanes, part(p) (nibble lane i:
+    /// tokens 8i .. 8i + 7).
     template <int D, int DP, int C>
     static constexpr int pieces() {
       static_assert(C == 32, "turbo_mse values: chunks of 32 tokens");
-      return DP / 32 * 2;
+      return DP / 32 * P;
     }
     template <int D, int C>
     static constexpr uint32_t chunk_bytes() {
-      return C * D * 3 / 8;
+      return C * D * kBits / 8;
     }
     template <int D, int DP, int C>
     KVQ_HD static int piece(const CodecArgs&, int lane, int k, int pc) {
-      const int n = lane >> 2, part = k & 1 ? 2 : (lane & 3) >> 1;
-      return 64 * (3 * lane_tile_k16(pc, k >> 1, n) + part) + 16 * (n & 3);
+      const int n = lane >> 2;
+      return 64 * (kBits * lane_tile_k16(pc, k / P, n) + part(k % P, lane)) + 16 * (n & 3);
     }
     template <int D, int DP, int C>
     KVQ_HD static void range(const CodecArgs& a, int cc, int, uint32_t& offset, uint32_t& bytes) {
@@ -600,10 +678,9 @@ KVQ_UNROLL
     KVQ_HD static void bfrags(const uint4* codes, const uint8_t* const*, const CodecArgs& a, int lane, int j, int,
                               uint32_t (&b)[C / 16][2]) {
       const int r = j >> 2, e = j & 3;
-      const uint32_t nib =
-          lane3_nibbles(word(codes[32 * 2 * r + lane], e), word(codes[32 * (2 * r + 1) + lane], e), lane & 3);
-      lookup4(nib, a.table_hi, b[0][0], b[0][1]);
-      lookup4(nib >> 16, a.table_hi, b[1][0], b[1][1]);
+      const uint32_t nib = nibbles(codes[32 * P * r + lane], codes[32 * (P * r + P - 1) + lane], e, lane);
+      lookup<kBits>(nib, a.table_hi, b[0][0], b[0][1]);
+      lookup<kBits>(nib >> 16, a.table_hi, b[1][0], b[1][1]);
     }
   };
 };

@@ -163,10 +163,15 @@ std::optional<KernelFor> find_kernel(const Codec& k, const Codec& v) {
   return std::nullopt;
 }
 
+// The pairs this build has, and where the others come from.
 std::string pair_list() {
-  std::string list;
-  for (const PairKernel& p : pair_kernels()) list += (list.empty() ? "" : ", ") + p.key + "/" + p.value;
-  return list;
+  std::string list = "kernels: ";
+  for (const PairKernel& p : pair_kernels()) list += p.key + "/" + p.value + ", ";
+  list.resize(list.size() - 2);
+  std::string codecs;
+  for (const std::string& c : kernel_codecs()) codecs += (codecs.empty() ? "" : ", ") + c;
+  if (kAllPairs) return list + "; every pair of " + codecs;
+  return list + "; a build with -DKVQ_CUDA_ALL_PAIRS=ON has every key codec with every value codec of " + codecs;
 }
 
 // Per-channel factor folded out of the kernels' decode (codec_traits.cuh): int8/int4's lambda, else 1.
@@ -194,13 +199,13 @@ DevicePtr<T> upload(const std::vector<T>& host, const std::string& what) {
 
 }  // namespace
 
-// The byte tables of the levels * 2^12 (fp16 hi, and the remainder lo) for the kernels' byte-permute lookups:
-// low bytes of levels 0-3, 4-7, then high bytes of levels 0-3, 4-7.
-static void level_tables(const float* levels, uint32_t (&hi)[4], uint32_t (&lo)[4]) {
-  for (int e = 0; e < 8; ++e) {
+// The byte tables of the 16 nibble levels * 2^12 (fp16 hi, and the remainder lo) for the kernels' byte-permute
+// lookups (CodecArgs::table_hi): low bytes of levels 0-3, 4-7, high bytes of 0-3, 4-7, then the same for 8-15.
+static void level_tables(const float* levels, uint32_t (&hi)[8], uint32_t (&lo)[8]) {
+  for (int e = 0; e < 16; ++e) {
     const float x = levels[e] * 4096.0f;
     const uint16_t h = f32_to_f16(x), l = f32_to_f16(x - f16_to_f32(h));
-    const int word = e / 4, shift = 8 * (e % 4);
+    const int word = 4 * (e / 8) + e % 8 / 4, shift = 8 * (e % 4);
     hi[word] |= static_cast<uint32_t>(h & 0xff) << shift;
     hi[2 + word] |= static_cast<uint32_t>(h >> 8) << shift;
     lo[word] |= static_cast<uint32_t>(l & 0xff) << shift;
@@ -249,7 +254,7 @@ std::string decode_kernel(const DeviceKVCache& cache, int layer) {
   KVQ_CHECK(d == 64 || d == 128 || d == 256, "CUDA decode attention: head dimension ", d,
             " has no kernel (64, 128 or 256)");
   KVQ_CHECK(find_kernel(k, v).has_value(), "CUDA decode attention: no kernel for key codec '", k.spec().str(),
-            "' with value codec '", v.spec().str(), "' (kernels: ", pair_list(), ")");
+            "' with value codec '", v.spec().str(), "' (", pair_list(), ")");
   return "cuda_" + k.spec().name + "_" + v.spec().name;
 }
 

@@ -5,8 +5,8 @@
 // Per chunk of C tokens (codec_traits.cuh has the fragment maps):
 //   - the codes arrive kStages - 1 chunks ahead: every lane streams its own 16-byte pieces of the key and value
 //     codes into its own shared-memory slots with cp.async (no barrier: a lane reads only what it copied) and the
-//     warp copies the chunk's scales / minima / norms once into a shared area (one __syncwarp); or, for f16/bf16
-//     (kBulk), one lane has the copy engine bring the chunk's key and value rows, completing on the stage's mbarrier;
+//     warp copies the chunk's scales / minima / norms once into a shared area (one __syncwarp); f16/bf16 keys or
+//     values (kBulk) instead come whole by the copy engine (one lane issues it), completing on the stage's mbarrier;
 //   - scores S = Q K^T: the GQA group's queries (rows n < G of the A operand, fp32 split hi (row n) + lo (row n + 8),
 //     built once per block into shared memory) times the keys decoded in registers to exact fp16 (mma.m16n8k16,
 //     fp32 accumulation), each scale group's tiles scaled in fp32;
@@ -57,14 +57,16 @@ struct SplitShape {
   static constexpr int kParts = D > 128 ? D / 128 : 1;  // warps sharing a range, each summing DP value channels
   static constexpr int DP = D / kParts;
   static constexpr int NT = C / 8, KS = D / 16, VS = C / 16, NJ = DP / 8;
-  static constexpr bool kBulk = K::kBulk;  // the chunk's codes by the copy engine, not by lanes
-  static_assert(K::kBulk == V::kBulk, "keys and values are copied the same way");
+  // The chunk's codes by the copy engine (kBulk: f16/bf16 keys or values), or by lanes; a stage holds the key codes,
+  // then the value codes.
+  static constexpr bool kBulk = K::kBulk || V::kBulk, kLanes = !K::kBulk || !V::kBulk;
   static constexpr int kKeyPieces = K::template pieces<D, C>();
   static constexpr int kValuePieces = V::template pieces<D, DP, C>();
   static constexpr int kKeyChunkBytes = static_cast<int>(K::template chunk_bytes<D, C>());  // C tokens' codes
   static constexpr int kValueChunkBytes = static_cast<int>(V::template chunk_bytes<D, C>());
-  static constexpr int kCodeBytes =  // per warp and stage
-      kBulk ? kKeyChunkBytes + kValueChunkBytes : 512 * (kKeyPieces + kValuePieces);
+  static constexpr int kKeyCodeBytes = K::kBulk ? kKeyChunkBytes : 512 * kKeyPieces;  // per warp and stage
+  static constexpr int kCodeBytes = kKeyCodeBytes + (V::kBulk ? kValueChunkBytes : 512 * kValuePieces);
+  static constexpr int kBulkBytes = (K::kBulk ? kKeyChunkBytes : 0) + (V::kBulk ? kValueChunkBytes : 0);
   // Stages of 12 KB or more (f16/bf16 at d = 256) take 2-warp blocks with 3 stages. The int4 pair fits 128
   // registers: 16 warps per SM with 2 stages (4 blocks of 41 KB). The others: 12 warps per SM, 3 stages where a
   // 32-token stage is small.
@@ -74,7 +76,10 @@ struct SplitShape {
   static_assert(C == 16 || C == 32 || C == 64, "chunks of 16, 32 or 64 tokens");
   static constexpr int kWarps = kWide ? 2 : 4;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kMinBlocks = (D > 128 ? 256 : kDense ? 512 : 384) / kThreads;  // registers: 128, 168, 255
+  // Registers: 128 (dense), 168, or 255 at d = 256 and for grouped (int) keys in 64-token chunks (beside kivi:2
+  // values: 8 score tiles per scale group).
+  static constexpr bool kHeavy = D > 128 || (C == 64 && K::kGroups);
+  static constexpr int kMinBlocks = (kHeavy ? 256 : kDense ? 512 : 384) / kThreads;
   static constexpr int kTableBytes = KS * 32 * 16;                              // one [KS][32] fragment table
   static constexpr int kBlockBytes = kTableBytes * (K::kChunkA ? 2 : 1);        // queries (+ their fp32 values)
   static constexpr int kWarpBytes = (K::kChunkA ? kTableBytes : 0) +             // per-chunk query fragments
@@ -174,22 +179,22 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
     const uint8_t* vb = page + a.value_offset + static_cast<size_t>(h) * a.value_stride;
     const uint8_t* kc = kb + cc * S::kKeyChunkBytes;
     const uint8_t* vc = vb + cc * S::kValueChunkBytes;
+    uint8_t* st = ring + stage * a.stage_bytes;
     if constexpr (S::kBulk) {
       if (lane == 0) {
-        uint8_t* dst = ring + stage * a.stage_bytes;
         fence_proxy_async();  // the stage's earlier reads before the copy engine rewrites it
-        mbar_expect(bars + 2 * stage, S::kKeyChunkBytes + S::kValueChunkBytes);
-        bulk_copy(dst, kc, S::kKeyChunkBytes, bars + 2 * stage);
-        bulk_copy(dst + S::kKeyChunkBytes, vc, S::kValueChunkBytes, bars + 2 * stage);
+        mbar_expect(bars + 2 * stage, S::kBulkBytes);
+        if constexpr (K::kBulk) bulk_copy(st, kc, S::kKeyChunkBytes, bars + 2 * stage);
+        if constexpr (V::kBulk) bulk_copy(st + S::kKeyCodeBytes, vc, S::kValueChunkBytes, bars + 2 * stage);
       }
-      return;
     }
-    uint8_t* st = ring + stage * a.stage_bytes + 16 * lane;
+    // The lanes' pieces and the parameter ranges (none for f16/bf16).
+    st += 16 * lane;
 #pragma unroll
     for (int k = 0; k < S::kKeyPieces; ++k) cp_async16(st + 512 * k, kc + K::template piece<D, C>(a.key, lane, k));
 #pragma unroll
     for (int k = 0; k < S::kValuePieces; ++k)
-      cp_async16(st + 512 * (S::kKeyPieces + k), vc + V::template piece<D, DP, C>(a.value, lane, k, pc));
+      cp_async16(st + S::kKeyCodeBytes + 512 * k, vc + V::template piece<D, DP, C>(a.value, lane, k, pc));
     st -= 16 * lane;
     uint8_t* prm = st + S::kCodeBytes;
     for (int r = 0; r < K::kRanges; ++r) {
@@ -216,7 +221,7 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
     if (q0 + st < q1) issue(q0 + st, st);
-    if constexpr (!S::kBulk) cp_async_commit();
+    if constexpr (S::kLanes) cp_async_commit();
   }
   uint32_t phases = 0;  // bulk copies: the parity each stage's barrier completes next, one bit a stage
   for (int q = q0, stage = 0; q < q1; ++q, stage = stage == kStages - 1 ? 0 : stage + 1) {
@@ -224,15 +229,15 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
     if constexpr (S::kBulk) {
       mbar_wait(bars + 2 * stage, (phases >> stage) & 1);
       phases ^= 1u << stage;
-    } else {
+    }
+    if constexpr (S::kLanes) {
       cp_async_commit();
       cp_async_wait<kStages - 1>();
     }
     __syncwarp();
     const uint8_t* st = ring + stage * a.stage_bytes;
     const uint4* kcodes = reinterpret_cast<const uint4*>(st);
-    const uint4* vcodes =
-        S::kBulk ? reinterpret_cast<const uint4*>(st + S::kKeyChunkBytes) : kcodes + 32 * S::kKeyPieces;
+    const uint4* vcodes = reinterpret_cast<const uint4*>(st + S::kKeyCodeBytes);
     const uint8_t* kprm[2] = {st + kpo[0], st + kpo[1]};
     const uint8_t* vprm[2] = {st + vpo[0], st + vpo[1]};
 
@@ -318,7 +323,7 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
     }
     __syncwarp();  // every lane is done with the stage before it is refilled
   }
-  if constexpr (!S::kBulk) cp_async_wait<0>();
+  if constexpr (S::kLanes) cp_async_wait<0>();
 
   // The warp's partial state: o and l times 2^-12 (the weights' factor).
   l_run += __shfl_xor_sync(0xffffffffu, l_run, 1);

@@ -1,18 +1,19 @@
-// The table of codec pairs with a CUDA decode kernel.
+// The table of codec pairs with a CUDA decode kernel in this build (cuda/decode_pair_list.hpp).
 #include "cuda/decode_pairs.hpp"
 
 namespace kvq::cuda::detail {
 
 const std::vector<PairKernel>& pair_kernels() {
-  static const std::vector<PairKernel> pairs = {
-      {"f16", "f16", &split_kernel<F16::Key, F16::Value>},
-      {"bf16", "bf16", &split_kernel<Bf16::Key, Bf16::Value>},
-      {"int4", "int4", &split_kernel<Int4::Key, Int4::Value>},
-      {"int8", "int8", &split_kernel<Int8::Key, Int8::Value>},
-      {"kivi:2", "kivi:2", &split_kernel<Kivi2::Key, Kivi2::Value>},
-      {"turbo_mse:3", "turbo_mse:3", &split_kernel<TurboMse3::Key, TurboMse3::Value>},
-  };
+#define KVQ_PAIR_ENTRY(K, V) {kCodecId<K>, kCodecId<V>, &split_kernel<K::Key, V::Value>},
+  static const std::vector<PairKernel> pairs = {KVQ_DECODE_PAIRS(KVQ_PAIR_ENTRY)};
+#undef KVQ_PAIR_ENTRY
   return pairs;
+}
+
+std::vector<std::string> kernel_codecs() {
+#define KVQ_CODEC_ID(T) kCodecId<T>,
+  return {KVQ_DECODE_CODECS(KVQ_CODEC_ID)};
+#undef KVQ_CODEC_ID
 }
 
 }  // namespace kvq::cuda::detail

@@ -4,6 +4,7 @@
 // appends and the errors it owes its callers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -20,9 +21,25 @@ namespace {
 
 using test::Shape;
 
+// Every pair of the default build (src/cuda/decode_pairs.cmake).
 const std::vector<std::pair<std::string, std::string>> kPairs = {
-    {"f16", "f16"},   {"bf16", "bf16"},     {"int4", "int4"},
-    {"int8", "int8"}, {"kivi:2", "kivi:2"}, {"turbo_mse:3", "turbo_mse:3"},
+    {"f16", "f16"},
+    {"bf16", "bf16"},
+    {"int4", "int4"},
+    {"int8", "int8"},
+    {"kivi:2", "kivi:2"},
+    {"kivi:4", "kivi:4"},
+    {"turbo_mse:1", "turbo_mse:1"},
+    {"turbo_mse:2", "turbo_mse:2"},
+    {"turbo_mse:3", "turbo_mse:3"},
+    {"turbo_mse:4", "turbo_mse:4"},
+    {"kivi:4", "int4"},
+    {"int8", "int4"},
+    {"int8", "turbo_mse:3"},
+    {"int4", "turbo_mse:2"},
+    {"turbo_mse:4", "turbo_mse:2"},
+    {"kivi:4", "kivi:2"},
+    {"f16", "int4"},
 };
 
 // Runs the device kernel on the scenario's cache (layer 1) and returns its output.
@@ -62,6 +79,30 @@ TEST(CudaDecodeAttention, EveryPairMatchesTheReference) {
     expect_matches({128, 64, 64, 2, 4, {5, 130, 1000}, false}, k, v, seed + 1);
     expect_matches({128, 64, 64, 2, 4, {5, 130, 1000}, true}, k, v, seed + 2, 0, true);
   }
+}
+
+// Every key codec with kernel traits against every value codec: each pair this build has (all of them with
+// -DKVQ_CUDA_ALL_PAIRS=ON) matches the reference; the default pairs are among them.
+TEST(CudaDecodeAttention, EveryBuiltPairMatchesTheReference) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  const std::vector<std::string> codecs = {"f16",         "bf16",        "int4",        "int8",        "kivi:2",
+                                           "kivi:4",      "turbo_mse:1", "turbo_mse:2", "turbo_mse:3", "turbo_mse:4"};
+  const Shape shape{128, 64, 0, 2, 4, {1, 130, 700}, true};
+  size_t built = 0, defaults = 0;
+  for (const std::string& k : codecs)
+    for (const std::string& v : codecs) {
+      try {
+        cuda::decode_kernel(cuda::DeviceKVCache(test::config_for(shape, k, v, seed)), 1);
+      } catch (const Error&) {
+        continue;  // not in this build
+      }
+      ++built;
+      defaults += std::count(kPairs.begin(), kPairs.end(), std::make_pair(k, v)) > 0;
+      expect_matches(shape, k, v, seed);
+    }
+  EXPECT_EQ(defaults, kPairs.size());
+  EXPECT_GE(built, kPairs.size());
 }
 
 TEST(CudaDecodeAttention, HeadDimensionsGroupsAndPageSizes) {
@@ -169,14 +210,24 @@ TEST(CudaDeviceCache, ErrorsNameTheProblem) {
   KVQ_REQUIRE_GPU();
   KVQ_FRESH_SEED();
   const Shape shape{128, 64, 0, 2, 4, {100}, true};
-  const test::Scenario sc = test::build(shape, "f16", "int4", seed);
-  const cuda::DeviceKVCache mixed(sc.cache);
+  const test::Scenario sc = test::build(shape, "f32", "f32", seed);
+  const cuda::DeviceKVCache f32(sc.cache);
   try {
-    cuda::decode_kernel(mixed, 1);
+    cuda::decode_kernel(f32, 1);
     ADD_FAILURE() << "a pair without a kernel must throw";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no kernel for key codec 'f16' with value codec 'int4'"), std::string::npos)
-        << e.what();
+    const std::string what = e.what();
+    EXPECT_NE(what.find("no kernel for key codec 'f32' with value codec 'f32'"), std::string::npos) << what;
+    for (const auto& [k, v] : kPairs)  // what exists
+      EXPECT_NE(what.find(" " + k + "/" + v), std::string::npos) << what;
+  }
+  // A mixed pair outside the default build names the option that builds it.
+  const test::Scenario mixed = test::build(shape, "int4", "f16", seed);
+  const cuda::DeviceKVCache int4_f16(mixed.cache);
+  try {
+    EXPECT_EQ(cuda::decode_kernel(int4_f16, 1), "cuda_int4_f16");  // a build with every pair
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("-DKVQ_CUDA_ALL_PAIRS=ON"), std::string::npos) << e.what();
   }
   const test::Scenario ok = test::build(shape, "int4", "int4", seed);
   const cuda::DeviceKVCache dev(ok.cache);

@@ -307,25 +307,29 @@ void check_values(const Block& b, int T, uint64_t seed) {
     }
 }
 
-template <class Pair, int D>
-void check_pair(const std::string& spec, uint64_t seed) {
-  using K = typename Pair::Key;
-  using V = typename Pair::Value;
+// Keys of KeyTraits and values of ValueTraits at the chunk size of their pair (a key trait meets C = 64 beside
+// kivi:2 values, a value trait C = 32 beside keys of 32-token chunks).
+template <class KeyTraits, class ValueTraits, int D>
+void check_pair(const std::string& key_spec, const std::string& value_spec, uint64_t seed) {
+  using K = typename KeyTraits::Key;
+  using V = typename ValueTraits::Value;
   constexpr int C = SplitShape<K, V, D>::C;
   for (int T : {64, 128}) {
-    SCOPED_TRACE(spec + " d=" + std::to_string(D) + " T=" + std::to_string(T));
-    const Block kb = encode(spec, D, T, true, seed + static_cast<uint64_t>(T));
+    SCOPED_TRACE(key_spec + " / " + value_spec + " d=" + std::to_string(D) + " T=" + std::to_string(T) +
+                 " C=" + std::to_string(C));
+    const Block kb = encode(key_spec, D, T, true, seed + static_cast<uint64_t>(T));
     check_keys<K, D, C>(kb, T, seed + 11);
-    const Block vb = encode(spec, D, T, false, seed + static_cast<uint64_t>(T) + 1);
+    const Block vb = encode(value_spec, D, T, false, seed + static_cast<uint64_t>(T) + 1);
     check_values<V, D, C>(vb, T, seed + 12);
   }
 }
 
-template <class Pair>
-void check_every_dim(const std::string& spec, uint64_t seed) {
-  check_pair<Pair, 64>(spec, seed);
-  check_pair<Pair, 128>(spec, seed + 100);
-  check_pair<Pair, 256>(spec, seed + 200);
+template <class KeyTraits, class ValueTraits = KeyTraits>
+void check_every_dim(const std::string& key_spec, uint64_t seed, const std::string& value_spec = "") {
+  const std::string& v = value_spec.empty() ? key_spec : value_spec;
+  check_pair<KeyTraits, ValueTraits, 64>(key_spec, v, seed);
+  check_pair<KeyTraits, ValueTraits, 128>(key_spec, v, seed + 100);
+  check_pair<KeyTraits, ValueTraits, 256>(key_spec, v, seed + 200);
 }
 
 TEST(CudaFragments, FloatPairsMatchTheCodec) {
@@ -342,11 +346,37 @@ TEST(CudaFragments, IntPairsMatchTheCodec) {
   check_every_dim<IntTraits<8>>("int8:16", seed + 3);
 }
 
-TEST(CudaFragments, KiviAndTurboPairsMatchTheCodec) {
+TEST(CudaFragments, KiviPairsMatchTheCodec) {
   KVQ_FRESH_SEED();
   check_every_dim<KiviTraits<2>>("kivi:2", seed);
   check_every_dim<KiviTraits<2>>("kivi:2,g=16", seed + 1);
+  check_every_dim<KiviTraits<4>>("kivi:4", seed + 2);
+  check_every_dim<KiviTraits<4>>("kivi:4,g=16", seed + 3);
+  check_every_dim<KiviTraits<4>>("kivi:4,g=64", seed + 4);
+}
+
+TEST(CudaFragments, TurboMsePairsMatchTheCodec) {
+  KVQ_FRESH_SEED();
+  check_every_dim<TurboMseTraits<1>>("turbo_mse:1", seed);
+  check_every_dim<TurboMseTraits<2>>("turbo_mse:2", seed + 1);
   check_every_dim<TurboMseTraits<3>>("turbo_mse:3", seed + 2);
+  check_every_dim<TurboMseTraits<4>>("turbo_mse:4", seed + 3);
+}
+
+// Mixed pairs: every key trait in chunks of 64 tokens (beside kivi:2 values), f16 values in chunks of 32.
+TEST(CudaFragments, MixedPairsMatchTheCodecs) {
+  KVQ_FRESH_SEED();
+  check_every_dim<IntTraits<4>, KiviTraits<2>>("int4", seed, "kivi:2");
+  check_every_dim<IntTraits<8>, KiviTraits<2>>("int8:16", seed + 1, "kivi:2");
+  check_every_dim<KiviTraits<4>, KiviTraits<2>>("kivi:4", seed + 2, "kivi:2");
+  check_every_dim<TurboMseTraits<3>, KiviTraits<2>>("turbo_mse:3", seed + 3, "kivi:2");
+  check_every_dim<TurboMseTraits<4>, KiviTraits<2>>("turbo_mse:4", seed + 4, "kivi:2");
+  check_every_dim<TurboMseTraits<1>, KiviTraits<2>>("turbo_mse:1", seed + 9, "kivi:2");
+  check_every_dim<TurboMseTraits<2>, KiviTraits<2>>("turbo_mse:2", seed + 10, "kivi:2");
+  check_every_dim<FloatTraits<true>, KiviTraits<2>>("bf16", seed + 5, "kivi:2");
+  check_every_dim<IntTraits<4>, FloatTraits<false>>("int4", seed + 6, "f16");
+  check_every_dim<KiviTraits<4>, IntTraits<4>>("kivi:4", seed + 7, "int4");
+  check_every_dim<TurboMseTraits<4>, TurboMseTraits<2>>("turbo_mse:4", seed + 8, "turbo_mse:2");
 }
 
 }  // namespace
