@@ -14,17 +14,21 @@ for line in sys.stdin:
     if m: name = m.group(1); continue
     m = re.search(r"Used (\d+) registers.*", line)
     if m and name:
-        k = re.search(r"(Float|Int|Kivi|TurboMse)TraitsIL(b|i)(\w+?)EE3KeyE.*Li(\d+)ELi(\d+)EEEv", name)
+        traits = r"(Float|Int|Kivi|TurboMse|TurboProd|Qjl)TraitsIL(b|i)(\w+?)EE"
+        k = re.search(traits + r"3KeyE.*Li(\d+)ELi(\d+)EEEv", name)
+        v = re.search(traits + r"5ValueE", name)
         codec = {"Float0": "f16", "Float1": "bf16", "Int4": "int4", "Int8": "int8", "Kivi2": "kivi:2",
-                 "TurboMse3": "turbo_mse:3"}
+                 "TurboMse3": "turbo_mse:3", "TurboProd4": "turbo_prod:4", "Qjl0": "qjl", "Qjl256": "qjl:256"}
         if k:
-            label = f"split {codec.get(k.group(1) + k.group(3), k.group(1) + k.group(3))} d={k.group(4)}"
+            key = codec.get(k.group(1) + k.group(3), k.group(1) + k.group(3))
+            value = codec.get(v.group(1) + v.group(3), v.group(1) + v.group(3)) if v else key
+            label = f"split {key}{'' if value == key else '/' + value} d={k.group(4)}"
             if k.group(1) == "Int":
                 label += f" G={16 << int(k.group(5))}"
         else:
             label = re.search(r"([a-z][a-z_]*_kernel)", name).group(1)
         stats = re.sub(r"ptxas info\s*:\s*", "", line.strip())
-        print(f"{label:28s} {stats}")
+        print(f"{label:36s} {stats}")
         name = None
 '
 done

@@ -36,8 +36,9 @@ struct CodecArgs {
   int group_shift = 0; ///< int8/int4 keys: log2(group / 16), the k steps of 16 channels per scale
   int group_log2 = 0;  ///< log2(group)
   int groups = 0;      ///< d / group
-  uint32_t sec0 = 0;   ///< int: scales; kivi: minima; turbo_mse: norms (byte offset in the block)
-  uint32_t sec1 = 0;   ///< kivi: scales
+  uint32_t sec0 = 0;   ///< int: scales; kivi: minima; turbo_mse, turbo_prod, qjl: norms (byte offset in the block)
+  uint32_t sec1 = 0;   ///< kivi: scales; turbo_prod: signs
+  uint32_t sec2 = 0;   ///< turbo_prod: residual norms
   uint32_t table_hi[4] = {};  ///< turbo_mse: levels * 2^12 as fp16, low bytes of levels 0-3, 4-7, high bytes 0-3, 4-7
   uint32_t table_lo[4] = {};  ///< the same for the remainders level * 2^12 - hi
 };

@@ -38,16 +38,16 @@ struct MergeArgs {
   float* out;
 };
 
-// y = Mt^T x for one (sequence, query head): Mt[j][c], D x D, blockDim = D.
-__global__ void map_queries_kernel(const float* q, const float* map_t, int n_q_heads, float* q_space) {
+// y = Mt^T x for one (sequence, query head): Mt[j][c], D x M (M the key space), blockDim = M.
+__global__ void map_queries_kernel(const float* q, const float* map_t, int n_q_heads, int D, float* q_space) {
   extern __shared__ float row[];
-  const int D = blockDim.x, c = threadIdx.x;
-  const size_t base = (static_cast<size_t>(blockIdx.y) * n_q_heads + blockIdx.x) * D;
-  row[c] = q[base + c];
+  const int M = blockDim.x, c = threadIdx.x;
+  const size_t head = static_cast<size_t>(blockIdx.y) * n_q_heads + blockIdx.x;
+  for (int j = c; j < D; j += M) row[j] = q[head * D + j];
   __syncthreads();
   float y = 0;
-  for (int j = 0; j < D; ++j) y = fmaf(map_t[static_cast<size_t>(j) * D + c], row[j], y);
-  q_space[base + c] = y;
+  for (int j = 0; j < D; ++j) y = fmaf(map_t[static_cast<size_t>(j) * M + c], row[j], y);
+  q_space[head * M + c] = y;
 }
 
 constexpr int kWindowChunk = 64;
@@ -153,7 +153,8 @@ int chunks_per_warp(int seq_chunks, long long units, int per_block, long long re
 // The kernels' codec identities: what the traits of codec_traits.cuh decode.
 std::string codec_id(const Codec& c) {
   const std::string& name = c.spec().name;
-  if (name == "kivi" || name == "turbo_mse") return name + ":" + std::to_string(c.spec().arg(0, 0));
+  if (name == "kivi" || name == "turbo_mse" || name == "turbo_prod") return name + ":" + std::to_string(c.spec().arg(0, 0));
+  if (name == "qjl" && c.space_dim() != c.dim()) return name + ":" + std::to_string(c.space_dim());
   return name;
 }
 
@@ -169,20 +170,13 @@ std::string pair_list() {
   return list;
 }
 
-// Per-channel factor folded out of the kernels' decode (codec_traits.cuh): int8/int4's lambda, else 1.
-std::vector<float> sigma(const Codec& c) {
-  const auto ip = int_group_params(c);
-  if (!ip) return std::vector<float>(static_cast<size_t>(c.dim()), 1.0f);
-  return {ip->lambda, ip->lambda + c.dim()};
-}
-
 std::vector<float> identity(int d) {
   std::vector<float> eye(static_cast<size_t>(d) * d, 0.0f);
   for (int i = 0; i < d; ++i) eye[static_cast<size_t>(i) * d + i] = 1.0f;
   return eye;
 }
 
-bool is_identity(const std::vector<float>& m, int d) { return m == identity(d); }
+bool is_identity(const std::vector<float>& m, int d) { return m.size() == static_cast<size_t>(d) * d && m == identity(d); }
 
 template <class T>
 DevicePtr<T> upload(const std::vector<T>& host, const std::string& what) {
@@ -193,6 +187,14 @@ DevicePtr<T> upload(const std::vector<T>& host, const std::string& what) {
 }
 
 }  // namespace
+
+std::vector<float> space_sigma(const Codec& c) {
+  if (const auto ip = int_group_params(c)) return {ip->lambda, ip->lambda + c.dim()};
+  std::vector<float> s(static_cast<size_t>(c.space_dim()), 1.0f);
+  if (const auto qp = qjl_params(c)) std::fill(s.begin(), s.end(), qp->sketch_scale);
+  if (const auto tp = turbo_prod_params(c)) std::fill(s.begin() + c.dim(), s.end(), tp->sketch_scale);
+  return s;
+}
 
 // The byte tables of the levels * 2^12 (fp16 hi, and the remainder lo) for the kernels' byte-permute lookups:
 // low bytes of levels 0-3, 4-7, then high bytes of levels 0-3, 4-7.
@@ -234,6 +236,13 @@ CodecArgs host_codec_args(const Codec& c, bool key) {
   } else if (const auto tm = turbo_mse_params(c)) {
     a.sec0 = static_cast<uint32_t>(tm->layout.norms_offset());
     level_tables(tm->nibble_levels, a.table_hi, a.table_lo);
+  } else if (const auto tp = turbo_prod_params(c)) {
+    a.sec0 = static_cast<uint32_t>(tp->layout.mse().norms_offset());
+    a.sec1 = static_cast<uint32_t>(tp->layout.signs_offset());
+    a.sec2 = static_cast<uint32_t>(tp->layout.residual_norms_offset());
+    level_tables(tp->nibble_levels, a.table_hi, a.table_lo);
+  } else if (const auto qp = qjl_params(c)) {
+    a.sec0 = static_cast<uint32_t>(qp->layout.norms_offset());
   }
   return a;
 }
@@ -254,7 +263,7 @@ std::string decode_kernel(const DeviceKVCache& cache, int layer) {
 }
 
 struct DecodePlan::Impl {
-  int device = 0, n_seqs = 0, n_q_heads = 0, n_kv_heads = 0, d = 0, group = 0;
+  int device = 0, n_seqs = 0, n_q_heads = 0, n_kv_heads = 0, d = 0, key_space = 0, group = 0;
   SplitKernel kernel;
   dim3 grid;
   SplitArgs split{};
@@ -281,7 +290,8 @@ struct DecodePlan::Impl {
     SplitArgs a = split;
     a.q_space = q_dev;
     if (key_map) {
-      map_queries_kernel<<<rows, d, d * sizeof(float), stream>>>(q_dev, key_map.get(), n_q_heads, q_space.get());
+      map_queries_kernel<<<rows, key_space, d * sizeof(float), stream>>>(q_dev, key_map.get(), n_q_heads, d,
+                                                                          q_space.get());
       KVQ_CUDA_CHECK(cudaGetLastError());
       a.q_space = q_space.get();
     }
@@ -323,16 +333,20 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   KVQ_CHECK(T % p.kernel.chunk == 0, "CUDA decode attention: pages of ", T, " tokens are not whole chunks of ",
             p.kernel.chunk, " (", kernel, ")");
 
-  // The codecs' maps, once: Kt[j][c] = sigma_k[c] (A_k e_j)[c] and Vt[j][c] = sigma_v[j] (A_v^T e_j)[c].
-  std::vector<float> kt(static_cast<size_t>(d) * d), vt(static_cast<size_t>(d) * d);
-  const std::vector<float> eye = identity(d), sk = sigma(kc), sv = sigma(vc);
+  // The codecs' maps, once: Kt[j][c] = sigma_k[c] (A_k e_j)[c] (d x M, M the key space) and Vt[j][c] = sigma_v[j]
+  // (A_v^T e_j)[c] (d x d).
+  const int M = kc.space_dim();
+  p.key_space = M;
+  KVQ_CHECK(vc.space_dim() == d, "CUDA decode attention: value codec '", vc.spec().str(), "' has a space of ",
+            vc.space_dim(), " channels; the kernels take values of d = ", d);
+  std::vector<float> kt(static_cast<size_t>(d) * M), vt(static_cast<size_t>(d) * d);
+  const std::vector<float> eye = identity(d), sk = space_sigma(kc), sv = space_sigma(vc);
   kc.to_space(eye.data(), d, kt.data());
   vc.from_space(eye.data(), d, vt.data());
-  for (int j = 0; j < d; ++j)
-    for (int c = 0; c < d; ++c) {
-      kt[static_cast<size_t>(j) * d + c] *= sk[static_cast<size_t>(c)];
-      vt[static_cast<size_t>(j) * d + c] *= sv[static_cast<size_t>(j)];
-    }
+  for (int j = 0; j < d; ++j) {
+    for (int c = 0; c < M; ++c) kt[static_cast<size_t>(j) * M + c] *= sk[static_cast<size_t>(c)];
+    for (int c = 0; c < d; ++c) vt[static_cast<size_t>(j) * d + c] *= sv[static_cast<size_t>(j)];
+  }
   if (!is_identity(kt, d)) p.key_map = upload(kt, "the key codec's query map");
   if (!is_identity(vt, d)) p.value_map = upload(vt, "the value codec's output map");
 
@@ -396,7 +410,7 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   const size_t rows = static_cast<size_t>(p.n_seqs) * n_q_heads;
   p.partial_o = device_alloc<float>(rows * splits * d, "split-K partial outputs");
   p.partial_ml = device_alloc<float>(rows * splits * 2, "split-K partial maxima and sums");
-  if (p.key_map) p.q_space = device_alloc<float>(rows * d, "queries in the key codec's space");
+  if (p.key_map) p.q_space = device_alloc<float>(rows * M, "queries in the key codec's space");
   a.partial_o = p.partial_o.get();
   a.partial_ml = p.partial_ml.get();
 

@@ -42,12 +42,39 @@ struct SplitArgs {
   int page_shift;                     // log2(T / C): chunks per page
   int stage_bytes;                    // per warp and pipeline stage: codes, then parameters (16-byte multiples)
   const SeqPages* seqs;
-  const float* q_space;  // [seq][q head][d], already in the key codec's space (divided by sigma)
+  const float* q_space;  // [seq][q head][key space], already in the key codec's space (divided by sigma)
   float scale_log2;      // softmax scale * log2(e): scores are kept in base 2
   float* partial_o;      // [seq][q head][split][d]
   float* partial_ml;     // [seq][q head][split][2]
   CodecArgs key, value;
 };
+
+/// The size of the key codec's space at head dimension D: K::space<D>() where it differs from D (sketch rows).
+template <class K, int D>
+KVQ_HD constexpr int key_space() {
+  if constexpr (requires { K::template space<D>(); }) return K::template space<D>();
+  else return D;
+}
+
+/// The key B fragments of k step ks: from the lane's slots, and from the chunk's parameter ranges for the codecs
+/// that keep part of their codes there (a K::bfrags taking prm: codes in a second section of the block).
+template <class K, int D, int C>
+KVQ_HD void key_bfrags(const uint4* codes, const uint8_t* const* prm, int ks, const CodecArgs& a, int lane,
+                       uint32_t (&b)[C / 8][2]) {
+  if constexpr (requires { K::template bfrags<D, C>(codes, prm, ks, a, lane, b); })
+    K::template bfrags<D, C>(codes, prm, ks, a, lane, b);
+  else
+    K::template bfrags<D, C>(codes, ks, a, lane, b);
+}
+
+/// Whether k step ks takes a second (lo) product: every step of the kSplitB codecs, or their first
+/// K::split_steps<D>() where the rest of the space needs none.
+template <class K, int D>
+KVQ_HD constexpr bool split_step(int ks) {
+  if constexpr (!K::kSplitB) return false;
+  else if constexpr (requires { K::template split_steps<D>(); }) return ks < K::template split_steps<D>();
+  else return true;
+}
 
 /// The compile-time shape of one pair's kernel at head dimension D.
 template <class K, class V, int D>
@@ -56,7 +83,8 @@ struct SplitShape {
   static constexpr int C = K::kChunk > V::kChunk ? K::kChunk : V::kChunk;  // tokens per chunk
   static constexpr int kParts = D > 128 ? D / 128 : 1;  // warps sharing a range, each summing DP value channels
   static constexpr int DP = D / kParts;
-  static constexpr int NT = C / 8, KS = D / 16, VS = C / 16, NJ = DP / 8;
+  static constexpr int KD = key_space<K, D>();  // the queries' size in the key codec's space
+  static constexpr int NT = C / 8, KS = KD / 16, VS = C / 16, NJ = DP / 8;
   static constexpr bool kBulk = K::kBulk;  // the chunk's codes by the copy engine, not by lanes
   static_assert(K::kBulk == V::kBulk, "keys and values are copied the same way");
   static constexpr int kKeyPieces = K::template pieces<D, C>();
@@ -98,7 +126,8 @@ KVQ_HD uint32_t param_bytes(const CodecArgs& key, const CodecArgs& value) {
   return total;
 }
 
-/// GS: log2 of the k steps per key scale group (int8/int4 keys), log2(D / 16) for the codecs without groups.
+/// GS: log2 of the k steps per key scale group (int8/int4 keys), log2(D / 16) for the codecs without groups (whose
+/// space of more than D channels is scored in groups of D).
 template <class K, class V, int D, int GS>
 __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V, D>::kMinBlocks)
     decode_split_kernel(const SplitArgs a) {
@@ -126,7 +155,7 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
     float x[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q)
-      x[q] = g < a.G ? a.q_space[(q_row0 + g) * D + K::template channel<D>(ks, frag_k(i, q))] * a.scale_log2 : 0.0f;
+      x[q] = g < a.G ? a.q_space[(q_row0 + g) * S::KD + K::template channel<D>(ks, frag_k(i, q))] * a.scale_log2 : 0.0f;
     qtab[idx] = split_fragment<K::kBf16>(x[0], x[1], x[2], x[3]);
     if constexpr (K::kChunkA) qf[idx] = make_float4(x[0], x[1], x[2], x[3]);
   }
@@ -145,7 +174,7 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
 
   // Where the chunk's parameters sit in a stage: the key ranges, then the value ranges, after the codes (their
   // sizes do not depend on the chunk).
-  uint32_t kpo[2] = {0, 0}, vpo[2] = {0, 0};
+  uint32_t kpo[3] = {0, 0, 0}, vpo[3] = {0, 0, 0};
   {
     uint32_t at = S::kCodeBytes, off, bytes;
     for (int r = 0; r < K::kRanges; ++r) {
@@ -233,8 +262,8 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
     const uint4* kcodes = reinterpret_cast<const uint4*>(st);
     const uint4* vcodes =
         S::kBulk ? reinterpret_cast<const uint4*>(st + S::kKeyChunkBytes) : kcodes + 32 * S::kKeyPieces;
-    const uint8_t* kprm[2] = {st + kpo[0], st + kpo[1]};
-    const uint8_t* vprm[2] = {st + vpo[0], st + vpo[1]};
+    const uint8_t* kprm[3] = {st + kpo[0], st + kpo[1], st + kpo[2]};
+    const uint8_t* vprm[3] = {st + vpo[0], st + vpo[1], st + vpo[2]};
 
     // Scores of the chunk: lane (n, i) holds row n's scores of tokens (C/4) i + {jj, C/8 + jj} in sc[jj][0 / 1].
     float sc[NT][2];
@@ -254,13 +283,13 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
     for (int ks = 0; ks < KS; ++ks) {
       const uint4 af = A[32 * ks + lane];
       uint32_t b[NT][2];
-      K::template bfrags<D, C>(kcodes, ks, a.key, lane, b);
+      key_bfrags<K, D, C>(kcodes, kprm, ks, a.key, lane, b);
 #pragma unroll
       for (int jj = 0; jj < NT; ++jj) {
         if (ks % kGroupSteps == 0) mma_first<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);
         else mma<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);
       }
-      if constexpr (K::kSplitB) {
+      if (split_step<K, D>(ks)) {
         K::template bfrags_lo<D, C>(kcodes, ks, a.key, lane, b);
 #pragma unroll
         for (int jj = 0; jj < NT; ++jj) mma<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);

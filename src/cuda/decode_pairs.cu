@@ -11,6 +11,11 @@ const std::vector<PairKernel>& pair_kernels() {
       {"int8", "int8", &split_kernel<Int8::Key, Int8::Value>},
       {"kivi:2", "kivi:2", &split_kernel<Kivi2::Key, Kivi2::Value>},
       {"turbo_mse:3", "turbo_mse:3", &split_kernel<TurboMse3::Key, TurboMse3::Value>},
+      {"qjl", "qjl", &split_kernel<Qjl::Key, Qjl::Value>},
+      {"qjl", "int4", &split_kernel<Qjl::Key, Int4::Value>},
+      {"qjl:256", "int4", &split_kernel<Qjl256::Key, Int4::Value>},
+      {"turbo_prod:4", "int4", &split_kernel<TurboProd4::Key, Int4::Value>},
+      {"turbo_prod:4", "turbo_mse:3", &split_kernel<TurboProd4::Key, TurboMse3::Value>},
   };
   return pairs;
 }

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "cuda/decode_kernel.cuh"
+#include "cuda/qjl_traits.cuh"
+#include "cuda/turbo_prod_traits.cuh"
 #include "kvq/codec.hpp"
 
 namespace kvq::cuda::detail {
@@ -13,7 +15,7 @@ namespace kvq::cuda::detail {
 using KernelFor = SplitKernel (*)(int d, const CodecArgs& key, const CodecArgs& value);
 
 struct PairKernel {
-  std::string key, value;  // codec ids: "f16", "bf16", "int4", "int8", "kivi:2", "turbo_mse:3"
+  std::string key, value;  // codec ids: "f16", "bf16", "int4", "int8", "kivi:2", "turbo_mse:3", "qjl", "qjl:256", "turbo_prod:4"
   KernelFor kernel;
 };
 
@@ -24,12 +26,19 @@ const std::vector<PairKernel>& pair_kernels();
 /// kvq::Error where the codec's groups do not fit the kernel.
 CodecArgs host_codec_args(const Codec& c, bool key);
 
+/// The per-channel factor of the codec space that the kernels leave out of their decode (int8/int4's lambda, the
+/// sketch factor of qjl), applied to the query map (keys) or the output map (values) instead.
+std::vector<float> space_sigma(const Codec& c);
+
 using F16 = FloatTraits<false>;
 using Bf16 = FloatTraits<true>;
 using Int4 = IntTraits<4>;
 using Int8 = IntTraits<8>;
 using Kivi2 = KiviTraits<2>;
 using TurboMse3 = TurboMseTraits<3>;
+using Qjl = QjlTraits<0>;
+using Qjl256 = QjlTraits<256>;
+using TurboProd4 = TurboProdTraits<4>;
 
 #define KVQ_DECODE_PAIR(K, V) \
   template SplitKernel split_kernel<K::Key, V::Value>(int, const CodecArgs&, const CodecArgs&)
@@ -40,5 +49,10 @@ extern KVQ_DECODE_PAIR(Int4, Int4);
 extern KVQ_DECODE_PAIR(Int8, Int8);
 extern KVQ_DECODE_PAIR(Kivi2, Kivi2);
 extern KVQ_DECODE_PAIR(TurboMse3, TurboMse3);
+extern KVQ_DECODE_PAIR(Qjl, Qjl);
+extern KVQ_DECODE_PAIR(Qjl, Int4);
+extern KVQ_DECODE_PAIR(Qjl256, Int4);
+extern KVQ_DECODE_PAIR(TurboProd4, Int4);
+extern KVQ_DECODE_PAIR(TurboProd4, TurboMse3);
 
 }  // namespace kvq::cuda::detail

@@ -66,7 +66,7 @@ void emulate_mma(const uint4 (&a)[32], const uint32_t (&b0)[32], const uint32_t 
 struct Block {
   std::unique_ptr<Codec> codec;
   std::vector<uint8_t> bytes;
-  std::vector<float> y;  // T x d in the kernel's space (the codec space over sigma)
+  std::vector<float> y;  // T x space in the kernel's space (the codec space over sigma)
   CodecArgs args;
 };
 
@@ -82,11 +82,12 @@ Block encode(const std::string& spec, int d, int T, bool key, uint64_t seed) {
   }
   b.bytes.assign(b.codec->block_bytes() + 64, 0);
   b.codec->encode(x.data(), T, b.bytes.data());
-  b.y.resize(n * static_cast<size_t>(d));
+  const size_t m = static_cast<size_t>(b.codec->space_dim());
+  b.y.resize(n * m);
   b.codec->decode_space(b.bytes.data(), T, b.y.data());
-  if (const auto ip = int_group_params(*b.codec))
-    for (size_t t = 0; t < n; ++t)
-      for (int c = 0; c < d; ++c) b.y[t * static_cast<size_t>(d) + c] /= ip->lambda[c];
+  const std::vector<float> sigma = space_sigma(*b.codec);
+  for (size_t t = 0; t < n; ++t)
+    for (size_t c = 0; c < m; ++c) b.y[t * m + c] /= sigma[c];
   b.args = host_codec_args(*b.codec, key);
   return b;
 }
@@ -95,7 +96,7 @@ Block encode(const std::string& spec, int d, int T, bool key, uint64_t seed) {
 struct Stage {
   std::vector<uint4> codes;
   alignas(16) uint8_t params[8192];
-  const uint8_t* prm[2] = {params, params};
+  const uint8_t* prm[3] = {params, params, params};
 };
 
 // Bulk-copied codecs: the chunk's codes as they lie in the block.
@@ -151,23 +152,23 @@ void value_stage(const Block& b, int cc, int pc, Stage& st) {
 // Scores of every chunk of the block for 8 query rows, as the kernel computes them, against sum_c q_c y_tc.
 template <class K, int D, int C>
 void check_keys(const Block& b, int T, uint64_t seed) {
-  constexpr int NT = C / 8, KS = D / 16;
-  const std::vector<float> q = gaussian_vectors(8, D, seed + 7);
+  constexpr int KD = key_space<K, D>(), NT = C / 8, KS = KD / 16;
+  const std::vector<float> q = gaussian_vectors(8, KD, seed + 7);
   uint4 qtab[KS][32];
   float4 qf[KS][32];
   for (int ks = 0; ks < KS; ++ks)
     for (int lane = 0; lane < 32; ++lane) {
       const int g = lane >> 2, i = lane & 3;
       float x[4];
-      for (int v = 0; v < 4; ++v) x[v] = q[static_cast<size_t>(g) * D + K::template channel<D>(ks, frag_k(i, v))];
+      for (int v = 0; v < 4; ++v) x[v] = q[static_cast<size_t>(g) * KD + K::template channel<D>(ks, frag_k(i, v))];
       qtab[ks][lane] = split_fragment<K::kBf16>(x[0], x[1], x[2], x[3]);
       qf[ks][lane] = make_float4(x[0], x[1], x[2], x[3]);
     }
   // Every channel appears once in the map.
-  std::vector<int> hits(D, 0);
+  std::vector<int> hits(KD, 0);
   for (int ks = 0; ks < KS; ++ks)
     for (int k = 0; k < 16; ++k) ++hits[static_cast<size_t>(K::template channel<D>(ks, k))];
-  for (int c = 0; c < D; ++c) ASSERT_EQ(hits[static_cast<size_t>(c)], 1) << "channel " << c;
+  for (int c = 0; c < KD; ++c) ASSERT_EQ(hits[static_cast<size_t>(c)], 1) << "channel " << c;
 
   int gshift = log2_of(D / 16);
   if constexpr (K::kGroups) gshift = b.args.group_shift;
@@ -195,8 +196,8 @@ void check_keys(const Block& b, int T, uint64_t seed) {
     float sc[32][NT][2] = {};
     for (int ks = 0; ks < KS; ++ks) {
       uint32_t bf[32][NT][2];
-      for (int lane = 0; lane < 32; ++lane) K::template bfrags<D, C>(st.codes.data(), ks, b.args, lane, bf[lane]);
-      for (int pass = 0; pass < (K::kSplitB ? 2 : 1); ++pass) {
+      for (int lane = 0; lane < 32; ++lane) key_bfrags<K, D, C>(st.codes.data(), st.prm, ks, b.args, lane, bf[lane]);
+      for (int pass = 0; pass < (split_step<K, D>(ks) ? 2 : 1); ++pass) {
         if (pass == 1)
           for (int lane = 0; lane < 32; ++lane)
             K::template bfrags_lo<D, C>(st.codes.data(), ks, b.args, lane, bf[lane]);
@@ -227,9 +228,9 @@ void check_keys(const Block& b, int T, uint64_t seed) {
         for (int x = 0; x < 2; ++x) {
           const int t = C * cc + C / 4 * i + jj + x * NT;
           double want = 0, size = 0;
-          for (int c = 0; c < D; ++c) {
+          for (int c = 0; c < KD; ++c) {
             const double term =
-                static_cast<double>(q[static_cast<size_t>(g) * D + c]) * b.y[static_cast<size_t>(t) * D + c];
+                static_cast<double>(q[static_cast<size_t>(g) * KD + c]) * b.y[static_cast<size_t>(t) * KD + c];
             want += term;
             size += std::fabs(term);
           }
@@ -321,6 +322,20 @@ void check_pair(const std::string& spec, uint64_t seed) {
   }
 }
 
+// Keys only (the codecs whose values have no kernel, or other sketch sizes).
+template <class K>
+void check_every_dim_keys(const std::string& spec, uint64_t seed) {
+  const auto at = [&]<int D>(uint64_t s) {
+    for (int T : {64, 128}) {
+      SCOPED_TRACE(spec + " keys d=" + std::to_string(D) + " T=" + std::to_string(T));
+      check_keys<K, D, 32>(encode(spec, D, T, true, s + static_cast<uint64_t>(T)), T, s + 11);
+    }
+  };
+  at.template operator()<64>(seed);
+  at.template operator()<128>(seed + 100);
+  at.template operator()<256>(seed + 200);
+}
+
 template <class Pair>
 void check_every_dim(const std::string& spec, uint64_t seed) {
   check_pair<Pair, 64>(spec, seed);
@@ -347,6 +362,17 @@ TEST(CudaFragments, KiviAndTurboPairsMatchTheCodec) {
   check_every_dim<KiviTraits<2>>("kivi:2", seed);
   check_every_dim<KiviTraits<2>>("kivi:2,g=16", seed + 1);
   check_every_dim<TurboMseTraits<3>>("turbo_mse:3", seed + 2);
+}
+
+TEST(CudaFragments, QjlPairsMatchTheCodec) {
+  KVQ_FRESH_SEED();
+  check_every_dim<QjlTraits<0>>("qjl", seed);
+  check_every_dim_keys<QjlTraits<256>::Key>("qjl:256", seed + 1);
+}
+
+TEST(CudaFragments, TurboProdKeysMatchTheCodec) {
+  KVQ_FRESH_SEED();
+  check_every_dim_keys<TurboProdTraits<4>::Key>("turbo_prod:4", seed);
 }
 
 }  // namespace
