@@ -39,9 +39,15 @@ struct CodecArgs {
   uint32_t sec0 = 0;   ///< int: scales; kivi: minima; turbo_mse, turbo_prod, qjl: norms (byte offset in the block)
   uint32_t sec1 = 0;   ///< kivi: scales; turbo_prod: signs
   uint32_t sec2 = 0;   ///< turbo_prod: residual norms
+  const void* table = nullptr;  ///< vecinfer: the codebook the kernel copies into the block's shared memory
+  uint32_t table_bytes = 0;     ///< its size, a multiple of 16
   uint32_t table_hi[4] = {};  ///< turbo_mse: levels * 2^12 as fp16, low bytes of levels 0-3, 4-7, high bytes 0-3, 4-7
   uint32_t table_lo[4] = {};  ///< the same for the remainders level * 2^12 - hi
 };
+
+/// The slot of a codec's table (CodecArgs::table) in shared memory among the pointers `prm` the traits receive
+/// (slots below it: the chunk's parameter ranges).
+constexpr int kTableSlot = 3;
 
 constexpr uint32_t kHalf1032 = 0x64086408u;  // {1032, 1032}: 1024 + the offset of int4 codes
 constexpr uint32_t kHalf1152 = 0x64806480u;  // {1152, 1152}: 1024 + the offset of int8 codes

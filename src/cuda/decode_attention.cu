@@ -10,6 +10,7 @@
 #include "codec/int_group.hpp"
 #include "codec/kivi.hpp"
 #include "codec/turbo_mse.hpp"
+#include "codec/vecinfer.hpp"
 #include "cuda/cuda_check.cuh"
 #include "cuda/decode_kernel.cuh"
 #include "cuda/decode_pairs.hpp"
@@ -154,6 +155,8 @@ int chunks_per_warp(int seq_chunks, long long units, int per_block, long long re
 std::string codec_id(const Codec& c) {
   const std::string& name = c.spec().name;
   if (name == "kivi" || name == "turbo_mse" || name == "turbo_prod") return name + ":" + std::to_string(c.spec().arg(0, 0));
+  if (name == "vecinfer")
+    return name + ":" + std::to_string(c.spec().arg(0, 8)) + "/" + std::to_string(c.spec().arg(1, 4));
   if (name == "qjl" && c.space_dim() != c.dim()) return name + ":" + std::to_string(c.space_dim());
   return name;
 }
@@ -194,6 +197,30 @@ std::vector<float> space_sigma(const Codec& c) {
   if (const auto qp = qjl_params(c)) std::fill(s.begin(), s.end(), qp->sketch_scale);
   if (const auto tp = turbo_prod_params(c)) std::fill(s.begin() + c.dim(), s.end(), tp->sketch_scale);
   return s;
+}
+
+std::vector<uint32_t> codec_table(const Codec& c, bool key) {
+  const auto* vi = dynamic_cast<const VecInferCodec*>(&c);
+  if (!vi) return {};
+  // Per centroid and 4-channel group: the fp16 pairs (c0, c1), (c2, c3), then (keys) their remainders.
+  const std::vector<float>& cb = vi->codebook();
+  std::vector<uint32_t> table;
+  for (size_t g = 0; g < cb.size(); g += 4) {
+    uint32_t hi[2], lo[2];
+    for (int h = 0; h < 2; ++h) {
+      uint16_t hh[2], ll[2];
+      for (int e = 0; e < 2; ++e) {
+        const float x = cb[g + 2 * static_cast<size_t>(h) + static_cast<size_t>(e)];
+        hh[e] = f32_to_f16(x);
+        ll[e] = f32_to_f16(x - f16_to_f32(hh[e]));
+      }
+      hi[h] = static_cast<uint32_t>(hh[0]) | static_cast<uint32_t>(hh[1]) << 16;
+      lo[h] = static_cast<uint32_t>(ll[0]) | static_cast<uint32_t>(ll[1]) << 16;
+    }
+    table.insert(table.end(), {hi[0], hi[1]});
+    if (key) table.insert(table.end(), {lo[0], lo[1]});
+  }
+  return table;
 }
 
 // The byte tables of the levels * 2^12 (fp16 hi, and the remainder lo) for the kernels' byte-permute lookups:
@@ -243,6 +270,13 @@ CodecArgs host_codec_args(const Codec& c, bool key) {
     level_tables(tp->nibble_levels, a.table_hi, a.table_lo);
   } else if (const auto qp = qjl_params(c)) {
     a.sec0 = static_cast<uint32_t>(qp->layout.norms_offset());
+  } else if (const auto* vi = dynamic_cast<const VecInferCodec*>(&c)) {
+    layout::VecInfer l{d, T, static_cast<size_t>(vi->sub_dim()), static_cast<size_t>(vi->codeword_bits())};
+    l.norm = c.block_bytes() > l.block_bytes();  // the gammas follow the index rows
+    KVQ_CHECK(key || !l.norm, "CUDA decode attention: value codec '", c.spec().str(),
+              "' stores gammas (norm=1); the kernels take vecinfer values without them");
+    a.sec1 = l.norm ? static_cast<uint32_t>(l.norms_offset()) : 0u;
+    a.table_bytes = static_cast<uint32_t>(codec_table(c, key).size() * sizeof(uint32_t));
   }
   return a;
 }
@@ -272,6 +306,7 @@ struct DecodePlan::Impl {
   DevicePtr<SeqPages> seqs;
   DevicePtr<WindowDesc> windows;
   DevicePtr<float> key_map, value_map, q_space, partial_o, partial_ml;
+  DevicePtr<uint32_t> key_table, value_table;  // the codecs' tables (vecinfer's codebooks)
   // The call as a CUDA graph once it repeats with the same arrays (launch overhead of small shapes).
   std::mutex mutex;
   const float* last_q = nullptr;
@@ -328,6 +363,10 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   SplitArgs& a = p.split;
   a.key = host_codec_args(kc, true);
   a.value = host_codec_args(vc, false);
+  p.key_table = upload(codec_table(kc, true), "the key codec's table");
+  p.value_table = upload(codec_table(vc, false), "the value codec's table");
+  a.key.table = p.key_table.get();
+  a.value.table = p.value_table.get();
   p.kernel = (*find_kernel(kc, vc))(d, a.key, a.value);
   KVQ_CHECK(p.kernel.fn != nullptr, "CUDA decode attention: no instantiation for d = ", d);
   KVQ_CHECK(T % p.kernel.chunk == 0, "CUDA decode attention: pages of ", T, " tokens are not whole chunks of ",
@@ -370,7 +409,8 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   const SplitKernel& k = p.kernel;
   a.stage_bytes = k.code_bytes + k.param_bytes;
   const size_t warp_bytes = static_cast<size_t>(k.warp_bytes) + static_cast<size_t>(k.stages) * a.stage_bytes;
-  p.smem = static_cast<size_t>(k.block_bytes) + static_cast<size_t>(k.warps) * warp_bytes;
+  p.smem = static_cast<size_t>(k.block_bytes) + a.key.table_bytes + a.value.table_bytes +
+           static_cast<size_t>(k.warps) * warp_bytes;
   KVQ_CHECK(p.smem <= static_cast<size_t>(smem_limit), "CUDA decode attention: ", kernel, " needs ", p.smem,
             " bytes of shared memory per block, the device offers ", smem_limit);
   KVQ_CUDA_CHECK(cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem)));

@@ -67,6 +67,16 @@ KVQ_HD void key_bfrags(const uint4* codes, const uint8_t* const* prm, int ks, co
     K::template bfrags<D, C>(codes, ks, a, lane, b);
 }
 
+/// The lo fragments of k step ks (the kSplitB codecs), likewise.
+template <class K, int D, int C>
+KVQ_HD void key_bfrags_lo(const uint4* codes, const uint8_t* const* prm, int ks, const CodecArgs& a, int lane,
+                          uint32_t (&b)[C / 8][2]) {
+  if constexpr (requires { K::template bfrags_lo<D, C>(codes, prm, ks, a, lane, b); })
+    K::template bfrags_lo<D, C>(codes, prm, ks, a, lane, b);
+  else
+    K::template bfrags_lo<D, C>(codes, ks, a, lane, b);
+}
+
 /// Whether k step ks takes a second (lo) product: every step of the kSplitB codecs, or their first
 /// K::split_steps<D>() where the rest of the space needs none.
 template <class K, int D>
@@ -108,6 +118,7 @@ struct SplitShape {
   static constexpr int kWarpBytes = (K::kChunkA ? kTableBytes : 0) +             // per-chunk query fragments
                                     (kBulk ? 16 * kStages : 0);                 // the stages' mbarriers
   static_assert(kWarps % kParts == 0, "a block holds whole ranges");
+  static_assert(K::kRanges <= kTableSlot && V::kRanges <= kTableSlot, "parameter ranges below the table slot");
 };
 
 /// The parameter bytes per chunk of the key and value codecs (their ranges together).
@@ -139,7 +150,9 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
   uint4* qtab = reinterpret_cast<uint4*>(smem);
   float4* qf = reinterpret_cast<float4*>(smem + S::kTableBytes);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  uint8_t* wbase = smem + S::kBlockBytes + warp * (S::kWarpBytes + kStages * a.stage_bytes);
+  uint8_t* ktable = smem + S::kBlockBytes;  // the codecs' tables (vecinfer's codebooks), key then value
+  uint8_t* vtable = ktable + a.key.table_bytes;
+  uint8_t* wbase = vtable + a.value.table_bytes + warp * (S::kWarpBytes + kStages * a.stage_bytes);
   uint4* atab = reinterpret_cast<uint4*>(wbase);
   uint64_t* bars = reinterpret_cast<uint64_t*>(wbase + (K::kChunkA ? S::kTableBytes : 0));  // 16 bytes a stage
   uint8_t* ring = wbase + S::kWarpBytes;
@@ -159,6 +172,10 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
     qtab[idx] = split_fragment<K::kBf16>(x[0], x[1], x[2], x[3]);
     if constexpr (K::kChunkA) qf[idx] = make_float4(x[0], x[1], x[2], x[3]);
   }
+  for (uint32_t idx = threadIdx.x; idx < a.key.table_bytes / 16; idx += S::kThreads)
+    reinterpret_cast<uint4*>(ktable)[idx] = static_cast<const uint4*>(a.key.table)[idx];
+  for (uint32_t idx = threadIdx.x; idx < a.value.table_bytes / 16; idx += S::kThreads)
+    reinterpret_cast<uint4*>(vtable)[idx] = static_cast<const uint4*>(a.value.table)[idx];
   if constexpr (S::kBulk) {
     if (lane == 0) {
       for (int st = 0; st < kStages; ++st) mbar_init(bars + 2 * st);
@@ -262,8 +279,8 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
     const uint4* kcodes = reinterpret_cast<const uint4*>(st);
     const uint4* vcodes =
         S::kBulk ? reinterpret_cast<const uint4*>(st + S::kKeyChunkBytes) : kcodes + 32 * S::kKeyPieces;
-    const uint8_t* kprm[3] = {st + kpo[0], st + kpo[1], st + kpo[2]};
-    const uint8_t* vprm[3] = {st + vpo[0], st + vpo[1], st + vpo[2]};
+    const uint8_t* kprm[kTableSlot + 1] = {st + kpo[0], st + kpo[1], st + kpo[2], ktable};
+    const uint8_t* vprm[kTableSlot + 1] = {st + vpo[0], st + vpo[1], st + vpo[2], vtable};
 
     // Scores of the chunk: lane (n, i) holds row n's scores of tokens (C/4) i + {jj, C/8 + jj} in sc[jj][0 / 1].
     float sc[NT][2];
@@ -290,7 +307,7 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
         else mma<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);
       }
       if (split_step<K, D>(ks)) {
-        K::template bfrags_lo<D, C>(kcodes, ks, a.key, lane, b);
+        key_bfrags_lo<K, D, C>(kcodes, kprm, ks, a.key, lane, b);
 #pragma unroll
         for (int jj = 0; jj < NT; ++jj) mma<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);
       }

@@ -8,6 +8,7 @@
 #include "cuda/decode_kernel.cuh"
 #include "cuda/qjl_traits.cuh"
 #include "cuda/turbo_prod_traits.cuh"
+#include "cuda/vecinfer_traits.cuh"
 #include "kvq/codec.hpp"
 
 namespace kvq::cuda::detail {
@@ -15,7 +16,7 @@ namespace kvq::cuda::detail {
 using KernelFor = SplitKernel (*)(int d, const CodecArgs& key, const CodecArgs& value);
 
 struct PairKernel {
-  std::string key, value;  // codec ids: "f16", "bf16", "int4", "int8", "kivi:2", "turbo_mse:3", "qjl", "qjl:256", "turbo_prod:4"
+  std::string key, value;  // codec ids: "f16", "int4", "kivi:2", "turbo_mse:3", "qjl", "qjl:256", "vecinfer:8/4", ...
   KernelFor kernel;
 };
 
@@ -30,6 +31,10 @@ CodecArgs host_codec_args(const Codec& c, bool key);
 /// sketch factor of qjl), applied to the query map (keys) or the output map (values) instead.
 std::vector<float> space_sigma(const Codec& c);
 
+/// The table a codec's kernel keeps in the block's shared memory (CodecArgs::table), empty for most codecs:
+/// vecinfer's codebook as fp16 pairs per centroid and 4-channel group, keys with the fp16 remainders after them.
+std::vector<uint32_t> codec_table(const Codec& c, bool key);
+
 using F16 = FloatTraits<false>;
 using Bf16 = FloatTraits<true>;
 using Int4 = IntTraits<4>;
@@ -39,6 +44,8 @@ using TurboMse3 = TurboMseTraits<3>;
 using Qjl = QjlTraits<0>;
 using Qjl256 = QjlTraits<256>;
 using TurboProd4 = TurboProdTraits<4>;
+using VecInfer8x4 = VecInferTraits<8, 4>;
+using VecInfer10x4 = VecInferTraits<10, 4>;
 
 #define KVQ_DECODE_PAIR(K, V) \
   template SplitKernel split_kernel<K::Key, V::Value>(int, const CodecArgs&, const CodecArgs&)
@@ -54,5 +61,7 @@ extern KVQ_DECODE_PAIR(Qjl, Int4);
 extern KVQ_DECODE_PAIR(Qjl256, Int4);
 extern KVQ_DECODE_PAIR(TurboProd4, Int4);
 extern KVQ_DECODE_PAIR(TurboProd4, TurboMse3);
+extern KVQ_DECODE_PAIR(VecInfer8x4, VecInfer8x4);
+extern KVQ_DECODE_PAIR(VecInfer10x4, VecInfer10x4);
 
 }  // namespace kvq::cuda::detail

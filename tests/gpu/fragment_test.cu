@@ -68,6 +68,7 @@ struct Block {
   std::vector<uint8_t> bytes;
   std::vector<float> y;  // T x space in the kernel's space (the codec space over sigma)
   CodecArgs args;
+  std::vector<uint32_t> table;  // the codec's shared-memory table (vecinfer's codebook)
 };
 
 Block encode(const std::string& spec, int d, int T, bool key, uint64_t seed) {
@@ -89,6 +90,8 @@ Block encode(const std::string& spec, int d, int T, bool key, uint64_t seed) {
   for (size_t t = 0; t < n; ++t)
     for (size_t c = 0; c < m; ++c) b.y[t * m + c] /= sigma[c];
   b.args = host_codec_args(*b.codec, key);
+  b.table = codec_table(*b.codec, key);
+  EXPECT_EQ(b.args.table_bytes, b.table.size() * sizeof(uint32_t));
   return b;
 }
 
@@ -96,7 +99,7 @@ Block encode(const std::string& spec, int d, int T, bool key, uint64_t seed) {
 struct Stage {
   std::vector<uint4> codes;
   alignas(16) uint8_t params[8192];
-  const uint8_t* prm[3] = {params, params, params};
+  const uint8_t* prm[kTableSlot + 1] = {params, params, params, params};
 };
 
 // Bulk-copied codecs: the chunk's codes as they lie in the block.
@@ -108,6 +111,7 @@ void bulk_stage(const Block& b, int cc, uint32_t chunk_bytes, Stage& st) {
 template <class K, int D, int C>
 void key_stage(const Block& b, int cc, Stage& st) {
   if constexpr (K::kBulk) return bulk_stage(b, cc, K::template chunk_bytes<D, C>(), st);
+  st.prm[kTableSlot] = reinterpret_cast<const uint8_t*>(b.table.data());
   constexpr int P = K::template pieces<D, C>();
   st.codes.assign(32 * P, uint4{});
   for (int lane = 0; lane < 32; ++lane)
@@ -129,6 +133,7 @@ void key_stage(const Block& b, int cc, Stage& st) {
 template <class V, int D, int DP, int C>
 void value_stage(const Block& b, int cc, int pc, Stage& st) {
   if constexpr (V::kBulk) return bulk_stage(b, cc, V::template chunk_bytes<D, C>(), st);
+  st.prm[kTableSlot] = reinterpret_cast<const uint8_t*>(b.table.data());
   constexpr int P = V::template pieces<D, DP, C>();
   st.codes.assign(32 * P, uint4{});
   for (int lane = 0; lane < 32; ++lane)
@@ -200,7 +205,7 @@ void check_keys(const Block& b, int T, uint64_t seed) {
       for (int pass = 0; pass < (split_step<K, D>(ks) ? 2 : 1); ++pass) {
         if (pass == 1)
           for (int lane = 0; lane < 32; ++lane)
-            K::template bfrags_lo<D, C>(st.codes.data(), ks, b.args, lane, bf[lane]);
+            key_bfrags_lo<K, D, C>(st.codes.data(), st.prm, ks, b.args, lane, bf[lane]);
         for (int jj = 0; jj < NT; ++jj) {
           uint32_t b0[32], b1[32];
           for (int lane = 0; lane < 32; ++lane) {
@@ -368,6 +373,13 @@ TEST(CudaFragments, QjlPairsMatchTheCodec) {
   KVQ_FRESH_SEED();
   check_every_dim<QjlTraits<0>>("qjl", seed);
   check_every_dim_keys<QjlTraits<256>::Key>("qjl:256", seed + 1);
+}
+
+TEST(CudaFragments, VecInferPairsMatchTheCodec) {
+  KVQ_FRESH_SEED();
+  check_every_dim<VecInferTraits<8, 4>>("vecinfer:8/4", seed);
+  check_every_dim<VecInferTraits<10, 4>>("vecinfer:10/4", seed + 1);
+  check_every_dim_keys<VecInferTraits<8, 4>::Key>("vecinfer:8/4,norm=1", seed + 2);
 }
 
 TEST(CudaFragments, TurboProdKeysMatchTheCodec) {
