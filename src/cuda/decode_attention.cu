@@ -32,7 +32,8 @@ struct MergeArgs {
   const float* partial_o;
   const float* partial_ml;
   int n_splits, n_q_heads, group, n_kv_heads, slots;
-  const float* value_map;  // Bt[j][c] (D x D) or null for the identity
+  int value_space;         // VD: the size of the value codec's space, a multiple of D
+  const float* value_map;  // Bt[j][c] (VD x D) or null for the identity
   const WindowDesc* windows;
   const float* q;  // original space
   float scale_log2;
@@ -57,10 +58,11 @@ constexpr int kWindowChunk = 64;
 // The splits are summed by 4 groups of D / 4 threads (a float4 of o each), then the groups are added.
 __global__ void merge_kernel(const MergeArgs a) {
   extern __shared__ float sh[];
-  const int D = blockDim.x, c = threadIdx.x, lane = c & 31, warp = c >> 5, n_warps = D / 32;
-  float* o_part = sh;         // [4][D]; o_part[0] then holds o in the value codec's space
-  float* red = sh + 4 * D;    // [8]: warp maxima, then the groups' sums of l
-  float* qv = red + 8;        // [D]
+  const int D = blockDim.x, VD = a.value_space, c = threadIdx.x, lane = c & 31, warp = c >> 5, n_warps = D / 32;
+  float* o_part = sh;          // [4][D]: the groups' sums of one D-slice of o
+  float* o_space = sh + 4 * D; // [VD]: o in the value codec's space
+  float* red = o_space + VD;   // [8]: warp maxima, then the groups' sums of l
+  float* qv = red + 8;         // [D]
   float* sc = qv + D;         // [kWindowChunk]
   const int qh = blockIdx.x, s = blockIdx.y;
   const size_t row0 = (static_cast<size_t>(s) * a.n_q_heads + qh) * a.n_splits;
@@ -74,27 +76,28 @@ __global__ void merge_kernel(const MergeArgs a) {
   __syncthreads();  // red is rewritten below
 
   const int q4 = D / 4, grp = c / q4, c4 = c % q4;
-  float4 acc = make_float4(0, 0, 0, 0);
-  float l = 0;
-  if (m != -INFINITY)
+  for (int base = 0; base < VD; base += D) {  // one D-slice of the value space at a time
+    float4 acc = make_float4(0, 0, 0, 0);
+    float l = 0;
+    if (m != -INFINITY)
 #pragma unroll 4
-    for (int i = grp; i < a.n_splits; i += 4) {  // an empty split (m = -inf, l = 0, o = 0) weighs 0
-      const float w = exp2f(a.partial_ml[2 * (row0 + i)] - m);
-      l = fmaf(w, a.partial_ml[2 * (row0 + i) + 1], l);
-      const float4 x = reinterpret_cast<const float4*>(a.partial_o + (row0 + i) * D)[c4];
-      acc = make_float4(fmaf(w, x.x, acc.x), fmaf(w, x.y, acc.y), fmaf(w, x.z, acc.z), fmaf(w, x.w, acc.w));
-    }
-  reinterpret_cast<float4*>(o_part + grp * D)[c4] = acc;
-  if (c4 == 0) red[grp] = l;
-  __syncthreads();
-  float o = o_part[c] + o_part[D + c] + o_part[2 * D + c] + o_part[3 * D + c];
-  l = red[0] + red[1] + red[2] + red[3];
+      for (int i = grp; i < a.n_splits; i += 4) {  // an empty split (m = -inf, l = 0, o = 0) weighs 0
+        const float w = exp2f(a.partial_ml[2 * (row0 + i)] - m);
+        l = fmaf(w, a.partial_ml[2 * (row0 + i) + 1], l);
+        const float4 x = reinterpret_cast<const float4*>(a.partial_o + (row0 + i) * VD + base)[c4];
+        acc = make_float4(fmaf(w, x.x, acc.x), fmaf(w, x.y, acc.y), fmaf(w, x.z, acc.z), fmaf(w, x.w, acc.w));
+      }
+    reinterpret_cast<float4*>(o_part + grp * D)[c4] = acc;
+    if (base == 0 && c4 == 0) red[grp] = l;
+    __syncthreads();
+    o_space[base + c] = o_part[c] + o_part[D + c] + o_part[2 * D + c] + o_part[3 * D + c];
+    __syncthreads();  // o_part is rewritten by the next slice
+  }
+  float l = red[0] + red[1] + red[2] + red[3];
+  float o = o_space[c];
   if (a.value_map != nullptr) {
-    __syncthreads();
-    o_part[c] = o;
-    __syncthreads();
     o = 0;
-    for (int j = 0; j < D; ++j) o = fmaf(a.value_map[static_cast<size_t>(j) * D + c], o_part[j], o);
+    for (int j = 0; j < VD; ++j) o = fmaf(a.value_map[static_cast<size_t>(j) * D + c], o_space[j], o);
   }
 
   const WindowDesc win = a.windows[s];
@@ -128,7 +131,9 @@ __global__ void merge_kernel(const MergeArgs a) {
   a.out[(static_cast<size_t>(s) * a.n_q_heads + qh) * D + c] = l > 0 ? o / l : 0.0f;
 }
 
-size_t merge_smem(int d) { return sizeof(float) * (5 * static_cast<size_t>(d) + 8 + kWindowChunk); }
+size_t merge_smem(int d, int vd) {
+  return sizeof(float) * (5 * static_cast<size_t>(d) + static_cast<size_t>(vd) + 8 + kWindowChunk);
+}
 
 // Chunks per warp for a batch of `units` (sequence, kv head) pairs of seq_chunks chunks each: the blocks
 // (per_block ranges each) run in waves of `resident` blocks, so the split kernel takes about waves x chunks-per-warp
@@ -179,7 +184,9 @@ std::vector<float> identity(int d) {
   return eye;
 }
 
-bool is_identity(const std::vector<float>& m, int d) { return m.size() == static_cast<size_t>(d) * d && m == identity(d); }
+bool is_identity(const std::vector<float>& m, int d) {
+  return m.size() == static_cast<size_t>(d) * d && m == identity(d);
+}
 
 template <class T>
 DevicePtr<T> upload(const std::vector<T>& host, const std::string& what) {
@@ -297,7 +304,7 @@ std::string decode_kernel(const DeviceKVCache& cache, int layer) {
 }
 
 struct DecodePlan::Impl {
-  int device = 0, n_seqs = 0, n_q_heads = 0, n_kv_heads = 0, d = 0, key_space = 0, group = 0;
+  int device = 0, n_seqs = 0, n_q_heads = 0, n_kv_heads = 0, d = 0, key_space = 0, value_space = 0, group = 0;
   SplitKernel kernel;
   dim3 grid;
   SplitArgs split{};
@@ -335,7 +342,7 @@ struct DecodePlan::Impl {
     MergeArgs m = merge;
     m.q = q_dev;
     m.out = out_dev;
-    merge_kernel<<<rows, d, merge_smem(d), stream>>>(m);
+    merge_kernel<<<rows, d, merge_smem(d, value_space), stream>>>(m);
     KVQ_CUDA_CHECK(cudaGetLastError());
   }
 };
@@ -373,19 +380,20 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
             p.kernel.chunk, " (", kernel, ")");
 
   // The codecs' maps, once: Kt[j][c] = sigma_k[c] (A_k e_j)[c] (d x M, M the key space) and Vt[j][c] = sigma_v[j]
-  // (A_v^T e_j)[c] (d x d).
-  const int M = kc.space_dim();
+  // (A_v^T e_j)[c] (VD x d, VD the value space).
+  const int M = kc.space_dim(), VD = vc.space_dim();
   p.key_space = M;
-  KVQ_CHECK(vc.space_dim() == d, "CUDA decode attention: value codec '", vc.spec().str(), "' has a space of ",
-            vc.space_dim(), " channels; the kernels take values of d = ", d);
-  std::vector<float> kt(static_cast<size_t>(d) * M), vt(static_cast<size_t>(d) * d);
-  const std::vector<float> eye = identity(d), sk = space_sigma(kc), sv = space_sigma(vc);
-  kc.to_space(eye.data(), d, kt.data());
-  vc.from_space(eye.data(), d, vt.data());
-  for (int j = 0; j < d; ++j) {
+  p.value_space = VD;
+  KVQ_CHECK(VD % d == 0, "CUDA decode attention: value codec '", vc.spec().str(), "' has a space of ", VD,
+            " channels; the kernels take a multiple of d = ", d);
+  std::vector<float> kt(static_cast<size_t>(d) * M), vt(static_cast<size_t>(VD) * d);
+  const std::vector<float> sk = space_sigma(kc), sv = space_sigma(vc);
+  kc.to_space(identity(d).data(), d, kt.data());
+  vc.from_space(identity(VD).data(), VD, vt.data());
+  for (int j = 0; j < d; ++j)
     for (int c = 0; c < M; ++c) kt[static_cast<size_t>(j) * M + c] *= sk[static_cast<size_t>(c)];
+  for (int j = 0; j < VD; ++j)
     for (int c = 0; c < d; ++c) vt[static_cast<size_t>(j) * d + c] *= sv[static_cast<size_t>(j)];
-  }
   if (!is_identity(kt, d)) p.key_map = upload(kt, "the key codec's query map");
   if (!is_identity(vt, d)) p.value_map = upload(vt, "the value codec's output map");
 
@@ -448,7 +456,7 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   a.scale_log2 = scale * std::numbers::log2e_v<float>;
 
   const size_t rows = static_cast<size_t>(p.n_seqs) * n_q_heads;
-  p.partial_o = device_alloc<float>(rows * splits * d, "split-K partial outputs");
+  p.partial_o = device_alloc<float>(rows * splits * VD, "split-K partial outputs");
   p.partial_ml = device_alloc<float>(rows * splits * 2, "split-K partial maxima and sums");
   if (p.key_map) p.q_space = device_alloc<float>(rows * M, "queries in the key codec's space");
   a.partial_o = p.partial_o.get();
@@ -462,6 +470,7 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   m.group = p.group;
   m.n_kv_heads = cfg.n_kv_heads;
   m.slots = static_cast<int>(cache.residual_slots());
+  m.value_space = VD;
   m.value_map = p.value_map.get();
   m.windows = p.windows.get();
   m.scale_log2 = a.scale_log2;

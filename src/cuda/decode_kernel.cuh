@@ -44,7 +44,7 @@ struct SplitArgs {
   const SeqPages* seqs;
   const float* q_space;  // [seq][q head][key space], already in the key codec's space (divided by sigma)
   float scale_log2;      // softmax scale * log2(e): scores are kept in base 2
-  float* partial_o;      // [seq][q head][split][d]
+  float* partial_o;      // [seq][q head][split][value space]
   float* partial_ml;     // [seq][q head][split][2]
   CodecArgs key, value;
 };
@@ -54,6 +54,32 @@ template <class K, int D>
 KVQ_HD constexpr int key_space() {
   if constexpr (requires { K::template space<D>(); }) return K::template space<D>();
   else return D;
+}
+
+/// The size of the value codec's space at head dimension D: V::space<D>() where it differs from D.
+template <class V, int D>
+KVQ_HD constexpr int value_space() {
+  if constexpr (requires { V::template space<D>(); }) return V::template space<D>();
+  else return D;
+}
+
+/// The value channels one warp sums: at most 128, and never across the parts of a value space made of parts of
+/// V::part<D>() channels with factors of their own.
+template <class V, int D>
+KVQ_HD constexpr int value_part() {
+  int part = value_space<V, D>();
+  if constexpr (requires { V::template part<D>(); }) part = V::template part<D>();
+  return part < 128 ? part : 128;
+}
+
+/// The value weights of the lane's tokens for the warp's part starting at value channel pc: V::weights, or a
+/// V::weights taking pc for the value spaces made of parts.
+template <class V, int D, int C>
+KVQ_HD void value_weights(const uint8_t* const* prm, int lane, int pc, float (&w)[C / 4]) {
+  if constexpr (requires { V::template weights<D, C>(prm, lane, pc, w); })
+    V::template weights<D, C>(prm, lane, pc, w);
+  else
+    V::template weights<C>(prm, lane, w);
 }
 
 /// The key B fragments of k step ks: from the lane's slots, and from the chunk's parameter ranges for the codecs
@@ -91,8 +117,9 @@ template <class K, class V, int D>
 struct SplitShape {
   static_assert(D == 64 || D == 128 || D == 256, "head dimensions 64, 128, 256");
   static constexpr int C = K::kChunk > V::kChunk ? K::kChunk : V::kChunk;  // tokens per chunk
-  static constexpr int kParts = D > 128 ? D / 128 : 1;  // warps sharing a range, each summing DP value channels
-  static constexpr int DP = D / kParts;
+  static constexpr int VD = value_space<V, D>();     // the output's size in the value codec's space
+  static constexpr int DP = value_part<V, D>();
+  static constexpr int kParts = VD / DP;  // warps sharing a range, each summing DP value channels
   static constexpr int KD = key_space<K, D>();  // the queries' size in the key codec's space
   static constexpr int NT = C / 8, KS = KD / 16, VS = C / 16, NJ = DP / 8;
   static constexpr bool kBulk = K::kBulk;  // the chunk's codes by the copy engine, not by lanes
@@ -110,9 +137,9 @@ struct SplitShape {
   static constexpr bool kWide = kCodeBytes >= 12288;
   static constexpr int kStages = kWide || (C == 32 && kCodeBytes <= 4608 && !kDense) ? 3 : 2;
   static_assert(C == 16 || C == 32 || C == 64, "chunks of 16, 32 or 64 tokens");
-  static constexpr int kWarps = kWide ? 2 : 4;
+  static constexpr int kWarps = kWide && kParts <= 2 ? 2 : 4;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kMinBlocks = (D > 128 ? 256 : kDense ? 512 : 384) / kThreads;  // registers: 128, 168, 255
+  static constexpr int kMinBlocks = (kParts > 1 ? 256 : kDense ? 512 : 384) / kThreads;  // registers: 128, 168, 255
   static constexpr int kTableBytes = KS * 32 * 16;                              // one [KS][32] fragment table
   static constexpr int kBlockBytes = kTableBytes * (K::kChunkA ? 2 : 1);        // queries (+ their fp32 values)
   static constexpr int kWarpBytes = (K::kChunkA ? kTableBytes : 0) +             // per-chunk query fragments
@@ -348,7 +375,7 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
 
     // O += P V over the chunk's value steps.
     float w[C / 4];
-    V::template weights<C>(vprm, lane, w);
+    value_weights<V, D, C>(vprm, lane, pc, w);
     uint4 pa[VS];
 #pragma unroll
     for (int vs = 0; vs < VS; ++vs)
@@ -372,7 +399,7 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
   const int n = lane >> 2, i = lane & 3;
   if (n < a.G) {
     const size_t row = (q_row0 + n) * a.n_splits + range;
-    float* po = a.partial_o + row * D + pc;
+    float* po = a.partial_o + row * S::VD + pc;
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
       po[V::channel(j, 2 * i)] = (o[j][0] + o[j][2]) * 0x1p-12f;

@@ -16,6 +16,7 @@ const std::vector<PairKernel>& pair_kernels() {
       {"qjl:256", "int4", &split_kernel<Qjl256::Key, Int4::Value>},
       {"turbo_prod:4", "int4", &split_kernel<TurboProd4::Key, Int4::Value>},
       {"turbo_prod:4", "turbo_mse:3", &split_kernel<TurboProd4::Key, TurboMse3::Value>},
+      {"turbo_prod:4", "turbo_prod:4", &split_kernel<TurboProd4::Key, TurboProd4::Value>},
       {"vecinfer:8/4", "vecinfer:8/4", &split_kernel<VecInfer8x4::Key, VecInfer8x4::Value>},
       {"vecinfer:10/4", "vecinfer:10/4", &split_kernel<VecInfer10x4::Key, VecInfer10x4::Value>},
   };

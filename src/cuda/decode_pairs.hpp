@@ -61,6 +61,7 @@ extern KVQ_DECODE_PAIR(Qjl, Int4);
 extern KVQ_DECODE_PAIR(Qjl256, Int4);
 extern KVQ_DECODE_PAIR(TurboProd4, Int4);
 extern KVQ_DECODE_PAIR(TurboProd4, TurboMse3);
+extern KVQ_DECODE_PAIR(TurboProd4, TurboProd4);
 extern KVQ_DECODE_PAIR(VecInfer8x4, VecInfer8x4);
 extern KVQ_DECODE_PAIR(VecInfer10x4, VecInfer10x4);
 

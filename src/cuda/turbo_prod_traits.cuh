@@ -16,6 +16,14 @@ namespace kvq::cuda::detail {
 template <int kBits>
 struct TurboProdTraits {
   using Mse = typename TurboMseTraits<kBits - 1>::Key;
+  using MseValue = typename TurboMseTraits<kBits - 1>::Value;
+
+  /// r = 0: the chunk's norms; r = 1: its sign tiles (C x m bits, m = D); r = 2: its residual norms.
+  template <int D, int C>
+  KVQ_HD static void sections(const CodecArgs& a, int cc, int r, uint32_t& offset, uint32_t& bytes) {
+    bytes = r == 1 ? C * D / 8 : 2u * C;
+    offset = (r == 0 ? a.sec0 : r == 1 ? a.sec1 : a.sec2) + static_cast<uint32_t>(cc) * bytes;
+  }
 
   struct Key {
     static constexpr bool kBf16 = false, kSplitB = true, kChunkA = false, kDense = false, kBulk = false;
@@ -42,11 +50,9 @@ struct TurboProdTraits {
     KVQ_HD static int piece(const CodecArgs& a, int lane, int k) {
       return Mse::template piece<D, C>(a, lane, k);
     }
-    /// r = 0: the norms; r = 1: the chunk's sign tiles (C x D bits); r = 2: the residual norms.
     template <int D, int C>
     KVQ_HD static void range(const CodecArgs& a, int cc, int r, uint32_t& offset, uint32_t& bytes) {
-      bytes = r == 1 ? C * D / 8 : 2u * C;
-      offset = (r == 0 ? a.sec0 : r == 1 ? a.sec1 : a.sec2) + static_cast<uint32_t>(cc) * bytes;
+      sections<D, C>(a, cc, r, offset, bytes);
     }
     template <int D>
     KVQ_HD static constexpr int channel(int ks, int k) {
@@ -75,6 +81,64 @@ KVQ_UNROLL
       for (int jj = 0; jj < C / 8; ++jj) {
         s[jj][0] = fmaf(half_at(nr, jj), acc[jj][0] + acc[jj][2], s[jj][0]);
         s[jj][1] = fmaf(half_at(nr, 4 + jj), acc[jj][1] + acc[jj][3], s[jj][1]);
+      }
+    }
+  };
+
+  // Values: the space [R x | S x] in parts of D channels, each summed by warps of its own (its own weights: the
+  // norm or the residual norm, times 2^-12). The mse part is TurboMseTraits<b - 1>'s values; the sign part reads the
+  // chunk's "rows in lanes" sign tiles (a parameter range): value tile j, column n is row lane_tile_channel(j, n)
+  // of the part, whose word holds the chunk's 32 tokens, lane i taking byte i (tokens 8i .. 8i + 7) as +-4096.
+  // The sign part's warps copy the mse slots too (the slot count is the pair's), unused.
+  struct Value {
+    static constexpr bool kBf16 = false, kDense = false, kBulk = false;
+    static constexpr int kChunk = 32, kRanges = 3;
+    template <int D>
+    KVQ_HD static constexpr int space() {
+      return 2 * D;
+    }
+    template <int D>
+    KVQ_HD static constexpr int part() {
+      return D;
+    }
+    template <int D, int DP, int C>
+    static constexpr int pieces() {
+      return MseValue::template pieces<D, DP, C>();
+    }
+    template <int D, int C>
+    static constexpr uint32_t chunk_bytes() {
+      return MseValue::template chunk_bytes<D, C>();
+    }
+    template <int D, int DP, int C>
+    KVQ_HD static int piece(const CodecArgs& a, int lane, int k, int pc) {
+      return MseValue::template piece<D, DP, C>(a, lane, k, pc % D);
+    }
+    template <int D, int DP, int C>
+    KVQ_HD static void range(const CodecArgs& a, int cc, int r, uint32_t& offset, uint32_t& bytes) {
+      sections<D, C>(a, cc, r, offset, bytes);
+    }
+    KVQ_HD static constexpr int channel(int j, int col) { return lane_tile_channel(j, col); }
+    KVQ_HD static constexpr int token_at(int vs, int q) { return 4 * vs + q; }
+    static_assert(MseValue::token_at(1, 2) == token_at(1, 2), "both parts pair the same tokens");
+    template <int D, int C>
+    KVQ_HD static void weights(const uint8_t* const* prm, int lane, int pc, float (&w)[C / 4]) {
+      if (pc < D) return MseValue::template weights<C>(prm, lane, w);
+      const uint4 nr = load16(prm[2] + 16 * (lane & 3));
+KVQ_UNROLL
+      for (int t = 0; t < C / 4; ++t) w[t] = half_at(nr, t) * 0x1p-12f;
+    }
+    template <int D, int DP, int C>
+    KVQ_HD static void bfrags(const uint4* codes, const uint8_t* const* prm, const CodecArgs& a, int lane, int j,
+                              int pc, uint32_t (&b)[C / 16][2]) {
+      static_assert(C == 32, "turbo_prod values: chunks of 32 tokens");
+      if (pc < D) return MseValue::template bfrags<D, DP, C>(codes, prm, a, lane, j, pc, b);
+      const int n = lane >> 2, k16 = (pc - D + 32 * (j >> 2)) / 16 + (n >> 2);
+      const uint32_t u = word(load16(prm[1] + 64 * k16 + 16 * (n & 3)), j & 3) >> (8 * (lane & 3));
+      const uint32_t v = (u & 0xffu) * 0x8001u;  // token t at bit t, token t + 1 also at bit t + 16
+KVQ_UNROLL
+      for (int vs = 0; vs < C / 16; ++vs) {
+        b[vs][0] = sign_pair<kHalf4096>(v, 4 * vs);
+        b[vs][1] = sign_pair<kHalf4096>(v, 4 * vs + 2);
       }
     }
   };

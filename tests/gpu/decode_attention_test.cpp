@@ -21,11 +21,21 @@ namespace {
 using test::Shape;
 
 const std::vector<std::pair<std::string, std::string>> kPairs = {
-    {"f16", "f16"},   {"bf16", "bf16"},     {"int4", "int4"},
-    {"int8", "int8"}, {"kivi:2", "kivi:2"}, {"turbo_mse:3", "turbo_mse:3"},
-    {"qjl", "qjl"},   {"qjl", "int4"},      {"qjl:256", "int4"},
-    {"turbo_prod:4", "int4"}, {"turbo_prod:4", "turbo_mse:3"}, {"vecinfer:8/4", "vecinfer:8/4"},
-    {"vecinfer:10/4", "vecinfer:10/4"}, {"vecinfer:8/4,norm=1", "vecinfer:8/4"},
+    {"f16", "f16"},
+    {"bf16", "bf16"},
+    {"int4", "int4"},
+    {"int8", "int8"},
+    {"kivi:2", "kivi:2"},
+    {"turbo_mse:3", "turbo_mse:3"},
+    {"qjl", "qjl"},
+    {"qjl", "int4"},
+    {"qjl:256", "int4"},
+    {"turbo_prod:4", "turbo_prod:4"},
+    {"turbo_prod:4", "int4"},
+    {"turbo_prod:4", "turbo_mse:3"},
+    {"vecinfer:8/4", "vecinfer:8/4"},
+    {"vecinfer:10/4", "vecinfer:10/4"},
+    {"vecinfer:8/4,norm=1", "vecinfer:8/4"},
 };
 
 // Runs the device kernel on the scenario's cache (layer 1) and returns its output.

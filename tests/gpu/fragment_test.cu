@@ -250,7 +250,7 @@ void check_keys(const Block& b, int T, uint64_t seed) {
 // O += P V of every chunk (and each d > 128 part) for 8 rows of random weights, against sum_t p_t y_tc.
 template <class V, int D, int C>
 void check_values(const Block& b, int T, uint64_t seed) {
-  constexpr int kParts = D > 128 ? D / 128 : 1, DP = D / kParts, VS = C / 16, NJ = DP / 8;
+  constexpr int VD = value_space<V, D>(), DP = value_part<V, D>(), kParts = VD / DP, VS = C / 16, NJ = DP / 8;
   std::mt19937 rng(static_cast<uint32_t>(seed));
   std::uniform_real_distribution<float> unit(0.0f, 4096.0f);  // weights times 2^12, as the kernel has them
   std::vector<int> hits(DP, 0);
@@ -271,7 +271,7 @@ void check_values(const Block& b, int T, uint64_t seed) {
       for (int lane = 0; lane < 32; ++lane) {
         const int g = lane >> 2, i = lane & 3;
         float w[C / 4];
-        V::template weights<C>(st.prm, lane, w);
+        value_weights<V, D, C>(st.prm, lane, pc, w);
         for (int vs = 0; vs < VS; ++vs) {
           float x[4];
           for (int v = 0; v < 4; ++v) {
@@ -302,7 +302,7 @@ void check_values(const Block& b, int T, uint64_t seed) {
             const int c = pc + V::channel(j, 2 * i + x);
             double want = 0, size = 0;
             for (int t = 0; t < C; ++t) {
-              const double term = p[g][t] * static_cast<double>(b.y[static_cast<size_t>(C * cc + t) * D + c]);
+              const double term = p[g][t] * static_cast<double>(b.y[static_cast<size_t>(C * cc + t) * VD + c]);
               want += term;
               size += std::fabs(term);
             }
@@ -382,9 +382,9 @@ TEST(CudaFragments, VecInferPairsMatchTheCodec) {
   check_every_dim_keys<VecInferTraits<8, 4>::Key>("vecinfer:8/4,norm=1", seed + 2);
 }
 
-TEST(CudaFragments, TurboProdKeysMatchTheCodec) {
+TEST(CudaFragments, TurboProdPairsMatchTheCodec) {
   KVQ_FRESH_SEED();
-  check_every_dim_keys<TurboProdTraits<4>::Key>("turbo_prod:4", seed);
+  check_every_dim<TurboProdTraits<4>>("turbo_prod:4", seed);
 }
 
 }  // namespace
