@@ -14,6 +14,7 @@ const std::vector<PairKernel>& pair_kernels() {
       {"qjl", "qjl", &split_kernel<Qjl::Key, Qjl::Value>},
       {"qjl", "int4", &split_kernel<Qjl::Key, Int4::Value>},
       {"qjl:256", "int4", &split_kernel<Qjl256::Key, Int4::Value>},
+      {"qjl:256", "qjl:256", &split_kernel<Qjl256::Key, Qjl256::Value>},
       {"turbo_prod:4", "int4", &split_kernel<TurboProd4::Key, Int4::Value>},
       {"turbo_prod:4", "turbo_mse:3", &split_kernel<TurboProd4::Key, TurboMse3::Value>},
       {"turbo_prod:4", "turbo_prod:4", &split_kernel<TurboProd4::Key, TurboProd4::Value>},

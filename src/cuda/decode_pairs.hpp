@@ -59,6 +59,7 @@ extern KVQ_DECODE_PAIR(TurboMse3, TurboMse3);
 extern KVQ_DECODE_PAIR(Qjl, Qjl);
 extern KVQ_DECODE_PAIR(Qjl, Int4);
 extern KVQ_DECODE_PAIR(Qjl256, Int4);
+extern KVQ_DECODE_PAIR(Qjl256, Qjl256);
 extern KVQ_DECODE_PAIR(TurboProd4, Int4);
 extern KVQ_DECODE_PAIR(TurboProd4, TurboMse3);
 extern KVQ_DECODE_PAIR(TurboProd4, TurboProd4);

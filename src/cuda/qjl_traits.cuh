@@ -120,11 +120,15 @@ KVQ_UNROLL
 
   // Values: the tiles are still tokens in lanes, so lane (n, i) copies the words of its tokens 8i .. 8i + 7 (two
   // slots per 32-row tile, shared by the 8 lanes n) and takes bits 4n .. 4n + 3 of each: value tile j, column n is
-  // row 32 (j / 4) + 4n + j % 4 of the part. Signs are +-4096 (the weights carry norm * 2^-12).
+  // row 32 (j / 4) + 4n + j % 4 of the part. Signs are +-4096 (the weights carry norm * 2^-12). The value space is
+  // the m rows, summed in parts of 128 by warps of their own where m > 128.
   struct Value {
-    static_assert(kRows == 0, "qjl values: m = d");
     static constexpr bool kBf16 = false, kDense = false, kBulk = false;
     static constexpr int kChunk = 32, kRanges = 1;
+    template <int D>
+    KVQ_HD static constexpr int space() {
+      return rows<D>();
+    }
     /// Slot 2R + h: tokens 8i + 4h .. + 3 of the part's 32-row tile R.
     template <int D, int DP, int C>
     static constexpr int pieces() {
@@ -133,12 +137,12 @@ KVQ_UNROLL
     }
     template <int D, int C>
     static constexpr uint32_t chunk_bytes() {
-      return C * D / 8;
+      return C * rows<D>() / 8;
     }
     template <int D, int DP, int C>
     KVQ_HD static int piece(const CodecArgs&, int lane, int k, int pc) {
       const int t = 8 * (lane & 3) + 4 * (k & 1);
-      return 64 * ((t >> 4) * (D / 32) + pc / 32 + (k >> 1)) + 4 * (t & 15);
+      return 64 * ((t >> 4) * (rows<D>() / 32) + pc / 32 + (k >> 1)) + 4 * (t & 15);
     }
     template <int D, int DP, int C>
     KVQ_HD static void range(const CodecArgs& a, int cc, int, uint32_t& offset, uint32_t& bytes) {

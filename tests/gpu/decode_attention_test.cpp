@@ -30,6 +30,7 @@ const std::vector<std::pair<std::string, std::string>> kPairs = {
     {"qjl", "qjl"},
     {"qjl", "int4"},
     {"qjl:256", "int4"},
+    {"qjl:256", "qjl:256"},
     {"turbo_prod:4", "turbo_prod:4"},
     {"turbo_prod:4", "int4"},
     {"turbo_prod:4", "turbo_mse:3"},

@@ -372,7 +372,7 @@ TEST(CudaFragments, KiviAndTurboPairsMatchTheCodec) {
 TEST(CudaFragments, QjlPairsMatchTheCodec) {
   KVQ_FRESH_SEED();
   check_every_dim<QjlTraits<0>>("qjl", seed);
-  check_every_dim_keys<QjlTraits<256>::Key>("qjl:256", seed + 1);
+  check_every_dim<QjlTraits<256>>("qjl:256", seed + 1);
 }
 
 TEST(CudaFragments, VecInferPairsMatchTheCodec) {
