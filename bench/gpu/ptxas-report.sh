@@ -16,14 +16,15 @@ for line in sys.stdin:
     if m and name:
         traits = r"(Float|Int|Kivi|TurboMse|TurboProd|Qjl|VecInfer)TraitsIL(b|i)(\w+?)EE"
         k = re.search(traits + r"3KeyE.*Li(\d+)ELi(\d+)EEEv", name)
-        v = re.search(traits + r"5ValueE", name)
+        v = re.search(traits + r"5ValueE", name.split("3KeyE", 1)[-1])
         codec = {"Float0": "f16", "Float1": "bf16", "Int4": "int4", "Int8": "int8", "Kivi2": "kivi:2",
                  "TurboMse3": "turbo_mse:3", "TurboProd4": "turbo_prod:4", "Qjl0": "qjl", "Qjl256": "qjl:256",
                  "VecInfer8ELi4": "vecinfer:8/4", "VecInfer10ELi4": "vecinfer:10/4"}
         if k:
             key = codec.get(k.group(1) + k.group(3), k.group(1) + k.group(3))
             value = codec.get(v.group(1) + v.group(3), v.group(1) + v.group(3)) if v else key
-            label = f"split {key}{'' if value == key else '/' + value} d={k.group(4)}"
+            pair = key if value == key else key + chr(47) + value
+            label = f"split {pair} d={k.group(4)}"
             if k.group(1) == "Int":
                 label += f" G={16 << int(k.group(5))}"
         else:
