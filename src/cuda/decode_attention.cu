@@ -159,7 +159,8 @@ int chunks_per_warp(int seq_chunks, long long units, int per_block, long long re
 // The kernels' codec identities: what the traits of codec_traits.cuh decode.
 std::string codec_id(const Codec& c) {
   const std::string& name = c.spec().name;
-  if (name == "kivi" || name == "turbo_mse" || name == "turbo_prod") return name + ":" + std::to_string(c.spec().arg(0, 0));
+  if (name == "kivi" || name == "turbo_mse" || name == "turbo_prod")
+    return name + ":" + std::to_string(c.spec().arg(0, 0));
   if (name == "vecinfer")
     return name + ":" + std::to_string(c.spec().arg(0, 8)) + "/" + std::to_string(c.spec().arg(1, 4));
   if (name == "qjl" && c.space_dim() != c.dim()) return name + ":" + std::to_string(c.space_dim());
@@ -283,7 +284,7 @@ CodecArgs host_codec_args(const Codec& c, bool key) {
     KVQ_CHECK(key || !l.norm, "CUDA decode attention: value codec '", c.spec().str(),
               "' stores gammas (norm=1); the kernels take vecinfer values without them");
     a.sec1 = l.norm ? static_cast<uint32_t>(l.norms_offset()) : 0u;
-    a.table_bytes = static_cast<uint32_t>(codec_table(c, key).size() * sizeof(uint32_t));
+    a.table_bytes = static_cast<uint32_t>(vi->codebook().size() * (key ? 4 : 2));  // fp16 hi (+ lo) per float
   }
   return a;
 }

@@ -65,7 +65,9 @@ struct VecInferTraits {
       rows_range<D, C>(a, cc, r, offset, bytes);
     }
     /// Lane i's 4-channel group at k step ks: codeword 4 ks + i (s = 4), or half ks % 2 of codeword 4 (ks / 2) + i.
-    KVQ_HD static constexpr int quad(int ks, int i) { return kSub == 4 ? 4 * ks + i : 8 * (ks >> 1) + 2 * i + (ks & 1); }
+    KVQ_HD static constexpr int quad(int ks, int i) {
+      return kSub == 4 ? 4 * ks + i : 8 * (ks >> 1) + 2 * i + (ks & 1);
+    }
     template <int D>
     KVQ_HD static constexpr int channel(int ks, int k) {
       return 4 * quad(ks, (k & 7) >> 1) + (k & 1) + 2 * (k >> 3);

@@ -20,6 +20,7 @@
 #include "cuda/decode_pairs.hpp"
 #include "kvq/block_layout.hpp"
 #include "kvq/codec.hpp"
+#include "kvq/error.hpp"
 #include "kvq/half.hpp"
 #include "kvq/synthetic.hpp"
 #include "test_seed.hpp"
@@ -380,6 +381,20 @@ TEST(CudaFragments, VecInferPairsMatchTheCodec) {
   check_every_dim<VecInferTraits<8, 4>>("vecinfer:8/4", seed);
   check_every_dim<VecInferTraits<10, 4>>("vecinfer:10/4", seed + 1);
   check_every_dim_keys<VecInferTraits<8, 4>::Key>("vecinfer:8/4,norm=1", seed + 2);
+}
+
+// vecinfer values with gammas (norm=1) have no kernel: the plan's codec arguments refuse them by name.
+TEST(CudaFragments, VecInferValuesWithGammasAreRefused) {
+  KVQ_FRESH_SEED();
+  const Block keys = encode("vecinfer:8/4,norm=1", 128, 64, true, seed);
+  EXPECT_NE(keys.args.sec1, 0u);  // the keys' gammas scale their score tiles
+  const auto values = make_codec("vecinfer:8/4,norm=1", CodecParams{128, 64, seed, Role::value});
+  try {
+    host_codec_args(*values, false);
+    ADD_FAILURE() << "vecinfer values with norm=1 must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("norm=1"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CudaFragments, TurboProdPairsMatchTheCodec) {
