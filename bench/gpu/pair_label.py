@@ -2,22 +2,26 @@
 ptxas-report.sh), e.g. 'int4/turbo_mse:2 d=128 g=1'; None for other kernels."""
 import re
 
-_TRAITS = r"(Float|Int|Kivi|TurboMse)TraitsIL[bi](\d+)EE"
-_NAMES = {"Float0": "f16", "Float1": "bf16", "Int4": "int4", "Int8": "int8"}
+_TRAITS = r"(Float|Int|Kivi|TurboMse|TurboProd|Qjl|VecInfer)TraitsIL[bi](\d+)E(?:Li(\d+)E)?E"
+_NAMES = {"Float0": "f16", "Float1": "bf16", "Int4": "int4", "Int8": "int8", "Qjl0": "qjl"}
+_FAMILIES = {"TurboMse": "turbo_mse", "TurboProd": "turbo_prod", "VecInfer": "vecinfer"}
 
 
-def _codec(family, arg):
-    return _NAMES.get(family + arg, f"{family.lower().replace('turbomse', 'turbo_mse')}:{arg}")
+def _codec(family, arg, arg2=None):
+    if family + arg in _NAMES:
+        return _NAMES[family + arg]
+    name = _FAMILIES.get(family, family.lower())
+    return f"{name}:{arg}/{arg2}" if arg2 else f"{name}:{arg}"
 
 
 def pair_label(name):
     m = re.search(_TRAITS + r"3KeyE(\w*?)5ValueELi(\d+)ELi(\d+)E", name)
     if not m:
         return None
-    key = _codec(m.group(1), m.group(2))
+    key = _codec(m.group(1), m.group(2), m.group(3))
     # The value's traits: a family of its own, the key's family (a substitution) with another argument, or the key's
     # traits themselves.
-    v = re.search(_TRAITS + "$", m.group(3))
-    arg = re.search(r"S\w*_IL[bi](\d+)EE$", m.group(3))
-    value = _codec(v.group(1), v.group(2)) if v else _codec(m.group(1), arg.group(1)) if arg else key
-    return f"{key}/{value} d={m.group(4)} g={m.group(5)}"
+    v = re.search(_TRAITS + "$", m.group(4))
+    arg = re.search(r"S\w*_IL[bi](\d+)EE$", m.group(4))
+    value = _codec(v.group(1), v.group(2), v.group(3)) if v else _codec(m.group(1), arg.group(1)) if arg else key
+    return f"{key}/{value} d={m.group(5)} g={m.group(6)}"

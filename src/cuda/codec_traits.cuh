@@ -36,13 +36,20 @@ struct CodecArgs {
   int group_shift = 0; ///< int8/int4 keys: log2(group / 16), the k steps of 16 channels per scale
   int group_log2 = 0;  ///< log2(group)
   int groups = 0;      ///< d / group
-  uint32_t sec0 = 0;   ///< int: scales; kivi: minima; turbo_mse: norms (byte offset in the block)
-  uint32_t sec1 = 0;   ///< kivi: scales
+  uint32_t sec0 = 0;   ///< int: scales; kivi: minima; turbo_mse, turbo_prod, qjl: norms (byte offset in the block)
+  uint32_t sec1 = 0;   ///< kivi: scales; turbo_prod: signs
+  uint32_t sec2 = 0;   ///< turbo_prod: residual norms
+  const void* table = nullptr;  ///< vecinfer: the codebook the kernel copies into the block's shared memory
+  uint32_t table_bytes = 0;     ///< its size, a multiple of 16
   /// turbo_mse: the 16 nibble levels * 2^12 as fp16: low bytes of levels 0-3, 4-7, high bytes of 0-3, 4-7, then
   /// the same for levels 8-15 (read by b = 4 alone: the nibbles of b <= 3 stay below 8)
   uint32_t table_hi[8] = {};
   uint32_t table_lo[8] = {};  ///< the same for the remainders level * 2^12 - hi
 };
+
+/// The slot of a codec's table (CodecArgs::table) in shared memory among the pointers `prm` the traits receive
+/// (slots below it: the chunk's parameter ranges).
+constexpr int kTableSlot = 3;
 
 constexpr uint32_t kHalf1032 = 0x64086408u;  // {1032, 1032}: 1024 + the offset of int4 codes
 constexpr uint32_t kHalf1152 = 0x64806480u;  // {1152, 1152}: 1024 + the offset of int8 codes

@@ -10,6 +10,7 @@
 #include "codec/int_group.hpp"
 #include "codec/kivi.hpp"
 #include "codec/turbo_mse.hpp"
+#include "codec/vecinfer.hpp"
 #include "cuda/cuda_check.cuh"
 #include "cuda/decode_kernel.cuh"
 #include "cuda/decode_pairs.hpp"
@@ -31,23 +32,24 @@ struct MergeArgs {
   const float* partial_o;
   const float* partial_ml;
   int n_splits, n_q_heads, group, n_kv_heads, slots;
-  const float* value_map;  // Bt[j][c] (D x D) or null for the identity
+  int value_space;         // VD: the size of the value codec's space, a multiple of D
+  const float* value_map;  // Bt[j][c] (VD x D) or null for the identity
   const WindowDesc* windows;
   const float* q;  // original space
   float scale_log2;
   float* out;
 };
 
-// y = Mt^T x for one (sequence, query head): Mt[j][c], D x D, blockDim = D.
-__global__ void map_queries_kernel(const float* q, const float* map_t, int n_q_heads, float* q_space) {
+// y = Mt^T x for one (sequence, query head): Mt[j][c], D x M (M the key space), blockDim = M.
+__global__ void map_queries_kernel(const float* q, const float* map_t, int n_q_heads, int D, float* q_space) {
   extern __shared__ float row[];
-  const int D = blockDim.x, c = threadIdx.x;
-  const size_t base = (static_cast<size_t>(blockIdx.y) * n_q_heads + blockIdx.x) * D;
-  row[c] = q[base + c];
+  const int M = blockDim.x, c = threadIdx.x;
+  const size_t head = static_cast<size_t>(blockIdx.y) * n_q_heads + blockIdx.x;
+  for (int j = c; j < D; j += M) row[j] = q[head * D + j];
   __syncthreads();
   float y = 0;
-  for (int j = 0; j < D; ++j) y = fmaf(map_t[static_cast<size_t>(j) * D + c], row[j], y);
-  q_space[base + c] = y;
+  for (int j = 0; j < D; ++j) y = fmaf(map_t[static_cast<size_t>(j) * M + c], row[j], y);
+  q_space[head * M + c] = y;
 }
 
 constexpr int kWindowChunk = 64;
@@ -56,10 +58,11 @@ constexpr int kWindowChunk = 64;
 // The splits are summed by 4 groups of D / 4 threads (a float4 of o each), then the groups are added.
 __global__ void merge_kernel(const MergeArgs a) {
   extern __shared__ float sh[];
-  const int D = blockDim.x, c = threadIdx.x, lane = c & 31, warp = c >> 5, n_warps = D / 32;
-  float* o_part = sh;         // [4][D]; o_part[0] then holds o in the value codec's space
-  float* red = sh + 4 * D;    // [8]: warp maxima, then the groups' sums of l
-  float* qv = red + 8;        // [D]
+  const int D = blockDim.x, VD = a.value_space, c = threadIdx.x, lane = c & 31, warp = c >> 5, n_warps = D / 32;
+  float* o_part = sh;          // [4][D]: the groups' sums of one D-slice of o
+  float* o_space = sh + 4 * D; // [VD]: o in the value codec's space
+  float* red = o_space + VD;   // [8]: warp maxima, then the groups' sums of l
+  float* qv = red + 8;         // [D]
   float* sc = qv + D;         // [kWindowChunk]
   const int qh = blockIdx.x, s = blockIdx.y;
   const size_t row0 = (static_cast<size_t>(s) * a.n_q_heads + qh) * a.n_splits;
@@ -73,27 +76,28 @@ __global__ void merge_kernel(const MergeArgs a) {
   __syncthreads();  // red is rewritten below
 
   const int q4 = D / 4, grp = c / q4, c4 = c % q4;
-  float4 acc = make_float4(0, 0, 0, 0);
-  float l = 0;
-  if (m != -INFINITY)
+  for (int base = 0; base < VD; base += D) {  // one D-slice of the value space at a time
+    float4 acc = make_float4(0, 0, 0, 0);
+    float l = 0;
+    if (m != -INFINITY)
 #pragma unroll 4
-    for (int i = grp; i < a.n_splits; i += 4) {  // an empty split (m = -inf, l = 0, o = 0) weighs 0
-      const float w = exp2f(a.partial_ml[2 * (row0 + i)] - m);
-      l = fmaf(w, a.partial_ml[2 * (row0 + i) + 1], l);
-      const float4 x = reinterpret_cast<const float4*>(a.partial_o + (row0 + i) * D)[c4];
-      acc = make_float4(fmaf(w, x.x, acc.x), fmaf(w, x.y, acc.y), fmaf(w, x.z, acc.z), fmaf(w, x.w, acc.w));
-    }
-  reinterpret_cast<float4*>(o_part + grp * D)[c4] = acc;
-  if (c4 == 0) red[grp] = l;
-  __syncthreads();
-  float o = o_part[c] + o_part[D + c] + o_part[2 * D + c] + o_part[3 * D + c];
-  l = red[0] + red[1] + red[2] + red[3];
+      for (int i = grp; i < a.n_splits; i += 4) {  // an empty split (m = -inf, l = 0, o = 0) weighs 0
+        const float w = exp2f(a.partial_ml[2 * (row0 + i)] - m);
+        l = fmaf(w, a.partial_ml[2 * (row0 + i) + 1], l);
+        const float4 x = reinterpret_cast<const float4*>(a.partial_o + (row0 + i) * VD + base)[c4];
+        acc = make_float4(fmaf(w, x.x, acc.x), fmaf(w, x.y, acc.y), fmaf(w, x.z, acc.z), fmaf(w, x.w, acc.w));
+      }
+    reinterpret_cast<float4*>(o_part + grp * D)[c4] = acc;
+    if (base == 0 && c4 == 0) red[grp] = l;
+    __syncthreads();
+    o_space[base + c] = o_part[c] + o_part[D + c] + o_part[2 * D + c] + o_part[3 * D + c];
+    __syncthreads();  // o_part is rewritten by the next slice
+  }
+  float l = red[0] + red[1] + red[2] + red[3];
+  float o = o_space[c];
   if (a.value_map != nullptr) {
-    __syncthreads();
-    o_part[c] = o;
-    __syncthreads();
     o = 0;
-    for (int j = 0; j < D; ++j) o = fmaf(a.value_map[static_cast<size_t>(j) * D + c], o_part[j], o);
+    for (int j = 0; j < VD; ++j) o = fmaf(a.value_map[static_cast<size_t>(j) * D + c], o_space[j], o);
   }
 
   const WindowDesc win = a.windows[s];
@@ -127,7 +131,9 @@ __global__ void merge_kernel(const MergeArgs a) {
   a.out[(static_cast<size_t>(s) * a.n_q_heads + qh) * D + c] = l > 0 ? o / l : 0.0f;
 }
 
-size_t merge_smem(int d) { return sizeof(float) * (5 * static_cast<size_t>(d) + 8 + kWindowChunk); }
+size_t merge_smem(int d, int vd) {
+  return sizeof(float) * (5 * static_cast<size_t>(d) + static_cast<size_t>(vd) + 8 + kWindowChunk);
+}
 
 // Chunks per warp for a batch of `units` (sequence, kv head) pairs of seq_chunks chunks each: the blocks
 // (per_block ranges each) run in waves of `resident` blocks, so the split kernel takes about waves x chunks-per-warp
@@ -153,7 +159,11 @@ int chunks_per_warp(int seq_chunks, long long units, int per_block, long long re
 // The kernels' codec identities: what the traits of codec_traits.cuh decode.
 std::string codec_id(const Codec& c) {
   const std::string& name = c.spec().name;
-  if (name == "kivi" || name == "turbo_mse") return name + ":" + std::to_string(c.spec().arg(0, 0));
+  if (name == "kivi" || name == "turbo_mse" || name == "turbo_prod")
+    return name + ":" + std::to_string(c.spec().arg(0, 0));
+  if (name == "vecinfer")
+    return name + ":" + std::to_string(c.spec().arg(0, 8)) + "/" + std::to_string(c.spec().arg(1, 4));
+  if (name == "qjl" && c.space_dim() != c.dim()) return name + ":" + std::to_string(c.space_dim());
   return name;
 }
 
@@ -174,20 +184,15 @@ std::string pair_list() {
   return list + "; a build with -DKVQ_CUDA_ALL_PAIRS=ON has every key codec with every value codec of " + codecs;
 }
 
-// Per-channel factor folded out of the kernels' decode (codec_traits.cuh): int8/int4's lambda, else 1.
-std::vector<float> sigma(const Codec& c) {
-  const auto ip = int_group_params(c);
-  if (!ip) return std::vector<float>(static_cast<size_t>(c.dim()), 1.0f);
-  return {ip->lambda, ip->lambda + c.dim()};
-}
-
 std::vector<float> identity(int d) {
   std::vector<float> eye(static_cast<size_t>(d) * d, 0.0f);
   for (int i = 0; i < d; ++i) eye[static_cast<size_t>(i) * d + i] = 1.0f;
   return eye;
 }
 
-bool is_identity(const std::vector<float>& m, int d) { return m == identity(d); }
+bool is_identity(const std::vector<float>& m, int d) {
+  return m.size() == static_cast<size_t>(d) * d && m == identity(d);
+}
 
 template <class T>
 DevicePtr<T> upload(const std::vector<T>& host, const std::string& what) {
@@ -198,6 +203,38 @@ DevicePtr<T> upload(const std::vector<T>& host, const std::string& what) {
 }
 
 }  // namespace
+
+std::vector<float> space_sigma(const Codec& c) {
+  if (const auto ip = int_group_params(c)) return {ip->lambda, ip->lambda + c.dim()};
+  std::vector<float> s(static_cast<size_t>(c.space_dim()), 1.0f);
+  if (const auto qp = qjl_params(c)) std::fill(s.begin(), s.end(), qp->sketch_scale);
+  if (const auto tp = turbo_prod_params(c)) std::fill(s.begin() + c.dim(), s.end(), tp->sketch_scale);
+  return s;
+}
+
+std::vector<uint32_t> codec_table(const Codec& c, bool key) {
+  const auto* vi = dynamic_cast<const VecInferCodec*>(&c);
+  if (!vi) return {};
+  // Per centroid and 4-channel group: the fp16 pairs (c0, c1), (c2, c3), then (keys) their remainders.
+  const std::vector<float>& cb = vi->codebook();
+  std::vector<uint32_t> table;
+  for (size_t g = 0; g < cb.size(); g += 4) {
+    uint32_t hi[2], lo[2];
+    for (int h = 0; h < 2; ++h) {
+      uint16_t hh[2], ll[2];
+      for (int e = 0; e < 2; ++e) {
+        const float x = cb[g + 2 * static_cast<size_t>(h) + static_cast<size_t>(e)];
+        hh[e] = f32_to_f16(x);
+        ll[e] = f32_to_f16(x - f16_to_f32(hh[e]));
+      }
+      hi[h] = static_cast<uint32_t>(hh[0]) | static_cast<uint32_t>(hh[1]) << 16;
+      lo[h] = static_cast<uint32_t>(ll[0]) | static_cast<uint32_t>(ll[1]) << 16;
+    }
+    table.insert(table.end(), {hi[0], hi[1]});
+    if (key) table.insert(table.end(), {lo[0], lo[1]});
+  }
+  return table;
+}
 
 // The byte tables of the 16 nibble levels * 2^12 (fp16 hi, and the remainder lo) for the kernels' byte-permute
 // lookups (CodecArgs::table_hi): low bytes of levels 0-3, 4-7, high bytes of 0-3, 4-7, then the same for 8-15.
@@ -239,6 +276,20 @@ CodecArgs host_codec_args(const Codec& c, bool key) {
   } else if (const auto tm = turbo_mse_params(c)) {
     a.sec0 = static_cast<uint32_t>(tm->layout.norms_offset());
     level_tables(tm->nibble_levels, a.table_hi, a.table_lo);
+  } else if (const auto tp = turbo_prod_params(c)) {
+    a.sec0 = static_cast<uint32_t>(tp->layout.mse().norms_offset());
+    a.sec1 = static_cast<uint32_t>(tp->layout.signs_offset());
+    a.sec2 = static_cast<uint32_t>(tp->layout.residual_norms_offset());
+    level_tables(tp->nibble_levels, a.table_hi, a.table_lo);
+  } else if (const auto qp = qjl_params(c)) {
+    a.sec0 = static_cast<uint32_t>(qp->layout.norms_offset());
+  } else if (const auto* vi = dynamic_cast<const VecInferCodec*>(&c)) {
+    layout::VecInfer l{d, T, static_cast<size_t>(vi->sub_dim()), static_cast<size_t>(vi->codeword_bits())};
+    l.norm = c.block_bytes() > l.block_bytes();  // the gammas follow the index rows
+    KVQ_CHECK(key || !l.norm, "CUDA decode attention: value codec '", c.spec().str(),
+              "' stores gammas (norm=1); the kernels take vecinfer values without them");
+    a.sec1 = l.norm ? static_cast<uint32_t>(l.norms_offset()) : 0u;
+    a.table_bytes = static_cast<uint32_t>(vi->codebook().size() * (key ? 4 : 2));  // fp16 hi (+ lo) per float
   }
   return a;
 }
@@ -259,7 +310,7 @@ std::string decode_kernel(const DeviceKVCache& cache, int layer) {
 }
 
 struct DecodePlan::Impl {
-  int device = 0, n_seqs = 0, n_q_heads = 0, n_kv_heads = 0, d = 0, group = 0;
+  int device = 0, n_seqs = 0, n_q_heads = 0, n_kv_heads = 0, d = 0, key_space = 0, value_space = 0, group = 0;
   SplitKernel kernel;
   dim3 grid;
   SplitArgs split{};
@@ -268,6 +319,7 @@ struct DecodePlan::Impl {
   DevicePtr<SeqPages> seqs;
   DevicePtr<WindowDesc> windows;
   DevicePtr<float> key_map, value_map, q_space, partial_o, partial_ml;
+  DevicePtr<uint32_t> key_table, value_table;  // the codecs' tables (vecinfer's codebooks)
   // The call as a CUDA graph once it repeats with the same arrays (launch overhead of small shapes).
   std::mutex mutex;
   const float* last_q = nullptr;
@@ -286,7 +338,8 @@ struct DecodePlan::Impl {
     SplitArgs a = split;
     a.q_space = q_dev;
     if (key_map) {
-      map_queries_kernel<<<rows, d, d * sizeof(float), stream>>>(q_dev, key_map.get(), n_q_heads, q_space.get());
+      map_queries_kernel<<<rows, key_space, d * sizeof(float), stream>>>(q_dev, key_map.get(), n_q_heads, d,
+                                                                          q_space.get());
       KVQ_CUDA_CHECK(cudaGetLastError());
       a.q_space = q_space.get();
     }
@@ -295,7 +348,7 @@ struct DecodePlan::Impl {
     MergeArgs m = merge;
     m.q = q_dev;
     m.out = out_dev;
-    merge_kernel<<<rows, d, merge_smem(d), stream>>>(m);
+    merge_kernel<<<rows, d, merge_smem(d, value_space), stream>>>(m);
     KVQ_CUDA_CHECK(cudaGetLastError());
   }
 };
@@ -323,21 +376,30 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   SplitArgs& a = p.split;
   a.key = host_codec_args(kc, true);
   a.value = host_codec_args(vc, false);
+  p.key_table = upload(codec_table(kc, true), "the key codec's table");
+  p.value_table = upload(codec_table(vc, false), "the value codec's table");
+  a.key.table = p.key_table.get();
+  a.value.table = p.value_table.get();
   p.kernel = (*find_kernel(kc, vc))(d, a.key, a.value);
   KVQ_CHECK(p.kernel.fn != nullptr, "CUDA decode attention: no instantiation for d = ", d);
   KVQ_CHECK(T % p.kernel.chunk == 0, "CUDA decode attention: pages of ", T, " tokens are not whole chunks of ",
             p.kernel.chunk, " (", kernel, ")");
 
-  // The codecs' maps, once: Kt[j][c] = sigma_k[c] (A_k e_j)[c] and Vt[j][c] = sigma_v[j] (A_v^T e_j)[c].
-  std::vector<float> kt(static_cast<size_t>(d) * d), vt(static_cast<size_t>(d) * d);
-  const std::vector<float> eye = identity(d), sk = sigma(kc), sv = sigma(vc);
-  kc.to_space(eye.data(), d, kt.data());
-  vc.from_space(eye.data(), d, vt.data());
+  // The codecs' maps, once: Kt[j][c] = sigma_k[c] (A_k e_j)[c] (d x M, M the key space) and Vt[j][c] = sigma_v[j]
+  // (A_v^T e_j)[c] (VD x d, VD the value space).
+  const int M = kc.space_dim(), VD = vc.space_dim();
+  p.key_space = M;
+  p.value_space = VD;
+  KVQ_CHECK(VD % d == 0, "CUDA decode attention: value codec '", vc.spec().str(), "' has a space of ", VD,
+            " channels; the kernels take a multiple of d = ", d);
+  std::vector<float> kt(static_cast<size_t>(d) * M), vt(static_cast<size_t>(VD) * d);
+  const std::vector<float> sk = space_sigma(kc), sv = space_sigma(vc);
+  kc.to_space(identity(d).data(), d, kt.data());
+  vc.from_space(identity(VD).data(), VD, vt.data());
   for (int j = 0; j < d; ++j)
-    for (int c = 0; c < d; ++c) {
-      kt[static_cast<size_t>(j) * d + c] *= sk[static_cast<size_t>(c)];
-      vt[static_cast<size_t>(j) * d + c] *= sv[static_cast<size_t>(j)];
-    }
+    for (int c = 0; c < M; ++c) kt[static_cast<size_t>(j) * M + c] *= sk[static_cast<size_t>(c)];
+  for (int j = 0; j < VD; ++j)
+    for (int c = 0; c < d; ++c) vt[static_cast<size_t>(j) * d + c] *= sv[static_cast<size_t>(j)];
   if (!is_identity(kt, d)) p.key_map = upload(kt, "the key codec's query map");
   if (!is_identity(vt, d)) p.value_map = upload(vt, "the value codec's output map");
 
@@ -361,7 +423,8 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   const SplitKernel& k = p.kernel;
   a.stage_bytes = k.code_bytes + k.param_bytes;
   const size_t warp_bytes = static_cast<size_t>(k.warp_bytes) + static_cast<size_t>(k.stages) * a.stage_bytes;
-  p.smem = static_cast<size_t>(k.block_bytes) + static_cast<size_t>(k.warps) * warp_bytes;
+  p.smem = static_cast<size_t>(k.block_bytes) + a.key.table_bytes + a.value.table_bytes +
+           static_cast<size_t>(k.warps) * warp_bytes;
   KVQ_CHECK(p.smem <= static_cast<size_t>(smem_limit), "CUDA decode attention: ", kernel, " needs ", p.smem,
             " bytes of shared memory per block, the device offers ", smem_limit);
   KVQ_CUDA_CHECK(cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem)));
@@ -399,9 +462,9 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   a.scale_log2 = scale * std::numbers::log2e_v<float>;
 
   const size_t rows = static_cast<size_t>(p.n_seqs) * n_q_heads;
-  p.partial_o = device_alloc<float>(rows * splits * d, "split-K partial outputs");
+  p.partial_o = device_alloc<float>(rows * splits * VD, "split-K partial outputs");
   p.partial_ml = device_alloc<float>(rows * splits * 2, "split-K partial maxima and sums");
-  if (p.key_map) p.q_space = device_alloc<float>(rows * d, "queries in the key codec's space");
+  if (p.key_map) p.q_space = device_alloc<float>(rows * M, "queries in the key codec's space");
   a.partial_o = p.partial_o.get();
   a.partial_ml = p.partial_ml.get();
 
@@ -413,6 +476,7 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   m.group = p.group;
   m.n_kv_heads = cfg.n_kv_heads;
   m.slots = static_cast<int>(cache.residual_slots());
+  m.value_space = VD;
   m.value_map = p.value_map.get();
   m.windows = p.windows.get();
   m.scale_log2 = a.scale_log2;

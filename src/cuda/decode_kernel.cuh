@@ -42,21 +42,86 @@ struct SplitArgs {
   int page_shift;                     // log2(T / C): chunks per page
   int stage_bytes;                    // per warp and pipeline stage: codes, then parameters (16-byte multiples)
   const SeqPages* seqs;
-  const float* q_space;  // [seq][q head][d], already in the key codec's space (divided by sigma)
+  const float* q_space;  // [seq][q head][key space], already in the key codec's space (divided by sigma)
   float scale_log2;      // softmax scale * log2(e): scores are kept in base 2
-  float* partial_o;      // [seq][q head][split][d]
+  float* partial_o;      // [seq][q head][split][value space]
   float* partial_ml;     // [seq][q head][split][2]
   CodecArgs key, value;
 };
+
+/// The size of the key codec's space at head dimension D: K::space<D>() where it differs from D (sketch rows).
+template <class K, int D>
+KVQ_HD constexpr int key_space() {
+  if constexpr (requires { K::template space<D>(); }) return K::template space<D>();
+  else return D;
+}
+
+/// The size of the value codec's space at head dimension D: V::space<D>() where it differs from D.
+template <class V, int D>
+KVQ_HD constexpr int value_space() {
+  if constexpr (requires { V::template space<D>(); }) return V::template space<D>();
+  else return D;
+}
+
+/// The value channels one warp sums: at most 128, and never across the parts of a value space made of parts of
+/// V::part<D>() channels with factors of their own.
+template <class V, int D>
+KVQ_HD constexpr int value_part() {
+  int part = value_space<V, D>();
+  if constexpr (requires { V::template part<D>(); }) part = V::template part<D>();
+  return part < 128 ? part : 128;
+}
+
+/// The value weights of the lane's tokens for the warp's part starting at value channel pc: V::weights, or a
+/// V::weights taking pc for the value spaces made of parts.
+template <class V, int D, int C>
+KVQ_HD void value_weights(const uint8_t* const* prm, int lane, int pc, float (&w)[C / 4]) {
+  if constexpr (requires { V::template weights<D, C>(prm, lane, pc, w); })
+    V::template weights<D, C>(prm, lane, pc, w);
+  else
+    V::template weights<C>(prm, lane, w);
+}
+
+/// The key B fragments of k step ks: from the lane's slots, and from the chunk's parameter ranges for the codecs
+/// that keep part of their codes there (a K::bfrags taking prm: codes in a second section of the block).
+template <class K, int D, int C>
+KVQ_HD void key_bfrags(const uint4* codes, const uint8_t* const* prm, int ks, const CodecArgs& a, int lane,
+                       uint32_t (&b)[C / 8][2]) {
+  if constexpr (requires { K::template bfrags<D, C>(codes, prm, ks, a, lane, b); })
+    K::template bfrags<D, C>(codes, prm, ks, a, lane, b);
+  else
+    K::template bfrags<D, C>(codes, ks, a, lane, b);
+}
+
+/// The lo fragments of k step ks (the kSplitB codecs), likewise.
+template <class K, int D, int C>
+KVQ_HD void key_bfrags_lo(const uint4* codes, const uint8_t* const* prm, int ks, const CodecArgs& a, int lane,
+                          uint32_t (&b)[C / 8][2]) {
+  if constexpr (requires { K::template bfrags_lo<D, C>(codes, prm, ks, a, lane, b); })
+    K::template bfrags_lo<D, C>(codes, prm, ks, a, lane, b);
+  else
+    K::template bfrags_lo<D, C>(codes, ks, a, lane, b);
+}
+
+/// Whether k step ks takes a second (lo) product: every step of the kSplitB codecs, or their first
+/// K::split_steps<D>() where the rest of the space needs none.
+template <class K, int D>
+KVQ_HD constexpr bool split_step(int ks) {
+  if constexpr (!K::kSplitB) return false;
+  else if constexpr (requires { K::template split_steps<D>(); }) return ks < K::template split_steps<D>();
+  else return true;
+}
 
 /// The compile-time shape of one pair's kernel at head dimension D.
 template <class K, class V, int D>
 struct SplitShape {
   static_assert(D == 64 || D == 128 || D == 256, "head dimensions 64, 128, 256");
   static constexpr int C = K::kChunk > V::kChunk ? K::kChunk : V::kChunk;  // tokens per chunk
-  static constexpr int kParts = D > 128 ? D / 128 : 1;  // warps sharing a range, each summing DP value channels
-  static constexpr int DP = D / kParts;
-  static constexpr int NT = C / 8, KS = D / 16, VS = C / 16, NJ = DP / 8;
+  static constexpr int VD = value_space<V, D>();     // the output's size in the value codec's space
+  static constexpr int DP = value_part<V, D>();
+  static constexpr int kParts = VD / DP;  // warps sharing a range, each summing DP value channels
+  static constexpr int KD = key_space<K, D>();  // the queries' size in the key codec's space
+  static constexpr int NT = C / 8, KS = KD / 16, VS = C / 16, NJ = DP / 8;
   // The chunk's codes by the copy engine (kBulk: f16/bf16 keys or values), or by lanes; a stage holds the key codes,
   // then the value codes.
   static constexpr bool kBulk = K::kBulk || V::kBulk, kLanes = !K::kBulk || !V::kBulk;
@@ -74,17 +139,18 @@ struct SplitShape {
   static constexpr bool kWide = kCodeBytes >= 12288;
   static constexpr int kStages = kWide || (C == 32 && kCodeBytes <= 4608 && !kDense) ? 3 : 2;
   static_assert(C == 16 || C == 32 || C == 64, "chunks of 16, 32 or 64 tokens");
-  static constexpr int kWarps = kWide ? 2 : 4;
+  static constexpr int kWarps = kWide && kParts <= 2 ? 2 : 4;
   static constexpr int kThreads = 32 * kWarps;
-  // Registers: 128 (dense), 168, or 255 at d = 256 and for grouped (int) keys in 64-token chunks (beside kivi:2
-  // values: 8 score tiles per scale group).
-  static constexpr bool kHeavy = D > 128 || (C == 64 && K::kGroups);
+  // Registers: 128 (dense), 168, or 255 at d = 256, for values in parts and for grouped (int) keys in 64-token
+  // chunks (beside kivi:2 values: 8 score tiles per scale group).
+  static constexpr bool kHeavy = D > 128 || kParts > 1 || (C == 64 && K::kGroups);
   static constexpr int kMinBlocks = (kHeavy ? 256 : kDense ? 512 : 384) / kThreads;
   static constexpr int kTableBytes = KS * 32 * 16;                              // one [KS][32] fragment table
   static constexpr int kBlockBytes = kTableBytes * (K::kChunkA ? 2 : 1);        // queries (+ their fp32 values)
   static constexpr int kWarpBytes = (K::kChunkA ? kTableBytes : 0) +             // per-chunk query fragments
                                     (kBulk ? 16 * kStages : 0);                 // the stages' mbarriers
   static_assert(kWarps % kParts == 0, "a block holds whole ranges");
+  static_assert(K::kRanges <= kTableSlot && V::kRanges <= kTableSlot, "parameter ranges below the table slot");
 };
 
 /// The parameter bytes per chunk of the key and value codecs (their ranges together).
@@ -103,7 +169,8 @@ KVQ_HD uint32_t param_bytes(const CodecArgs& key, const CodecArgs& value) {
   return total;
 }
 
-/// GS: log2 of the k steps per key scale group (int8/int4 keys), log2(D / 16) for the codecs without groups.
+/// GS: log2 of the k steps per key scale group (int8/int4 keys), log2(D / 16) for the codecs without groups (whose
+/// space of more than D channels is scored in groups of D).
 template <class K, class V, int D, int GS>
 __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V, D>::kMinBlocks)
     decode_split_kernel(const SplitArgs a) {
@@ -115,7 +182,9 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
   uint4* qtab = reinterpret_cast<uint4*>(smem);
   float4* qf = reinterpret_cast<float4*>(smem + S::kTableBytes);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  uint8_t* wbase = smem + S::kBlockBytes + warp * (S::kWarpBytes + kStages * a.stage_bytes);
+  uint8_t* ktable = smem + S::kBlockBytes;  // the codecs' tables (vecinfer's codebooks), key then value
+  uint8_t* vtable = ktable + a.key.table_bytes;
+  uint8_t* wbase = vtable + a.value.table_bytes + warp * (S::kWarpBytes + kStages * a.stage_bytes);
   uint4* atab = reinterpret_cast<uint4*>(wbase);
   uint64_t* bars = reinterpret_cast<uint64_t*>(wbase + (K::kChunkA ? S::kTableBytes : 0));  // 16 bytes a stage
   uint8_t* ring = wbase + S::kWarpBytes;
@@ -131,10 +200,14 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
     float x[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q)
-      x[q] = g < a.G ? a.q_space[(q_row0 + g) * D + K::template channel<D>(ks, frag_k(i, q))] * a.scale_log2 : 0.0f;
+      x[q] = g < a.G ? a.q_space[(q_row0 + g) * S::KD + K::template channel<D>(ks, frag_k(i, q))] * a.scale_log2 : 0.0f;
     qtab[idx] = split_fragment<K::kBf16>(x[0], x[1], x[2], x[3]);
     if constexpr (K::kChunkA) qf[idx] = make_float4(x[0], x[1], x[2], x[3]);
   }
+  for (uint32_t idx = threadIdx.x; idx < a.key.table_bytes / 16; idx += S::kThreads)
+    reinterpret_cast<uint4*>(ktable)[idx] = static_cast<const uint4*>(a.key.table)[idx];
+  for (uint32_t idx = threadIdx.x; idx < a.value.table_bytes / 16; idx += S::kThreads)
+    reinterpret_cast<uint4*>(vtable)[idx] = static_cast<const uint4*>(a.value.table)[idx];
   if constexpr (S::kBulk) {
     if (lane == 0) {
       for (int st = 0; st < kStages; ++st) mbar_init(bars + 2 * st);
@@ -150,7 +223,7 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
 
   // Where the chunk's parameters sit in a stage: the key ranges, then the value ranges, after the codes (their
   // sizes do not depend on the chunk).
-  uint32_t kpo[2] = {0, 0}, vpo[2] = {0, 0};
+  uint32_t kpo[3] = {0, 0, 0}, vpo[3] = {0, 0, 0};
   {
     uint32_t at = S::kCodeBytes, off, bytes;
     for (int r = 0; r < K::kRanges; ++r) {
@@ -238,8 +311,8 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
     const uint8_t* st = ring + stage * a.stage_bytes;
     const uint4* kcodes = reinterpret_cast<const uint4*>(st);
     const uint4* vcodes = reinterpret_cast<const uint4*>(st + S::kKeyCodeBytes);
-    const uint8_t* kprm[2] = {st + kpo[0], st + kpo[1]};
-    const uint8_t* vprm[2] = {st + vpo[0], st + vpo[1]};
+    const uint8_t* kprm[kTableSlot + 1] = {st + kpo[0], st + kpo[1], st + kpo[2], ktable};
+    const uint8_t* vprm[kTableSlot + 1] = {st + vpo[0], st + vpo[1], st + vpo[2], vtable};
 
     // Scores of the chunk: lane (n, i) holds row n's scores of tokens (C/4) i + {jj, C/8 + jj} in sc[jj][0 / 1].
     float sc[NT][2];
@@ -259,14 +332,14 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
     for (int ks = 0; ks < KS; ++ks) {
       const uint4 af = A[32 * ks + lane];
       uint32_t b[NT][2];
-      K::template bfrags<D, C>(kcodes, ks, a.key, lane, b);
+      key_bfrags<K, D, C>(kcodes, kprm, ks, a.key, lane, b);
 #pragma unroll
       for (int jj = 0; jj < NT; ++jj) {
         if (ks % kGroupSteps == 0) mma_first<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);
         else mma<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);
       }
-      if constexpr (K::kSplitB) {
-        K::template bfrags_lo<D, C>(kcodes, ks, a.key, lane, b);
+      if (split_step<K, D>(ks)) {
+        key_bfrags_lo<K, D, C>(kcodes, kprm, ks, a.key, lane, b);
 #pragma unroll
         for (int jj = 0; jj < NT; ++jj) mma<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);
       }
@@ -307,7 +380,7 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
 
     // O += P V over the chunk's value steps.
     float w[C / 4];
-    V::template weights<C>(vprm, lane, w);
+    value_weights<V, D, C>(vprm, lane, pc, w);
     uint4 pa[VS];
 #pragma unroll
     for (int vs = 0; vs < VS; ++vs)
@@ -331,7 +404,7 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
   const int n = lane >> 2, i = lane & 3;
   if (n < a.G) {
     const size_t row = (q_row0 + n) * a.n_splits + range;
-    float* po = a.partial_o + row * D + pc;
+    float* po = a.partial_o + row * S::VD + pc;
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
       po[V::channel(j, 2 * i)] = (o[j][0] + o[j][2]) * 0x1p-12f;

@@ -7,6 +7,11 @@
 
 # The traits of codec_traits.cuh (aliases in decode_pairs.hpp), each usable for keys and for values.
 set(KVQ_CUDA_CODECS F16 Bf16 Int4 Int8 Kivi2 Kivi4 TurboMse1 TurboMse2 TurboMse3 TurboMse4)
+# The sketch and codebook codecs (qjl_traits.cuh, turbo_prod_traits.cuh, vecinfer_traits.cuh): their pairs, in every
+# build, outside the cross product of KVQ_CUDA_ALL_PAIRS.
+set(KVQ_CUDA_SKETCH_PAIRS
+    Qjl/Qjl Qjl/Int4 Qjl256/Qjl256 Qjl256/Int4 TurboProd4/TurboProd4 TurboProd4/Int4 TurboProd4/TurboMse3
+    VecInfer8x4/VecInfer8x4 VecInfer10x4/VecInfer10x4)
 # The default build: every codec with itself, the mixed pairs docs/quality.md finds best per bit budget (kivi:4 /
 # int4 at 4.5 bits, int8 / int4, int8 / turbo_mse:3, int4 / turbo_mse:2 and turbo_mse:4 / turbo_mse:2 at 3.25-3.4,
 # kivi:4 / kivi:2), and f16 keys with int4 values (the keys carry the loss: +0.11 %; f16 codes by the copy engine
@@ -14,13 +19,14 @@ set(KVQ_CUDA_CODECS F16 Bf16 Int4 Int8 Kivi2 Kivi4 TurboMse1 TurboMse2 TurboMse3
 set(KVQ_CUDA_DEFAULT_PAIRS
     F16/F16 Bf16/Bf16 Int4/Int4 Int8/Int8 Kivi2/Kivi2 Kivi4/Kivi4
     TurboMse1/TurboMse1 TurboMse2/TurboMse2 TurboMse3/TurboMse3 TurboMse4/TurboMse4
-    Kivi4/Int4 Int8/Int4 Int8/TurboMse3 Int4/TurboMse2 TurboMse4/TurboMse2 Kivi4/Kivi2 F16/Int4)
+    Kivi4/Int4 Int8/Int4 Int8/TurboMse3 Int4/TurboMse2 TurboMse4/TurboMse2 Kivi4/Kivi2 F16/Int4
+    ${KVQ_CUDA_SKETCH_PAIRS})
 
 # Writes the pairs' translation units and cuda/decode_pair_list.hpp under dir; sets out_var to the sources.
 function(kvq_decode_pairs dir all out_var)
   set(pairs ${KVQ_CUDA_DEFAULT_PAIRS})
   if(all)
-    set(pairs)
+    set(pairs ${KVQ_CUDA_SKETCH_PAIRS})
     foreach(k IN LISTS KVQ_CUDA_CODECS)
       foreach(v IN LISTS KVQ_CUDA_CODECS)
         list(APPEND pairs ${k}/${v})

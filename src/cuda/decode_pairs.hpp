@@ -9,6 +9,9 @@
 
 #include "cuda/decode_kernel.cuh"
 #include "cuda/decode_pair_list.hpp"
+#include "cuda/qjl_traits.cuh"
+#include "cuda/turbo_prod_traits.cuh"
+#include "cuda/vecinfer_traits.cuh"
 #include "kvq/codec.hpp"
 
 namespace kvq::cuda::detail {
@@ -16,7 +19,7 @@ namespace kvq::cuda::detail {
 using KernelFor = SplitKernel (*)(int d, const CodecArgs& key, const CodecArgs& value);
 
 struct PairKernel {
-  std::string key, value;  // codec ids (kCodecId)
+  std::string key, value;  // codec ids (kCodecId): "f16", "int4", "kivi:2", "qjl:256", "vecinfer:8/4", ...
   KernelFor kernel;
 };
 
@@ -30,6 +33,14 @@ constexpr bool kAllPairs = KVQ_DECODE_ALL_PAIRS;
 /// What the kernels read of a codec's blocks beyond the layout fixed at compile time (decode_attention.cu); throws
 /// kvq::Error where the codec's groups do not fit the kernel.
 CodecArgs host_codec_args(const Codec& c, bool key);
+
+/// The per-channel factor of the codec space that the kernels leave out of their decode (int8/int4's lambda, the
+/// sketch factor of qjl), applied to the query map (keys) or the output map (values) instead.
+std::vector<float> space_sigma(const Codec& c);
+
+/// The table a codec's kernel keeps in the block's shared memory (CodecArgs::table), empty for most codecs:
+/// vecinfer's codebook as fp16 pairs per centroid and 4-channel group, keys with the fp16 remainders after them.
+std::vector<uint32_t> codec_table(const Codec& c, bool key);
 
 using F16 = FloatTraits<false>;
 using Bf16 = FloatTraits<true>;
@@ -65,6 +76,21 @@ template <>
 inline constexpr const char* kCodecId<TurboMse3> = "turbo_mse:3";
 template <>
 inline constexpr const char* kCodecId<TurboMse4> = "turbo_mse:4";
+using Qjl = QjlTraits<0>;
+using Qjl256 = QjlTraits<256>;
+using TurboProd4 = TurboProdTraits<4>;
+using VecInfer8x4 = VecInferTraits<8, 4>;
+using VecInfer10x4 = VecInferTraits<10, 4>;
+template <>
+inline constexpr const char* kCodecId<Qjl> = "qjl";
+template <>
+inline constexpr const char* kCodecId<Qjl256> = "qjl:256";
+template <>
+inline constexpr const char* kCodecId<TurboProd4> = "turbo_prod:4";
+template <>
+inline constexpr const char* kCodecId<VecInfer8x4> = "vecinfer:8/4";
+template <>
+inline constexpr const char* kCodecId<VecInfer10x4> = "vecinfer:10/4";
 
 #define KVQ_DECODE_PAIR(K, V) \
   template SplitKernel split_kernel<K::Key, V::Value>(int, const CodecArgs&, const CodecArgs&)

@@ -35,7 +35,7 @@ size_t align64(size_t n) { return (n + kBlockAlign - 1) / kBlockAlign * kBlockAl
 
 std::unique_ptr<Codec> copy_codec(const Codec& c) {
   auto copy = make_codec(c.spec().str(), c.params());
-  copy->load_state(c.state());
+  if (c.trained()) copy->load_state(c.state());  // an untrained codec (a layer not used yet) stays untrained
   return copy;
 }
 

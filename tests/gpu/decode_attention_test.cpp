@@ -40,6 +40,16 @@ const std::vector<std::pair<std::string, std::string>> kPairs = {
     {"turbo_mse:4", "turbo_mse:2"},
     {"kivi:4", "kivi:2"},
     {"f16", "int4"},
+    {"qjl", "qjl"},
+    {"qjl", "int4"},
+    {"qjl:256", "int4"},
+    {"qjl:256", "qjl:256"},
+    {"turbo_prod:4", "turbo_prod:4"},
+    {"turbo_prod:4", "int4"},
+    {"turbo_prod:4", "turbo_mse:3"},
+    {"vecinfer:8/4", "vecinfer:8/4"},
+    {"vecinfer:10/4", "vecinfer:10/4"},
+    {"vecinfer:8/4,norm=1", "vecinfer:8/4"},
 };
 
 // Runs the device kernel on the scenario's cache (layer 1) and returns its output.

@@ -20,6 +20,7 @@
 #include "cuda/decode_pairs.hpp"
 #include "kvq/block_layout.hpp"
 #include "kvq/codec.hpp"
+#include "kvq/error.hpp"
 #include "kvq/half.hpp"
 #include "kvq/synthetic.hpp"
 #include "test_seed.hpp"
@@ -66,8 +67,9 @@ void emulate_mma(const uint4 (&a)[32], const uint32_t (&b0)[32], const uint32_t 
 struct Block {
   std::unique_ptr<Codec> codec;
   std::vector<uint8_t> bytes;
-  std::vector<float> y;  // T x d in the kernel's space (the codec space over sigma)
+  std::vector<float> y;  // T x space in the kernel's space (the codec space over sigma)
   CodecArgs args;
+  std::vector<uint32_t> table;  // the codec's shared-memory table (vecinfer's codebook)
 };
 
 Block encode(const std::string& spec, int d, int T, bool key, uint64_t seed) {
@@ -82,12 +84,15 @@ Block encode(const std::string& spec, int d, int T, bool key, uint64_t seed) {
   }
   b.bytes.assign(b.codec->block_bytes() + 64, 0);
   b.codec->encode(x.data(), T, b.bytes.data());
-  b.y.resize(n * static_cast<size_t>(d));
+  const size_t m = static_cast<size_t>(b.codec->space_dim());
+  b.y.resize(n * m);
   b.codec->decode_space(b.bytes.data(), T, b.y.data());
-  if (const auto ip = int_group_params(*b.codec))
-    for (size_t t = 0; t < n; ++t)
-      for (int c = 0; c < d; ++c) b.y[t * static_cast<size_t>(d) + c] /= ip->lambda[c];
+  const std::vector<float> sigma = space_sigma(*b.codec);
+  for (size_t t = 0; t < n; ++t)
+    for (size_t c = 0; c < m; ++c) b.y[t * m + c] /= sigma[c];
   b.args = host_codec_args(*b.codec, key);
+  b.table = codec_table(*b.codec, key);
+  EXPECT_EQ(b.args.table_bytes, b.table.size() * sizeof(uint32_t));
   return b;
 }
 
@@ -95,7 +100,7 @@ Block encode(const std::string& spec, int d, int T, bool key, uint64_t seed) {
 struct Stage {
   std::vector<uint4> codes;
   alignas(16) uint8_t params[8192];
-  const uint8_t* prm[2] = {params, params};
+  const uint8_t* prm[kTableSlot + 1] = {params, params, params, params};
 };
 
 // Bulk-copied codecs: the chunk's codes as they lie in the block.
@@ -107,6 +112,7 @@ void bulk_stage(const Block& b, int cc, uint32_t chunk_bytes, Stage& st) {
 template <class K, int D, int C>
 void key_stage(const Block& b, int cc, Stage& st) {
   if constexpr (K::kBulk) return bulk_stage(b, cc, K::template chunk_bytes<D, C>(), st);
+  st.prm[kTableSlot] = reinterpret_cast<const uint8_t*>(b.table.data());
   constexpr int P = K::template pieces<D, C>();
   st.codes.assign(32 * P, uint4{});
   for (int lane = 0; lane < 32; ++lane)
@@ -128,6 +134,7 @@ void key_stage(const Block& b, int cc, Stage& st) {
 template <class V, int D, int DP, int C>
 void value_stage(const Block& b, int cc, int pc, Stage& st) {
   if constexpr (V::kBulk) return bulk_stage(b, cc, V::template chunk_bytes<D, C>(), st);
+  st.prm[kTableSlot] = reinterpret_cast<const uint8_t*>(b.table.data());
   constexpr int P = V::template pieces<D, DP, C>();
   st.codes.assign(32 * P, uint4{});
   for (int lane = 0; lane < 32; ++lane)
@@ -151,23 +158,23 @@ void value_stage(const Block& b, int cc, int pc, Stage& st) {
 // Scores of every chunk of the block for 8 query rows, as the kernel computes them, against sum_c q_c y_tc.
 template <class K, int D, int C>
 void check_keys(const Block& b, int T, uint64_t seed) {
-  constexpr int NT = C / 8, KS = D / 16;
-  const std::vector<float> q = gaussian_vectors(8, D, seed + 7);
+  constexpr int KD = key_space<K, D>(), NT = C / 8, KS = KD / 16;
+  const std::vector<float> q = gaussian_vectors(8, KD, seed + 7);
   uint4 qtab[KS][32];
   float4 qf[KS][32];
   for (int ks = 0; ks < KS; ++ks)
     for (int lane = 0; lane < 32; ++lane) {
       const int g = lane >> 2, i = lane & 3;
       float x[4];
-      for (int v = 0; v < 4; ++v) x[v] = q[static_cast<size_t>(g) * D + K::template channel<D>(ks, frag_k(i, v))];
+      for (int v = 0; v < 4; ++v) x[v] = q[static_cast<size_t>(g) * KD + K::template channel<D>(ks, frag_k(i, v))];
       qtab[ks][lane] = split_fragment<K::kBf16>(x[0], x[1], x[2], x[3]);
       qf[ks][lane] = make_float4(x[0], x[1], x[2], x[3]);
     }
   // Every channel appears once in the map.
-  std::vector<int> hits(D, 0);
+  std::vector<int> hits(KD, 0);
   for (int ks = 0; ks < KS; ++ks)
     for (int k = 0; k < 16; ++k) ++hits[static_cast<size_t>(K::template channel<D>(ks, k))];
-  for (int c = 0; c < D; ++c) ASSERT_EQ(hits[static_cast<size_t>(c)], 1) << "channel " << c;
+  for (int c = 0; c < KD; ++c) ASSERT_EQ(hits[static_cast<size_t>(c)], 1) << "channel " << c;
 
   int gshift = log2_of(D / 16);
   if constexpr (K::kGroups) gshift = b.args.group_shift;
@@ -195,11 +202,11 @@ void check_keys(const Block& b, int T, uint64_t seed) {
     float sc[32][NT][2] = {};
     for (int ks = 0; ks < KS; ++ks) {
       uint32_t bf[32][NT][2];
-      for (int lane = 0; lane < 32; ++lane) K::template bfrags<D, C>(st.codes.data(), ks, b.args, lane, bf[lane]);
-      for (int pass = 0; pass < (K::kSplitB ? 2 : 1); ++pass) {
+      for (int lane = 0; lane < 32; ++lane) key_bfrags<K, D, C>(st.codes.data(), st.prm, ks, b.args, lane, bf[lane]);
+      for (int pass = 0; pass < (split_step<K, D>(ks) ? 2 : 1); ++pass) {
         if (pass == 1)
           for (int lane = 0; lane < 32; ++lane)
-            K::template bfrags_lo<D, C>(st.codes.data(), ks, b.args, lane, bf[lane]);
+            key_bfrags_lo<K, D, C>(st.codes.data(), st.prm, ks, b.args, lane, bf[lane]);
         for (int jj = 0; jj < NT; ++jj) {
           uint32_t b0[32], b1[32];
           for (int lane = 0; lane < 32; ++lane) {
@@ -227,9 +234,9 @@ void check_keys(const Block& b, int T, uint64_t seed) {
         for (int x = 0; x < 2; ++x) {
           const int t = C * cc + C / 4 * i + jj + x * NT;
           double want = 0, size = 0;
-          for (int c = 0; c < D; ++c) {
+          for (int c = 0; c < KD; ++c) {
             const double term =
-                static_cast<double>(q[static_cast<size_t>(g) * D + c]) * b.y[static_cast<size_t>(t) * D + c];
+                static_cast<double>(q[static_cast<size_t>(g) * KD + c]) * b.y[static_cast<size_t>(t) * KD + c];
             want += term;
             size += std::fabs(term);
           }
@@ -244,7 +251,7 @@ void check_keys(const Block& b, int T, uint64_t seed) {
 // O += P V of every chunk (and each d > 128 part) for 8 rows of random weights, against sum_t p_t y_tc.
 template <class V, int D, int C>
 void check_values(const Block& b, int T, uint64_t seed) {
-  constexpr int kParts = D > 128 ? D / 128 : 1, DP = D / kParts, VS = C / 16, NJ = DP / 8;
+  constexpr int VD = value_space<V, D>(), DP = value_part<V, D>(), kParts = VD / DP, VS = C / 16, NJ = DP / 8;
   std::mt19937 rng(static_cast<uint32_t>(seed));
   std::uniform_real_distribution<float> unit(0.0f, 4096.0f);  // weights times 2^12, as the kernel has them
   std::vector<int> hits(DP, 0);
@@ -265,7 +272,7 @@ void check_values(const Block& b, int T, uint64_t seed) {
       for (int lane = 0; lane < 32; ++lane) {
         const int g = lane >> 2, i = lane & 3;
         float w[C / 4];
-        V::template weights<C>(st.prm, lane, w);
+        value_weights<V, D, C>(st.prm, lane, pc, w);
         for (int vs = 0; vs < VS; ++vs) {
           float x[4];
           for (int v = 0; v < 4; ++v) {
@@ -296,7 +303,7 @@ void check_values(const Block& b, int T, uint64_t seed) {
             const int c = pc + V::channel(j, 2 * i + x);
             double want = 0, size = 0;
             for (int t = 0; t < C; ++t) {
-              const double term = p[g][t] * static_cast<double>(b.y[static_cast<size_t>(C * cc + t) * D + c]);
+              const double term = p[g][t] * static_cast<double>(b.y[static_cast<size_t>(C * cc + t) * VD + c]);
               want += term;
               size += std::fabs(term);
             }
@@ -322,6 +329,20 @@ void check_pair(const std::string& key_spec, const std::string& value_spec, uint
     const Block vb = encode(value_spec, D, T, false, seed + static_cast<uint64_t>(T) + 1);
     check_values<V, D, C>(vb, T, seed + 12);
   }
+}
+
+// Keys only (the codecs whose values have no kernel, or other sketch sizes).
+template <class K>
+void check_every_dim_keys(const std::string& spec, uint64_t seed) {
+  const auto at = [&]<int D>(uint64_t s) {
+    for (int T : {64, 128}) {
+      SCOPED_TRACE(spec + " keys d=" + std::to_string(D) + " T=" + std::to_string(T));
+      check_keys<K, D, 32>(encode(spec, D, T, true, s + static_cast<uint64_t>(T)), T, s + 11);
+    }
+  };
+  at.template operator()<64>(seed);
+  at.template operator()<128>(seed + 100);
+  at.template operator()<256>(seed + 200);
 }
 
 template <class KeyTraits, class ValueTraits = KeyTraits>
@@ -377,6 +398,42 @@ TEST(CudaFragments, MixedPairsMatchTheCodecs) {
   check_every_dim<IntTraits<4>, FloatTraits<false>>("int4", seed + 6, "f16");
   check_every_dim<KiviTraits<4>, IntTraits<4>>("kivi:4", seed + 7, "int4");
   check_every_dim<TurboMseTraits<4>, TurboMseTraits<2>>("turbo_mse:4", seed + 8, "turbo_mse:2");
+}
+
+TEST(CudaFragments, QjlPairsMatchTheCodec) {
+  KVQ_FRESH_SEED();
+  check_every_dim<QjlTraits<0>>("qjl", seed);
+  check_every_dim<QjlTraits<256>>("qjl:256", seed + 1);
+  check_every_dim<QjlTraits<0>, IntTraits<4>>("qjl", seed + 2, "int4");
+  check_every_dim<QjlTraits<256>, IntTraits<4>>("qjl:256", seed + 3, "int4");
+}
+
+TEST(CudaFragments, VecInferPairsMatchTheCodec) {
+  KVQ_FRESH_SEED();
+  check_every_dim<VecInferTraits<8, 4>>("vecinfer:8/4", seed);
+  check_every_dim<VecInferTraits<10, 4>>("vecinfer:10/4", seed + 1);
+  check_every_dim_keys<VecInferTraits<8, 4>::Key>("vecinfer:8/4,norm=1", seed + 2);
+}
+
+// vecinfer values with gammas (norm=1) have no kernel: the plan's codec arguments refuse them by name.
+TEST(CudaFragments, VecInferValuesWithGammasAreRefused) {
+  KVQ_FRESH_SEED();
+  const Block keys = encode("vecinfer:8/4,norm=1", 128, 64, true, seed);
+  EXPECT_NE(keys.args.sec1, 0u);  // the keys' gammas scale their score tiles
+  const auto values = make_codec("vecinfer:8/4,norm=1", CodecParams{128, 64, seed, Role::value});
+  try {
+    host_codec_args(*values, false);
+    ADD_FAILURE() << "vecinfer values with norm=1 must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("norm=1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaFragments, TurboProdPairsMatchTheCodec) {
+  KVQ_FRESH_SEED();
+  check_every_dim<TurboProdTraits<4>>("turbo_prod:4", seed);
+  check_every_dim<TurboProdTraits<4>, IntTraits<4>>("turbo_prod:4", seed + 1, "int4");
+  check_every_dim<TurboProdTraits<4>, TurboMseTraits<3>>("turbo_prod:4", seed + 2, "turbo_mse:3");
 }
 
 }  // namespace
