@@ -1,0 +1,70 @@
+// The append path's helper kernels (append_kernels.hpp).
+#include "cuda/append_kernels.hpp"
+
+#include <algorithm>
+
+#include "cuda/cuda_check.cuh"
+
+namespace kvq::cuda::detail {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(size_t n) { return static_cast<unsigned>(std::min<size_t>((n + kThreads - 1) / kThreads, 65536)); }
+
+__global__ void find_nonfinite_kernel(const float* x, size_t n, unsigned long long* first) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    if (!isfinite(x[i])) atomicMin(first, static_cast<unsigned long long>(i));
+}
+
+__device__ __forceinline__ const float* stream_row(const EncodeSource& s, size_t idx, int h) {
+  return idx < static_cast<size_t>(s.used) ? s.window + (static_cast<size_t>(h) * s.slots + idx) * s.d
+                                           : s.fresh + ((idx - s.used) * s.H + h) * s.d;
+}
+
+__global__ void key_mean_kernel(EncodeSource s, float* offset) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= s.H * s.d) return;
+  const int h = i / s.d, c = i % s.d;
+  float sum = 0;
+  for (int t = 0; t < s.T; ++t) sum = __fadd_rn(sum, stream_row(s, static_cast<size_t>(t), h)[c]);
+  offset[i] = __fdiv_rn(sum, static_cast<float>(s.T));
+}
+
+__global__ void gather_window_kernel(EncodeSource s, size_t stream_first, size_t count, float* dst, size_t dst_slot) {
+  const size_t per_head = count * s.d, n = per_head * s.H;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const int h = static_cast<int>(i / per_head), c = static_cast<int>(i % s.d);
+    const size_t k = i % per_head / s.d, idx = stream_first + k;
+    float v = stream_row(s, idx, h)[c];
+    if (s.offset != nullptr && (idx >= static_cast<size_t>(s.used) || s.center_window))
+      v = __fsub_rn(v, s.offset[h * s.d + c]);
+    dst[(static_cast<size_t>(h) * s.slots + dst_slot + k) * s.d + c] = v;
+  }
+}
+
+}  // namespace
+
+void launch_find_nonfinite(const float* x, size_t n, unsigned long long* first, cudaStream_t stream) {
+  if (n == 0) return;
+  find_nonfinite_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, first);
+  KVQ_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_key_mean(const EncodeSource& src, float* offset, cudaStream_t stream) {
+  const size_t n = static_cast<size_t>(src.H) * src.d;
+  key_mean_kernel<<<blocks_for(n), kThreads, 0, stream>>>(src, offset);
+  KVQ_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_gather_window(const EncodeSource& src, size_t stream_first, size_t count, float* dst, size_t dst_slot,
+                          cudaStream_t stream) {
+  const size_t n = count * src.d * src.H;
+  if (n == 0) return;
+  gather_window_kernel<<<blocks_for(n), kThreads, 0, stream>>>(src, stream_first, count, dst, dst_slot);
+  KVQ_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace kvq::cuda::detail

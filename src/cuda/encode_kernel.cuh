@@ -1,0 +1,92 @@
+// The append kernel family: one thread block encodes one page's block of one kv head. It gathers the page's T
+// tokens of that head from the stream (the fp32 window, then the fresh tokens, centered where the cache centers
+// keys) into shared memory, lets the codec (`Enc`) rotate, normalize, quantize and pack them into a zeroed copy of
+// the block in shared memory, and stores the block into the pool with coalesced 32-bit stores.
+//
+// An Enc provides `size_t scratch_floats(int T, int d) const` (shared memory it needs beyond the tile) and
+// `__device__ void encode(const EncodeContext&, float* tile, float* scratch, uint32_t* block) const`, called by
+// every thread of the block; it writes fields with put_bits / put_half (shared-memory atomics: several threads
+// fill the bytes of one word) and reports values it cannot store with EncodeContext::report.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/cuda_check.cuh"
+#include "cuda/device_encoder.hpp"
+#include "cuda/encode_layout.cuh"
+
+namespace kvq::cuda::detail {
+
+constexpr int kEncodeThreads = 256;
+constexpr size_t kEncodeMaxSharedBytes = 200 * 1024;  // H200: up to 227 KB per block with the opt-in
+
+struct EncodeContext {
+  int page, head, T, d;
+  unsigned long long* error;
+  /// Token t (of this page), channel c cannot be stored.
+  __device__ void report(int t, int c) const {
+    atomicMin(error, error_position(static_cast<size_t>(page) * T + t, head, c));
+  }
+};
+
+/// ORs `value` (already masked to its width) into bit `place.shift` of byte `place.byte` of the block.
+__device__ __forceinline__ void put_bits(uint32_t* block, const CodePlace& place, uint32_t value) {
+  if (value != 0) atomicOr(block + place.byte / 4, value << (place.shift + 8 * (place.byte % 4)));
+}
+/// Stores a 16-bit field at an even byte offset.
+__device__ __forceinline__ void put_half(uint32_t* block, uint32_t byte, uint16_t bits) {
+  if (bits != 0) atomicOr(block + byte / 4, static_cast<uint32_t>(bits) << (8 * (byte % 4)));
+}
+
+template <class Enc>
+__global__ void __launch_bounds__(kEncodeThreads) encode_pages_kernel(EncodeSource src, EncodeTarget dst, Enc enc,
+                                                                      unsigned long long* error) {
+  extern __shared__ float4 shared4[];
+  const int page = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y), T = src.T, d = src.d;
+  float* tile = reinterpret_cast<float*>(shared4);
+  float* scratch = tile + T * d;
+  uint32_t* block = reinterpret_cast<uint32_t*>(scratch + enc.scratch_floats(T, d));
+  const int words = static_cast<int>((dst.block_bytes + 3) / 4);
+  for (int i = threadIdx.x; i < words; i += blockDim.x) block[i] = 0;
+  const int quads = T * d / 4;
+  for (int i = threadIdx.x; i < quads; i += blockDim.x) {
+    const int t = 4 * i / d, c = 4 * i % d, idx = page * T + t;
+    const bool in_window = idx < src.used;
+    const float* row = in_window ? src.window + (static_cast<size_t>(h) * src.slots + idx) * d
+                                 : src.fresh + (static_cast<size_t>(idx - src.used) * src.H + h) * d;
+    float4 v = *reinterpret_cast<const float4*>(row + c);
+    if (src.offset != nullptr && (!in_window || src.center_window)) {
+      const float4 mu = *reinterpret_cast<const float4*>(src.offset + h * d + c);
+      v = {__fsub_rn(v.x, mu.x), __fsub_rn(v.y, mu.y), __fsub_rn(v.z, mu.z), __fsub_rn(v.w, mu.w)};
+    }
+    reinterpret_cast<float4*>(tile)[i] = v;
+  }
+  __syncthreads();
+  enc.encode(EncodeContext{page, h, T, d, error}, tile, scratch, block);
+  __syncthreads();
+  uint32_t* out = reinterpret_cast<uint32_t*>(dst.pool + static_cast<size_t>(dst.pages[page]) * dst.page_bytes +
+                                              dst.block_offset + static_cast<size_t>(h) * dst.head_stride);
+  for (int i = threadIdx.x; i < words; i += blockDim.x) out[i] = block[i];
+}
+
+/// Launches one block per (page, head); throws kvq::Error where the page does not fit in shared memory.
+template <class Enc>
+void launch_encode(const Enc& enc, const char* codec, const EncodeSource& src, const EncodeTarget& dst,
+                   size_t n_pages, unsigned long long* error, cudaStream_t stream) {
+  if (n_pages == 0) return;
+  const size_t shared = (static_cast<size_t>(src.T) * src.d + enc.scratch_floats(src.T, src.d)) * sizeof(float) +
+                        (dst.block_bytes + 3) / 4 * 4;
+  KVQ_CHECK(shared <= kEncodeMaxSharedBytes, "DeviceKVCache::append_device: ", codec, ": a page of ", src.T,
+            " tokens x d = ", src.d, " needs ", shared, " bytes of shared memory to encode (the limit is ",
+            kEncodeMaxSharedBytes, ")");
+  KVQ_CUDA_CHECK(cudaFuncSetAttribute(encode_pages_kernel<Enc>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(shared)));
+  const dim3 grid(static_cast<unsigned>(n_pages), static_cast<unsigned>(src.H));
+  encode_pages_kernel<Enc><<<grid, kEncodeThreads, shared, stream>>>(src, dst, enc, error);
+  KVQ_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace kvq::cuda::detail
