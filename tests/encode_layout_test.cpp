@@ -27,9 +27,10 @@ TEST(EncodeLayout, LaneTilesMatchIntGroupAndKivi) {
               ASSERT_EQ(q.byte, k.code_byte(t, c));
               ASSERT_EQ(q.shift, k.code_shift(t, c));
               ASSERT_EQ(static_cast<size_t>(kivi_param(key, id, 16, it, ic)), k.param(t, c));
-              if (c % 16 == 0)
+              if (c % 16 == 0) {
                 ASSERT_EQ(l.scales_offset() + int_scale_byte(static_cast<int>(d / 16), it, ic / 16),
                           l.scale_byte(t, c / 16));
+              }
             }
         }
 }

@@ -9,10 +9,12 @@
 //
 // Decode attention runs on the device: the queries are mapped to the key codec's space, a split-K kernel fused for
 // the (key codec, value codec) pair scores and sums the pages, and a merge kernel folds the splits, maps the result
-// back from the value codec's space, adds the fp32 window and normalizes. A codec pair without a kernel is an error (decode_kernel names what would run).
+// back from the value codec's space, adds the fp32 window and normalizes. A codec pair without a kernel is an
+// error (decode_kernel names what would run).
 //
 // Builds without the CUDA backend provide these declarations too: every constructor and call throws kvq::Error
-// naming the reason. Thread safety: as KVCache; a DecodePlan holds its own device workspace.
+// naming the reason. Thread safety: as KVCache; a DecodePlan holds its own device workspace. Appends share the
+// cache's device scratch: appends on different streams must be ordered by the caller.
 #pragma once
 
 #include <cstddef>

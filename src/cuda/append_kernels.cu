@@ -12,12 +12,6 @@ constexpr int kThreads = 256;
 
 unsigned blocks_for(size_t n) { return static_cast<unsigned>(std::min<size_t>((n + kThreads - 1) / kThreads, 65536)); }
 
-__global__ void find_nonfinite_kernel(const float* x, size_t n, unsigned long long* first) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x)
-    if (!isfinite(x[i])) atomicMin(first, static_cast<unsigned long long>(i));
-}
-
 __device__ __forceinline__ const float* stream_row(const EncodeSource& s, size_t idx, int h) {
   return idx < static_cast<size_t>(s.used) ? s.window + (static_cast<size_t>(h) * s.slots + idx) * s.d
                                            : s.fresh + ((idx - s.used) * s.H + h) * s.d;
@@ -32,13 +26,16 @@ __global__ void key_mean_kernel(EncodeSource s, float* offset) {
   offset[i] = __fdiv_rn(sum, static_cast<float>(s.T));
 }
 
-__global__ void gather_window_kernel(EncodeSource s, size_t stream_first, size_t count, float* dst, size_t dst_slot) {
+__global__ void gather_window_kernel(EncodeSource s, size_t stream_first, size_t count, float* dst, size_t dst_slot,
+                                     unsigned long long* nonfinite) {
   const size_t per_head = count * s.d, n = per_head * s.H;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const int h = static_cast<int>(i / per_head), c = static_cast<int>(i % s.d);
     const size_t k = i % per_head / s.d, idx = stream_first + k;
-    float v = stream_row(s, idx, h)[c];
+    const float* row = stream_row(s, idx, h);
+    float v = row[c];
+    if (!isfinite(v)) atomicMin(nonfinite, static_cast<unsigned long long>(row + c - s.fresh));
     if (s.offset != nullptr && (idx >= static_cast<size_t>(s.used) || s.center_window))
       v = __fsub_rn(v, s.offset[h * s.d + c]);
     dst[(static_cast<size_t>(h) * s.slots + dst_slot + k) * s.d + c] = v;
@@ -47,12 +44,6 @@ __global__ void gather_window_kernel(EncodeSource s, size_t stream_first, size_t
 
 }  // namespace
 
-void launch_find_nonfinite(const float* x, size_t n, unsigned long long* first, cudaStream_t stream) {
-  if (n == 0) return;
-  find_nonfinite_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, first);
-  KVQ_CUDA_CHECK(cudaGetLastError());
-}
-
 void launch_key_mean(const EncodeSource& src, float* offset, cudaStream_t stream) {
   const size_t n = static_cast<size_t>(src.H) * src.d;
   key_mean_kernel<<<blocks_for(n), kThreads, 0, stream>>>(src, offset);
@@ -60,10 +51,10 @@ void launch_key_mean(const EncodeSource& src, float* offset, cudaStream_t stream
 }
 
 void launch_gather_window(const EncodeSource& src, size_t stream_first, size_t count, float* dst, size_t dst_slot,
-                          cudaStream_t stream) {
+                          unsigned long long* nonfinite, cudaStream_t stream) {
   const size_t n = count * src.d * src.H;
   if (n == 0) return;
-  gather_window_kernel<<<blocks_for(n), kThreads, 0, stream>>>(src, stream_first, count, dst, dst_slot);
+  gather_window_kernel<<<blocks_for(n), kThreads, 0, stream>>>(src, stream_first, count, dst, dst_slot, nonfinite);
   KVQ_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,5 +1,5 @@
-// The append path's kernels besides the encoders: the non-finite check of fresh tokens, the key offset of centered
-// keys, and the gather that moves the stream's unencoded tokens into the fp32 window.
+// The append path's kernels besides the encoders: the key offset of centered keys, and the gather that moves the
+// stream's unencoded tokens toward the fp32 window (checking the fresh ones for NaN and Inf on the way).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,16 +10,14 @@
 
 namespace kvq::cuda::detail {
 
-/// Lowers *first to the flat index of the first NaN or Inf among x[0..n) (leaves it where there is none).
-void launch_find_nonfinite(const float* x, size_t n, unsigned long long* first, cudaStream_t stream);
-
 /// offset[h][c] = the mean of the stream's first T keys of head h (window tokens, then fresh ones), summed in token
 /// order in fp32 as src/cache/key_offset.hpp does. src.offset is ignored.
 void launch_key_mean(const EncodeSource& src, float* offset, cudaStream_t stream);
 
 /// dst[h][dst_slot + s] = stream token stream_first + s of head h (centered as an encoder reads it), s < count;
-/// dst is [H][src.slots][d]. dst must not overlap the window tokens it reads.
+/// dst is [H][src.slots][d]. dst must not overlap the window tokens it reads. A NaN or Inf among the fresh tokens
+/// lowers *nonfinite to its flat index in src.fresh.
 void launch_gather_window(const EncodeSource& src, size_t stream_first, size_t count, float* dst, size_t dst_slot,
-                          cudaStream_t stream);
+                          unsigned long long* nonfinite, cudaStream_t stream);
 
 }  // namespace kvq::cuda::detail

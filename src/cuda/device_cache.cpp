@@ -116,7 +116,11 @@ struct DeviceKVCache::Impl {
   Sequence& insert(SeqId id) {
     Sequence s;
     s.layers.resize(static_cast<size_t>(config.n_layers));
+    // Block tables start with room for 128 pages, so that appends rarely reallocate (a synchronizing cudaMalloc).
+    const size_t table = std::min<size_t>(128, config.capacity_pages);
     for (Layer& l : s.layers) {
+      l.pages_dev = device_alloc<PageId>(table, "a block table");
+      l.pages_capacity = table;
       l.window_dev = device_alloc<float>(window_floats(), "a sequence's fp32 window");
       KVQ_CUDA_CHECK(cudaMemset(l.window_dev.get(), 0, window_floats() * sizeof(float)));
     }
@@ -124,7 +128,7 @@ struct DeviceKVCache::Impl {
   }
   uint8_t* page(PageId id) const { return pool.get() + static_cast<size_t>(id) * page_bytes; }
   // Takes n pages off the free list (checked by the caller) and appends them to the layer's block table.
-  void push_pages(Layer& l, const PageId* ids, size_t n) {
+  void push_pages(Layer& l, const PageId* ids, size_t n, cudaStream_t stream = nullptr) {
     const size_t need = l.pages.size() + n;
     if (need > l.pages_capacity) {
       const size_t cap = std::max<size_t>(need, 2 * l.pages_capacity);
@@ -135,7 +139,9 @@ struct DeviceKVCache::Impl {
       l.pages_dev = std::move(grown);
       l.pages_capacity = cap;
     }
-    KVQ_CUDA_CHECK(cudaMemcpy(l.pages_dev.get() + l.pages.size(), ids, n * sizeof(PageId), cudaMemcpyHostToDevice));
+    if (n > 0)
+      KVQ_CUDA_CHECK(cudaMemcpyAsync(l.pages_dev.get() + l.pages.size(), ids, n * sizeof(PageId),
+                                     cudaMemcpyHostToDevice, stream));
     l.pages.insert(l.pages.end(), ids, ids + n);
   }
   std::vector<float> download_window(const Layer& l) const {
@@ -377,25 +383,35 @@ void DeviceKVCache::append_device(SeqId seq, int layer, const float* keys_dev, c
   detail::EncodeSource vs{window_v, values_dev, nullptr, false, static_cast<int>(u), H, slots, d, T};
   if (centered) ks.offset = new_offset ? m.offset_next.get() : ls.has_offset ? ls.key_offset_dev.get() : nullptr;
 
-  // First pass: non-finite tokens, the key offset, and the pages, encoded into free pages (no reader sees them
-  // before the checks below pass).
+  // First pass, each fresh token read once: the key offset, the pages (encoded into free pages) and the tokens that
+  // stay unencoded (gathered behind the window's used slots or into the scratch window), NaN and Inf noted on the
+  // way. No reader sees any of it before the checks below pass.
   unsigned long long* err = m.errors.get();
   KVQ_CUDA_CHECK(cudaMemsetAsync(err, 0xff, 4 * sizeof(unsigned long long), st));
-  const size_t n = n_tokens * static_cast<size_t>(H) * d;
-  detail::launch_find_nonfinite(keys_dev, n, err, st);
-  detail::launch_find_nonfinite(values_dev, n, err + 1, st);
   if (new_offset) detail::launch_key_mean(ks, m.offset_next.get(), st);
   std::vector<PageId> ids(m.free.end() - static_cast<ptrdiff_t>(n_pages), m.free.end());
   std::reverse(ids.begin(), ids.end());
   if (n_pages > 0) {
-    KVQ_CUDA_CHECK(cudaMemcpyAsync(m.page_ids.get(), ids.data(), n_pages * sizeof(PageId), cudaMemcpyHostToDevice, st));
+    KVQ_CUDA_CHECK(
+        cudaMemcpyAsync(m.page_ids.get(), ids.data(), n_pages * sizeof(PageId), cudaMemcpyHostToDevice, st));
     const detail::EncodeTarget kt{m.pool.get(), m.page_ids.get(), m.page_bytes, 0, m.key_stride,
                                   m.key_codecs[l]->block_bytes()};
     const detail::EncodeTarget vt{m.pool.get(), m.page_ids.get(), m.page_bytes,
                                   static_cast<size_t>(H) * m.key_stride, m.value_stride,
                                   m.value_codecs[l]->block_bytes()};
-    m.key_encoders[l]->encode(ks, kt, n_pages, err + 2, st);
-    m.value_encoders[l]->encode(vs, vt, n_pages, err + 3, st);
+    m.key_encoders[l]->encode(ks, kt, n_pages, err + 2, err, st);
+    m.value_encoders[l]->encode(vs, vt, n_pages, err + 3, err + 1, st);
+  }
+  const size_t encoded = n_pages * uT, kept = total - encoded;
+  float* next_k = m.window_next.get();
+  float* next_v = next_k + static_cast<size_t>(H) * slots * d;
+  if (encoded == 0) {
+    // Fresh tokens go behind the window's used slots: nothing the gather reads is overwritten.
+    detail::launch_gather_window(ks, u, n_tokens, window_k, u, err, st);
+    detail::launch_gather_window(vs, u, n_tokens, window_v, u, err + 1, st);
+  } else {
+    detail::launch_gather_window(ks, encoded, kept, next_k, 0, err, st);
+    detail::launch_gather_window(vs, encoded, kept, next_v, 0, err + 1, st);
   }
   unsigned long long found[4];
   KVQ_CUDA_CHECK(cudaMemcpyAsync(found, err, sizeof(found), cudaMemcpyDeviceToHost, st));
@@ -418,31 +434,20 @@ void DeviceKVCache::append_device(SeqId seq, int layer, const float* keys_dev, c
         "DeviceKVCache::append_device: ", (role == 0 ? m.key_codecs[l] : m.value_codecs[l])->spec().str(), ": ",
         role == 0 ? "key" : "value", " of ",
         token < u ? kvq::detail::concat("window token ", token) : kvq::detail::concat("token ", token - u),
-        " head ", (e >> 16) & 0xffff, " channel ", e & 0xffff,
-        " is beyond what the codec's fp16 fields can hold"));
+        " head ", (e >> 16) & 0xffff, " channel ", e & 0xffff, " is beyond what the codec's fp16 fields can hold"));
   }
 
-  // Commit: the pages join the block table, the key offset is set, the window advances.
-  m.push_pages(ls, ids.data(), n_pages);
+  // Commit: the pages join the block table, the window advances, the key offset is set.
+  m.push_pages(ls, ids.data(), n_pages, st);
   m.free.resize(m.free.size() - n_pages);
-  const size_t encoded = n_pages * uT, kept = total - encoded;
-  if (encoded == 0) {
-    // Fresh tokens go behind the window's: nothing the gather reads is overwritten.
-    detail::launch_gather_window(ks, u, n_tokens, window_k, u, st);
-    detail::launch_gather_window(vs, u, n_tokens, window_v, u, st);
-  } else {
-    float* next_k = m.window_next.get();
-    float* next_v = next_k + static_cast<size_t>(H) * slots * d;
-    detail::launch_gather_window(ks, encoded, kept, next_k, 0, st);
-    detail::launch_gather_window(vs, encoded, kept, next_v, 0, st);
+  if (encoded > 0 && kept > 0) {
     const size_t pitch = static_cast<size_t>(slots) * d * sizeof(float);
-    if (kept > 0)
-      KVQ_CUDA_CHECK(cudaMemcpy2DAsync(window_k, pitch, next_k, pitch, kept * d * sizeof(float),
-                                       2 * static_cast<size_t>(H), cudaMemcpyDeviceToDevice, st));
+    KVQ_CUDA_CHECK(cudaMemcpy2DAsync(window_k, pitch, next_k, pitch, kept * d * sizeof(float),
+                                     2 * static_cast<size_t>(H), cudaMemcpyDeviceToDevice, st));
   }
   if (new_offset) {
-    KVQ_CUDA_CHECK(cudaMemcpyAsync(ls.key_offset_dev.get(), m.offset_next.get(), static_cast<size_t>(H) * d * sizeof(float),
-                                   cudaMemcpyDeviceToDevice, st));
+    KVQ_CUDA_CHECK(cudaMemcpyAsync(ls.key_offset_dev.get(), m.offset_next.get(),
+                                   static_cast<size_t>(H) * d * sizeof(float), cudaMemcpyDeviceToDevice, st));
     ls.has_offset = true;
   }
   ls.window_count = static_cast<int>(kept);

@@ -36,9 +36,10 @@ class DeviceEncoder {
  public:
   virtual ~DeviceEncoder() = default;
   /// Encodes the stream's first n_pages * T tokens. A token the codec cannot store (beyond an fp16 field's range)
-  /// lowers *error to its error_position (encode_layout.cuh); the caller checks it before using the pages.
+  /// lowers *error to its error_position (encode_layout.cuh); a NaN or Inf among the fresh tokens it reads lowers
+  /// *nonfinite to its flat index in src.fresh. The caller checks both before using the pages.
   virtual void encode(const EncodeSource& src, const EncodeTarget& dst, size_t n_pages, unsigned long long* error,
-                      cudaStream_t stream) const = 0;
+                      unsigned long long* nonfinite, cudaStream_t stream) const = 0;
   /// Whether the bytes equal the CPU encoder's (false: a rotation whose float order differs).
   virtual bool bit_exact() const = 0;
 };

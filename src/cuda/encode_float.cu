@@ -37,8 +37,8 @@ class FloatEncoder final : public DeviceEncoder {
  public:
   FloatEncoder(Width width, std::string name) : enc_{width}, name_(std::move(name)) {}
   void encode(const EncodeSource& src, const EncodeTarget& dst, size_t n_pages, unsigned long long* error,
-              cudaStream_t stream) const override {
-    launch_encode(enc_, name_.c_str(), src, dst, n_pages, error, stream);
+              unsigned long long* nonfinite, cudaStream_t stream) const override {
+    launch_encode(enc_, name_.c_str(), src, dst, n_pages, error, nonfinite, stream);
   }
   bool bit_exact() const override { return true; }
 

@@ -20,7 +20,9 @@ struct IntEnc {
   bool key;
   uint32_t scales_offset;
 
-  __host__ __device__ size_t scratch_floats(int T, int d) const { return rot.hadamard() ? 0 : static_cast<size_t>(T) * d; }
+  __host__ __device__ size_t scratch_floats(int T, int d) const {
+    return rot.hadamard() ? 0 : static_cast<size_t>(T) * d;
+  }
 
   __device__ void encode(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {
     const int T = ctx.T, d = ctx.d, groups = d / G;
@@ -71,8 +73,8 @@ class IntGroupEncoder final : public DeviceEncoder {
                   static_cast<uint32_t>(l.scales_offset())};
   }
   void encode(const EncodeSource& src, const EncodeTarget& dst, size_t n_pages, unsigned long long* error,
-              cudaStream_t stream) const override {
-    launch_encode(enc_, name_.c_str(), src, dst, n_pages, error, stream);
+              unsigned long long* nonfinite, cudaStream_t stream) const override {
+    launch_encode(enc_, name_.c_str(), src, dst, n_pages, error, nonfinite, stream);
   }
   bool bit_exact() const override { return rotation_.hadamard; }
 

@@ -1,7 +1,8 @@
 // The append kernel family: one thread block encodes one page's block of one kv head. It gathers the page's T
 // tokens of that head from the stream (the fp32 window, then the fresh tokens, centered where the cache centers
-// keys) into shared memory, lets the codec (`Enc`) rotate, normalize, quantize and pack them into a zeroed copy of
-// the block in shared memory, and stores the block into the pool with coalesced 32-bit stores.
+// keys) into shared memory, noting the first NaN or Inf among the fresh ones (the only pass over them), lets the
+// codec (`Enc`) rotate, normalize, quantize and pack them into a zeroed copy of the block in shared memory, and
+// stores the block into the pool with coalesced 32-bit stores.
 //
 // An Enc provides `size_t scratch_floats(int T, int d) const` (shared memory it needs beyond the tile) and
 // `__device__ void encode(const EncodeContext&, float* tile, float* scratch, uint32_t* block) const`, called by
@@ -43,7 +44,8 @@ __device__ __forceinline__ void put_half(uint32_t* block, uint32_t byte, uint16_
 
 template <class Enc>
 __global__ void __launch_bounds__(kEncodeThreads) encode_pages_kernel(EncodeSource src, EncodeTarget dst, Enc enc,
-                                                                      unsigned long long* error) {
+                                                                      unsigned long long* error,
+                                                                      unsigned long long* nonfinite) {
   extern __shared__ float4 shared4[];
   const int page = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y), T = src.T, d = src.d;
   float* tile = reinterpret_cast<float*>(shared4);
@@ -58,6 +60,12 @@ __global__ void __launch_bounds__(kEncodeThreads) encode_pages_kernel(EncodeSour
     const float* row = in_window ? src.window + (static_cast<size_t>(h) * src.slots + idx) * d
                                  : src.fresh + (static_cast<size_t>(idx - src.used) * src.H + h) * d;
     float4 v = *reinterpret_cast<const float4*>(row + c);
+    if (!in_window && !(isfinite(v.x) && isfinite(v.y) && isfinite(v.z) && isfinite(v.w))) {
+      const float e[4] = {v.x, v.y, v.z, v.w};
+      int k = 0;
+      while (isfinite(e[k])) ++k;
+      atomicMin(nonfinite, static_cast<unsigned long long>(row + c + k - src.fresh));
+    }
     if (src.offset != nullptr && (!in_window || src.center_window)) {
       const float4 mu = *reinterpret_cast<const float4*>(src.offset + h * d + c);
       v = {__fsub_rn(v.x, mu.x), __fsub_rn(v.y, mu.y), __fsub_rn(v.z, mu.z), __fsub_rn(v.w, mu.w)};
@@ -75,7 +83,7 @@ __global__ void __launch_bounds__(kEncodeThreads) encode_pages_kernel(EncodeSour
 /// Launches one block per (page, head); throws kvq::Error where the page does not fit in shared memory.
 template <class Enc>
 void launch_encode(const Enc& enc, const char* codec, const EncodeSource& src, const EncodeTarget& dst,
-                   size_t n_pages, unsigned long long* error, cudaStream_t stream) {
+                   size_t n_pages, unsigned long long* error, unsigned long long* nonfinite, cudaStream_t stream) {
   if (n_pages == 0) return;
   const size_t shared = (static_cast<size_t>(src.T) * src.d + enc.scratch_floats(src.T, src.d)) * sizeof(float) +
                         (dst.block_bytes + 3) / 4 * 4;
@@ -85,7 +93,7 @@ void launch_encode(const Enc& enc, const char* codec, const EncodeSource& src, c
   KVQ_CUDA_CHECK(cudaFuncSetAttribute(encode_pages_kernel<Enc>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(shared)));
   const dim3 grid(static_cast<unsigned>(n_pages), static_cast<unsigned>(src.H));
-  encode_pages_kernel<Enc><<<grid, kEncodeThreads, shared, stream>>>(src, dst, enc, error);
+  encode_pages_kernel<Enc><<<grid, kEncodeThreads, shared, stream>>>(src, dst, enc, error, nonfinite);
   KVQ_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -78,8 +78,8 @@ class TurboMseEncoder final : public DeviceEncoder {
     enc_.norms_offset = static_cast<uint32_t>(p.layout.norms_offset());
   }
   void encode(const EncodeSource& src, const EncodeTarget& dst, size_t n_pages, unsigned long long* error,
-              cudaStream_t stream) const override {
-    launch_encode(enc_, name_.c_str(), src, dst, n_pages, error, stream);
+              unsigned long long* nonfinite, cudaStream_t stream) const override {
+    launch_encode(enc_, name_.c_str(), src, dst, n_pages, error, nonfinite, stream);
   }
   bool bit_exact() const override { return rotation_.hadamard; }
 

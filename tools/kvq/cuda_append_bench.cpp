@@ -49,7 +49,8 @@ std::vector<Row> time_codec(const AppendBenchOptions& o, const std::string& code
   constexpr int kWarmup = 1;
   const size_t sets = static_cast<size_t>(o.reps + kWarmup);
   KVCache trainer(config_for(o, codec, 1));
-  if (!trainer.ready(0)) trainer.train_layer(0, keys.data(), values.data(), std::min<size_t>(4096, o.chunk * o.kv_heads));
+  if (!trainer.ready(0))
+    trainer.train_layer(0, keys.data(), values.data(), std::min<size_t>(4096, o.chunk * o.kv_heads));
   cuda::DeviceKVCache dev(trainer, (sets + 1) * o.batch * pages_per_seq);
   // Every sequence's chunk in its own device memory: batch copies of the sample chunk.
   cuda::DeviceFloats k_dev(o.batch * chunk_floats), v_dev(o.batch * chunk_floats);
