@@ -14,10 +14,12 @@ namespace kvq::cuda::detail {
 /// order in fp32 as src/cache/key_offset.hpp does. src.offset is ignored.
 void launch_key_mean(const EncodeSource& src, float* offset, cudaStream_t stream);
 
-/// dst[h][dst_slot + s] = stream token stream_first + s of head h (centered as an encoder reads it), s < count;
-/// dst is [H][src.slots][d]. dst must not overlap the window tokens it reads. A NaN or Inf among the fresh tokens
-/// lowers *nonfinite to its flat index in src.fresh.
-void launch_gather_window(const EncodeSource& src, size_t stream_first, size_t count, float* dst, size_t dst_slot,
-                          unsigned long long* nonfinite, cudaStream_t stream);
+/// For the keys (role 0) and the values (role 1) in one launch: dst[role][h][dst_slot + s] = stream token
+/// stream_first + s of head h (centered as an encoder reads it), s < count; each dst is [H][slots][d] and must not
+/// overlap the window tokens it reads. A NaN or Inf among the fresh tokens lowers *nonfinite[role] to its flat index
+/// in that role's fresh tokens.
+void launch_gather_window(const EncodeSource& keys, const EncodeSource& values, size_t stream_first, size_t count,
+                          float* dst_keys, float* dst_values, size_t dst_slot, unsigned long long* nonfinite,
+                          cudaStream_t stream);
 
 }  // namespace kvq::cuda::detail

@@ -75,9 +75,10 @@ struct DeviceKVCache::Impl {
   DevicePtr<float> upload;
   size_t upload_capacity = 0;
   DevicePtr<float> window_next, offset_next;
-  DevicePtr<PageId> page_ids;
+  std::unique_ptr<PageId[], detail::CudaFreeHost> page_ids;  // pinned
   size_t page_ids_capacity = 0;
   DevicePtr<unsigned long long> errors;
+  std::unique_ptr<unsigned long long[], detail::CudaFreeHost> found;  // pinned copy of errors
 
   void init(int dev) {
     device = dev;
@@ -99,6 +100,7 @@ struct DeviceKVCache::Impl {
     offset_next = device_alloc<float>(static_cast<size_t>(config.n_kv_heads) * config.head_dim,
                                       "the append path's key offset scratch");
     errors = device_alloc<unsigned long long>(4, "the append path's error flags");
+    found = detail::pinned_alloc<unsigned long long>(4, "the append path's error flags");
   }
   size_t slots() const { return static_cast<size_t>(config.residual_tokens + config.block_tokens - 1); }
   size_t window_floats() const {
@@ -128,8 +130,8 @@ struct DeviceKVCache::Impl {
   }
   uint8_t* page(PageId id) const { return pool.get() + static_cast<size_t>(id) * page_bytes; }
   // Takes n pages off the free list (checked by the caller) and appends them to the layer's block table.
-  void push_pages(Layer& l, const PageId* ids, size_t n, cudaStream_t stream = nullptr) {
-    const size_t need = l.pages.size() + n;
+  // Room for `need` entries in the layer's device block table.
+  void reserve_table(Layer& l, size_t need) {
     if (need > l.pages_capacity) {
       const size_t cap = std::max<size_t>(need, 2 * l.pages_capacity);
       DevicePtr<PageId> grown = device_alloc<PageId>(cap, "a block table");
@@ -139,6 +141,9 @@ struct DeviceKVCache::Impl {
       l.pages_dev = std::move(grown);
       l.pages_capacity = cap;
     }
+  }
+  void push_pages(Layer& l, const PageId* ids, size_t n, cudaStream_t stream = nullptr) {
+    reserve_table(l, l.pages.size() + n);
     if (n > 0)
       KVQ_CUDA_CHECK(cudaMemcpyAsync(l.pages_dev.get() + l.pages.size(), ids, n * sizeof(PageId),
                                      cudaMemcpyHostToDevice, stream));
@@ -372,9 +377,10 @@ void DeviceKVCache::append_device(SeqId seq, int layer, const float* keys_dev, c
   if (new_offset && !ls.key_offset_dev)
     ls.key_offset_dev = device_alloc<float>(static_cast<size_t>(H) * d, "a key offset");
   if (n_pages > m.page_ids_capacity) {
-    m.page_ids = device_alloc<PageId>(n_pages, "the page ids of an append");
+    m.page_ids = detail::pinned_alloc<PageId>(n_pages, "the page ids of an append");
     m.page_ids_capacity = n_pages;
   }
+  m.reserve_table(ls, ls.pages.size() + n_pages);
   const auto st = static_cast<cudaStream_t>(stream);
   const int slots = static_cast<int>(m.slots());
   float* window_k = ls.window_dev.get();
@@ -389,32 +395,30 @@ void DeviceKVCache::append_device(SeqId seq, int layer, const float* keys_dev, c
   unsigned long long* err = m.errors.get();
   KVQ_CUDA_CHECK(cudaMemsetAsync(err, 0xff, 4 * sizeof(unsigned long long), st));
   if (new_offset) detail::launch_key_mean(ks, m.offset_next.get(), st);
-  std::vector<PageId> ids(m.free.end() - static_cast<ptrdiff_t>(n_pages), m.free.end());
-  std::reverse(ids.begin(), ids.end());
+  // The new pages' ids go behind the block table's used entries, where no reader looks until the commit.
+  PageId* ids = m.page_ids.get();
+  for (size_t j = 0; j < n_pages; ++j) ids[j] = m.free[m.free.size() - 1 - j];
   if (n_pages > 0) {
-    KVQ_CUDA_CHECK(
-        cudaMemcpyAsync(m.page_ids.get(), ids.data(), n_pages * sizeof(PageId), cudaMemcpyHostToDevice, st));
-    const detail::EncodeTarget kt{m.pool.get(), m.page_ids.get(), m.page_bytes, 0, m.key_stride,
-                                  m.key_codecs[l]->block_bytes()};
-    const detail::EncodeTarget vt{m.pool.get(), m.page_ids.get(), m.page_bytes,
-                                  static_cast<size_t>(H) * m.key_stride, m.value_stride,
-                                  m.value_codecs[l]->block_bytes()};
-    m.key_encoders[l]->encode(ks, kt, n_pages, err + 2, err, st);
-    m.value_encoders[l]->encode(vs, vt, n_pages, err + 3, err + 1, st);
+    PageId* table = ls.pages_dev.get() + ls.pages.size();
+    KVQ_CUDA_CHECK(cudaMemcpyAsync(table, ids, n_pages * sizeof(PageId), cudaMemcpyHostToDevice, st));
+    const detail::EncodeRole kr{
+        ks, {m.pool.get(), table, m.page_bytes, 0, m.key_stride, m.key_codecs[l]->block_bytes()}, err + 2, err};
+    const detail::EncodeRole vr{vs,
+                                {m.pool.get(), table, m.page_bytes, static_cast<size_t>(H) * m.key_stride,
+                                 m.value_stride, m.value_codecs[l]->block_bytes()},
+                                err + 3, err + 1};
+    if (!m.key_encoders[l]->encode(kr, m.value_encoders[l].get(), &vr, n_pages, st))
+      m.value_encoders[l]->encode(vr, nullptr, nullptr, n_pages, st);
   }
   const size_t encoded = n_pages * uT, kept = total - encoded;
   float* next_k = m.window_next.get();
   float* next_v = next_k + static_cast<size_t>(H) * slots * d;
-  if (encoded == 0) {
-    // Fresh tokens go behind the window's used slots: nothing the gather reads is overwritten.
-    detail::launch_gather_window(ks, u, n_tokens, window_k, u, err, st);
-    detail::launch_gather_window(vs, u, n_tokens, window_v, u, err + 1, st);
-  } else {
-    detail::launch_gather_window(ks, encoded, kept, next_k, 0, err, st);
-    detail::launch_gather_window(vs, encoded, kept, next_v, 0, err + 1, st);
-  }
-  unsigned long long found[4];
-  KVQ_CUDA_CHECK(cudaMemcpyAsync(found, err, sizeof(found), cudaMemcpyDeviceToHost, st));
+  if (encoded == 0)  // fresh tokens go behind the window's used slots: nothing the gather reads is overwritten
+    detail::launch_gather_window(ks, vs, u, n_tokens, window_k, window_v, u, err, st);
+  else
+    detail::launch_gather_window(ks, vs, encoded, kept, next_k, next_v, 0, err, st);
+  unsigned long long* found = m.found.get();
+  KVQ_CUDA_CHECK(cudaMemcpyAsync(found, err, 4 * sizeof(unsigned long long), cudaMemcpyDeviceToHost, st));
   KVQ_CUDA_CHECK(cudaStreamSynchronize(st));
   for (int role = 0; role < 2; ++role) {
     if (found[role] == detail::kNoError) continue;
@@ -438,7 +442,7 @@ void DeviceKVCache::append_device(SeqId seq, int layer, const float* keys_dev, c
   }
 
   // Commit: the pages join the block table, the window advances, the key offset is set.
-  m.push_pages(ls, ids.data(), n_pages, st);
+  ls.pages.insert(ls.pages.end(), ids, ids + n_pages);
   m.free.resize(m.free.size() - n_pages);
   if (encoded > 0 && kept > 0) {
     const size_t pitch = static_cast<size_t>(slots) * d * sizeof(float);

@@ -32,14 +32,24 @@ struct EncodeTarget {
   size_t page_bytes = 0, block_offset = 0, head_stride = 0, block_bytes = 0;
 };
 
+/// The role (keys or values) one encode covers, with where it reports.
+struct EncodeRole {
+  EncodeSource src;
+  EncodeTarget dst;
+  unsigned long long* error = nullptr;      ///< error_position of a value the codec cannot store
+  unsigned long long* nonfinite = nullptr;  ///< flat index in src.fresh of a NaN or Inf
+};
+
 class DeviceEncoder {
  public:
   virtual ~DeviceEncoder() = default;
-  /// Encodes the stream's first n_pages * T tokens. A token the codec cannot store (beyond an fp16 field's range)
-  /// lowers *error to its error_position (encode_layout.cuh); a NaN or Inf among the fresh tokens it reads lowers
-  /// *nonfinite to its flat index in src.fresh. The caller checks both before using the pages.
-  virtual void encode(const EncodeSource& src, const EncodeTarget& dst, size_t n_pages, unsigned long long* error,
-                      unsigned long long* nonfinite, cudaStream_t stream) const = 0;
+  /// Encodes the stream's first n_pages * T tokens of `role`, and of `partner_role` too where `partner` is an
+  /// encoder of the same kind (then one launch does both; returns whether it did). A token the codec cannot store
+  /// (beyond an fp16 field's range) lowers *role.error to its error_position (encode_layout.cuh); a NaN or Inf among
+  /// the fresh tokens it reads lowers *role.nonfinite to its flat index in src.fresh. The caller checks both before
+  /// using the pages.
+  virtual bool encode(const EncodeRole& role, const DeviceEncoder* partner, const EncodeRole* partner_role,
+                      size_t n_pages, cudaStream_t stream) const = 0;
   /// Whether the bytes equal the CPU encoder's (false: a rotation whose float order differs).
   virtual bool bit_exact() const = 0;
 };

@@ -11,7 +11,7 @@ namespace {
 enum class Width { f32, f16, bf16 };
 
 struct FloatEnc {
-  Width width;
+  Width width = Width::f16;
   __host__ __device__ size_t scratch_floats(int, int) const { return 0; }
   __device__ void encode(const EncodeContext& ctx, float* x, float*, uint32_t* block) const {
     const int n = ctx.T * ctx.d;
@@ -25,26 +25,17 @@ struct FloatEnc {
       for (int k = 0; k < 2; ++k) {
         const int i = 2 * w + k;
         const uint16_t h = width == Width::f16 ? to_f16_bits(x[i]) : to_bf16_bits(x[i]);
-        if ((h & 0x7fffu) == inf) ctx.report(i / ctx.d, i % ctx.d);
+        if ((h & 0x7fffu) == inf) ctx.report(ctx.dd.div(i), ctx.dd.mod(i));
         word |= static_cast<uint32_t>(h) << (16 * k);
       }
-      block[w] = word;  // one thread per word: no atomics needed
+      block[w] = word;  // one thread per word
     }
   }
 };
 
-class FloatEncoder final : public DeviceEncoder {
+class FloatEncoder final : public EncoderOf<FloatEnc> {
  public:
-  FloatEncoder(Width width, std::string name) : enc_{width}, name_(std::move(name)) {}
-  void encode(const EncodeSource& src, const EncodeTarget& dst, size_t n_pages, unsigned long long* error,
-              unsigned long long* nonfinite, cudaStream_t stream) const override {
-    launch_encode(enc_, name_.c_str(), src, dst, n_pages, error, nonfinite, stream);
-  }
-  bool bit_exact() const override { return true; }
-
- private:
-  FloatEnc enc_;
-  std::string name_;
+  FloatEncoder(Width width, std::string name) : EncoderOf(std::move(name), true) { enc_.width = width; }
 };
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -26,6 +27,7 @@ constexpr size_t kEncodeMaxSharedBytes = 200 * 1024;  // H200: up to 227 KB per 
 
 struct EncodeContext {
   int page, head, T, d;
+  FastDiv dd;  // division by d
   unsigned long long* error;
   /// Token t (of this page), channel c cannot be stored.
   __device__ void report(int t, int c) const {
@@ -37,25 +39,31 @@ struct EncodeContext {
 __device__ __forceinline__ void put_bits(uint32_t* block, const CodePlace& place, uint32_t value) {
   if (value != 0) atomicOr(block + place.byte / 4, value << (place.shift + 8 * (place.byte % 4)));
 }
-/// Stores a 16-bit field at an even byte offset.
+/// Stores a 16-bit field at an even byte offset (one writer per field).
 __device__ __forceinline__ void put_half(uint32_t* block, uint32_t byte, uint16_t bits) {
-  if (bits != 0) atomicOr(block + byte / 4, static_cast<uint32_t>(bits) << (8 * (byte % 4)));
+  reinterpret_cast<uint16_t*>(block)[byte / 2] = bits;
 }
 
+// blockIdx.z picks the role: keys and values of one codec kind share a launch.
 template <class Enc>
-__global__ void __launch_bounds__(kEncodeThreads) encode_pages_kernel(EncodeSource src, EncodeTarget dst, Enc enc,
-                                                                      unsigned long long* error,
-                                                                      unsigned long long* nonfinite) {
+__global__ void __launch_bounds__(kEncodeThreads)
+    encode_pages_kernel(EncodeRole r0, EncodeRole r1, Enc e0, Enc e1) {
   extern __shared__ float4 shared4[];
+  const bool second = blockIdx.z == 1;
+  const EncodeSource& src = second ? r1.src : r0.src;
+  const EncodeTarget& dst = second ? r1.dst : r0.dst;
+  const Enc& enc = second ? e1 : e0;
   const int page = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y), T = src.T, d = src.d;
+  const FastDiv dd = FastDiv::of(d);
   float* tile = reinterpret_cast<float*>(shared4);
   float* scratch = tile + T * d;
   uint32_t* block = reinterpret_cast<uint32_t*>(scratch + enc.scratch_floats(T, d));
   const int words = static_cast<int>((dst.block_bytes + 3) / 4);
   for (int i = threadIdx.x; i < words; i += blockDim.x) block[i] = 0;
   const int quads = T * d / 4;
+  unsigned long long* nonfinite = second ? r1.nonfinite : r0.nonfinite;
   for (int i = threadIdx.x; i < quads; i += blockDim.x) {
-    const int t = 4 * i / d, c = 4 * i % d, idx = page * T + t;
+    const int t = dd.div(4 * i), c = dd.mod(4 * i), idx = page * T + t;
     const bool in_window = idx < src.used;
     const float* row = in_window ? src.window + (static_cast<size_t>(h) * src.slots + idx) * d
                                  : src.fresh + (static_cast<size_t>(idx - src.used) * src.H + h) * d;
@@ -73,28 +81,55 @@ __global__ void __launch_bounds__(kEncodeThreads) encode_pages_kernel(EncodeSour
     reinterpret_cast<float4*>(tile)[i] = v;
   }
   __syncthreads();
-  enc.encode(EncodeContext{page, h, T, d, error}, tile, scratch, block);
+  enc.encode(EncodeContext{page, h, T, d, dd, second ? r1.error : r0.error}, tile, scratch, block);
   __syncthreads();
   uint32_t* out = reinterpret_cast<uint32_t*>(dst.pool + static_cast<size_t>(dst.pages[page]) * dst.page_bytes +
                                               dst.block_offset + static_cast<size_t>(h) * dst.head_stride);
   for (int i = threadIdx.x; i < words; i += blockDim.x) out[i] = block[i];
 }
 
-/// Launches one block per (page, head); throws kvq::Error where the page does not fit in shared memory.
+/// Launches one block per (page, head) of one role, or of both (e1, r1 non-null: the value role, the same kind of
+/// encoder); throws kvq::Error where a page does not fit in shared memory.
 template <class Enc>
-void launch_encode(const Enc& enc, const char* codec, const EncodeSource& src, const EncodeTarget& dst,
-                   size_t n_pages, unsigned long long* error, unsigned long long* nonfinite, cudaStream_t stream) {
+void launch_encode(const char* codec, const Enc& e0, const EncodeRole& r0, const Enc* e1, const EncodeRole* r1,
+                   size_t n_pages, cudaStream_t stream) {
   if (n_pages == 0) return;
-  const size_t shared = (static_cast<size_t>(src.T) * src.d + enc.scratch_floats(src.T, src.d)) * sizeof(float) +
-                        (dst.block_bytes + 3) / 4 * 4;
-  KVQ_CHECK(shared <= kEncodeMaxSharedBytes, "DeviceKVCache::append_device: ", codec, ": a page of ", src.T,
-            " tokens x d = ", src.d, " needs ", shared, " bytes of shared memory to encode (the limit is ",
+  auto need = [](const Enc& e, const EncodeRole& r) {
+    return (static_cast<size_t>(r.src.T) * r.src.d + e.scratch_floats(r.src.T, r.src.d)) * sizeof(float) +
+           (r.dst.block_bytes + 3) / 4 * 4;
+  };
+  const size_t shared = std::max(need(e0, r0), e1 != nullptr ? need(*e1, *r1) : 0);
+  KVQ_CHECK(shared <= kEncodeMaxSharedBytes, "DeviceKVCache::append_device: ", codec, ": a page of ", r0.src.T,
+            " tokens x d = ", r0.src.d, " needs ", shared, " bytes of shared memory to encode (the limit is ",
             kEncodeMaxSharedBytes, ")");
   KVQ_CUDA_CHECK(cudaFuncSetAttribute(encode_pages_kernel<Enc>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(shared)));
-  const dim3 grid(static_cast<unsigned>(n_pages), static_cast<unsigned>(src.H));
-  encode_pages_kernel<Enc><<<grid, kEncodeThreads, shared, stream>>>(src, dst, enc, error, nonfinite);
+  const dim3 grid(static_cast<unsigned>(n_pages), static_cast<unsigned>(r0.src.H), e1 != nullptr ? 2u : 1u);
+  encode_pages_kernel<Enc><<<grid, kEncodeThreads, shared, stream>>>(r0, e1 != nullptr ? *r1 : r0, e0,
+                                                                     e1 != nullptr ? *e1 : e0);
   KVQ_CUDA_CHECK(cudaGetLastError());
 }
+
+/// The DeviceEncoder of one Enc type: keys and values in one launch where both are of this type.
+template <class Enc>
+class EncoderOf : public DeviceEncoder {
+ public:
+  bool encode(const EncodeRole& role, const DeviceEncoder* partner, const EncodeRole* partner_role, size_t n_pages,
+              cudaStream_t stream) const override {
+    const auto* p = dynamic_cast<const EncoderOf<Enc>*>(partner);
+    launch_encode(name_.c_str(), enc_, role, p != nullptr ? &p->enc_ : nullptr, p != nullptr ? partner_role : nullptr,
+                  n_pages, stream);
+    return p != nullptr;
+  }
+  bool bit_exact() const override { return exact_; }
+
+ protected:
+  EncoderOf(std::string name, bool exact) : name_(std::move(name)), exact_(exact) {}
+  Enc enc_{};
+
+ private:
+  std::string name_;
+  bool exact_;
+};
 
 }  // namespace kvq::cuda::detail

@@ -17,10 +17,10 @@ constexpr int kMaxBoundaries = 15;  // 4 bits
 
 struct TurboMseEnc {
   RotationView rot;
-  float boundaries[kMaxBoundaries];
-  int bits;
-  bool key;
-  uint32_t norms_offset;
+  float boundaries[kMaxBoundaries] = {};
+  int bits = 3;
+  bool key = true;
+  uint32_t norms_offset = 0;
 
   // The token norms (T doubles), then the dense rotation's spare tile.
   __host__ __device__ size_t scratch_floats(int T, int d) const {
@@ -46,14 +46,14 @@ struct TurboMseEnc {
     }
     __syncthreads();
     for (int i = threadIdx.x; i < T * d; i += blockDim.x) {
-      const double norm = norms[i / d];
+      const double norm = norms[ctx.dd.div(i)];
       x[i] = norm == 0 ? 0.0f : __double2float_rn(__ddiv_rn(static_cast<double>(x[i]), norm));
     }
     __syncthreads();
-    rotate_rows(rot, x, scratch + 2 * T, T, d);
+    rotate_rows(rot, x, scratch + 2 * T, T, d, ctx.dd);
     const int n_bounds = (1 << bits) - 1, parts = bits == 3 ? 2 : 1;
     for (int i = threadIdx.x; i < T * d; i += blockDim.x) {
-      const int t = i / d, c = i % d;
+      const int t = ctx.dd.div(i), c = ctx.dd.mod(i);
       uint32_t idx = 0;
       for (int k = 0; k < n_bounds; ++k) idx += x[i] > boundaries[k];
       for (int p = 0; p < parts; ++p) {
@@ -65,10 +65,10 @@ struct TurboMseEnc {
   }
 };
 
-class TurboMseEncoder final : public DeviceEncoder {
+class TurboMseEncoder final : public EncoderOf<TurboMseEnc> {
  public:
   TurboMseEncoder(const Codec& codec, const TurboMseParams& p)
-      : rotation_(upload_rotation(codec)), name_(codec.spec().str()) {
+      : EncoderOf(codec.spec().str(), false), rotation_(upload_rotation(codec)) {
     const int bits = static_cast<int>(p.layout.bits);
     const ScalarCodebook& book = sphere_lloyd_max(codec.dim(), bits);
     enc_.rot = {rotation_.signs.get(), rotation_.columns.get(), rotation_.scale};
@@ -77,16 +77,10 @@ class TurboMseEncoder final : public DeviceEncoder {
     enc_.key = p.layout.key;
     enc_.norms_offset = static_cast<uint32_t>(p.layout.norms_offset());
   }
-  void encode(const EncodeSource& src, const EncodeTarget& dst, size_t n_pages, unsigned long long* error,
-              unsigned long long* nonfinite, cudaStream_t stream) const override {
-    launch_encode(enc_, name_.c_str(), src, dst, n_pages, error, nonfinite, stream);
-  }
   bool bit_exact() const override { return rotation_.hadamard; }
 
  private:
   DeviceRotation rotation_;
-  std::string name_;
-  TurboMseEnc enc_{};
 };
 
 }  // namespace

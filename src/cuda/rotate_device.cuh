@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "cuda/encode_layout.cuh"
+
 namespace kvq::cuda::detail {
 
 /// A DeviceRotation (device_encoder.hpp) as kernels read it.
@@ -17,16 +19,18 @@ struct RotationView {
 };
 
 /// Rotates the rows of x in place; `spare` holds rows * d floats for a dense rotation (unused by Hadamard).
-__device__ inline void rotate_rows(const RotationView& r, float* x, float* spare, int rows, int d) {
+__device__ inline void rotate_rows(const RotationView& r, float* x, float* spare, int rows, int d,
+                                   const FastDiv& dd) {
   const int n = rows * d;
-  if (r.hadamard()) {
-    for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] = __fmul_rn(x[i], r.signs[i % d]);
+  if (r.hadamard()) {  // d is a power of two
+    for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] = __fmul_rn(x[i], r.signs[dd.mod(i)]);
     __syncthreads();
-    const int half = d / 2;
-    for (int h = 1; h < d; h <<= 1) {
+    const int lhalf = dd.shift - 1, half = d / 2;
+    for (int lh = 0; (1 << lh) < d; ++lh) {
+      const int h = 1 << lh;
       for (int k = threadIdx.x; k < rows * half; k += blockDim.x) {
-        const int p = k % half;
-        float* v = x + (k / half) * d + (p / h) * 2 * h + p % h;
+        const int p = k & (half - 1);
+        float* v = x + ((k >> lhalf) << dd.shift) + ((p >> lh) << (lh + 1)) + (p & (h - 1));
         const float a = v[0], b = v[h];
         v[0] = __fadd_rn(a, b);
         v[h] = __fsub_rn(a, b);
@@ -38,8 +42,8 @@ __device__ inline void rotate_rows(const RotationView& r, float* x, float* spare
     return;
   }
   for (int k = threadIdx.x; k < n; k += blockDim.x) {
-    const float* row = x + (k / d) * d;
-    const int j = k % d;
+    const float* row = x + dd.div(k) * d;
+    const int j = dd.mod(k);
     float acc = 0;
     for (int i = 0; i < d; ++i) acc = fmaf(row[i], __ldg(r.columns + i * d + j), acc);
     spare[k] = acc;

@@ -182,7 +182,7 @@ TEST(CudaAppend, WindowsHeadDimensionsAndPageSizesBytes) {
     expect_same_bytes(spec, {128, 64, 64, 2}, seed, {1}, 200);                  // decode steps, window R = 64
     expect_same_bytes(spec, {128, 64, 64, 2}, seed + 1, {300, 5, 130}, 700);   // prefill chunks behind a window
     expect_same_bytes(spec, {64, 128, 0, 3}, seed + 2, {129, 1, 256}, 600);
-    expect_same_bytes(spec, {256, 128, 32, 1}, seed + 3, {1000}, 1000);
+    expect_same_bytes(spec, {256, 128, 128, 1}, seed + 3, {1000}, 1000);
   }
 }
 
@@ -329,7 +329,7 @@ TEST(CudaAppend, DecodeOverDeviceAppendedCacheMatchesTheCpuCache) {
   for (const std::string& spec : std::vector<std::string>{"int4", "int8", "f16", "bf16", "kivi:2", "turbo_mse:3"}) {
     SCOPED_TRACE(spec);
     AppendShape s;
-    s.R = 32;
+    s.R = 64;
     s.center = spec == "int4";
     const CacheConfig cfg = config_of(s, spec, spec, seed);
     KVCache host = trained_cache(cfg, seed);
