@@ -364,7 +364,8 @@ void DeviceKVCache::append_device(SeqId seq, int layer, const float* keys_dev, c
   for (const float* x : {keys_dev, values_dev})
     KVQ_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0, "DeviceKVCache::append_device: the ",
               x == keys_dev ? "keys" : "values", " must be 16-byte aligned device memory");
-  detail::use_device(m.device);
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != m.device) detail::use_device(m.device);
   const int H = m.config.n_kv_heads, d = m.config.head_dim, T = m.config.block_tokens;
   const size_t R = static_cast<size_t>(m.config.residual_tokens), uT = static_cast<size_t>(T);
   const size_t u = static_cast<size_t>(ls.window_count), total = u + n_tokens;

@@ -44,48 +44,79 @@ __device__ __forceinline__ void put_half(uint32_t* block, uint32_t byte, uint16_
   reinterpret_cast<uint16_t*>(block)[byte / 2] = bits;
 }
 
-// blockIdx.z picks the role: keys and values of one codec kind share a launch.
+/// Shared memory an Enc's scratch takes, rounded to whole float4 so that the block behind it is 16-byte aligned.
+template <class Enc>
+__host__ __device__ size_t scratch_quads(const Enc& enc, int T, int d) {
+  return (enc.scratch_floats(T, d) + 3) / 4;
+}
+
+// Loads in flight per thread while gathering a page (the gather's memory parallelism).
+constexpr int kLoadsInFlight = 8;
+
+// blockIdx.z picks the role: keys and values of one codec kind share a launch. The parameters stay in the
+// parameter space (__grid_constant__), addressed by reference.
 template <class Enc>
 __global__ void __launch_bounds__(kEncodeThreads)
-    encode_pages_kernel(EncodeRole r0, EncodeRole r1, Enc e0, Enc e1) {
+    encode_pages_kernel(const __grid_constant__ EncodeRole r0, const __grid_constant__ EncodeRole r1,
+                        const __grid_constant__ Enc e0, const __grid_constant__ Enc e1) {
   extern __shared__ float4 shared4[];
   const bool second = blockIdx.z == 1;
-  const EncodeSource& src = second ? r1.src : r0.src;
-  const EncodeTarget& dst = second ? r1.dst : r0.dst;
+  const EncodeRole& role = second ? r1 : r0;
+  const EncodeSource& src = role.src;
   const Enc& enc = second ? e1 : e0;
   const int page = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y), T = src.T, d = src.d;
+  const int used = src.used;
   const FastDiv dd = FastDiv::of(d);
   float* tile = reinterpret_cast<float*>(shared4);
   float* scratch = tile + T * d;
-  uint32_t* block = reinterpret_cast<uint32_t*>(scratch + enc.scratch_floats(T, d));
-  const int words = static_cast<int>((dst.block_bytes + 3) / 4);
+  uint32_t* block = reinterpret_cast<uint32_t*>(shared4 + T * d / 4 + scratch_quads(enc, T, d));
+  const int words = static_cast<int>((role.dst.block_bytes + 3) / 4);
   for (int i = threadIdx.x; i < words; i += blockDim.x) block[i] = 0;
-  const int quads = T * d / 4;
-  unsigned long long* nonfinite = second ? r1.nonfinite : r0.nonfinite;
-  for (int i = threadIdx.x; i < quads; i += blockDim.x) {
-    const int t = dd.div(4 * i), c = dd.mod(4 * i), idx = page * T + t;
-    const bool in_window = idx < src.used;
-    const float* row = in_window ? src.window + (static_cast<size_t>(h) * src.slots + idx) * d
-                                 : src.fresh + (static_cast<size_t>(idx - src.used) * src.H + h) * d;
-    float4 v = *reinterpret_cast<const float4*>(row + c);
-    if (!in_window && !(isfinite(v.x) && isfinite(v.y) && isfinite(v.z) && isfinite(v.w))) {
-      const float e[4] = {v.x, v.y, v.z, v.w};
-      int k = 0;
-      while (isfinite(e[k])) ++k;
-      atomicMin(nonfinite, static_cast<unsigned long long>(row + c + k - src.fresh));
+  const int quads = T * d / 4, step = kLoadsInFlight * kEncodeThreads;
+  for (int base = threadIdx.x; base < quads; base += step) {
+    float4 v[kLoadsInFlight];
+    const float* at[kLoadsInFlight];
+#pragma unroll
+    for (int k = 0; k < kLoadsInFlight; ++k) {  // every load issued before any is used
+      const int i = base + k * kEncodeThreads;
+      if (i >= quads) break;
+      const int t = dd.div(4 * i), c = dd.mod(4 * i), idx = page * T + t;
+      at[k] = (idx < used ? src.window + (static_cast<size_t>(h) * src.slots + idx) * d
+                          : src.fresh + (static_cast<size_t>(idx - used) * src.H + h) * d) +
+              c;
+      v[k] = *reinterpret_cast<const float4*>(at[k]);
     }
-    if (src.offset != nullptr && (!in_window || src.center_window)) {
-      const float4 mu = *reinterpret_cast<const float4*>(src.offset + h * d + c);
-      v = {__fsub_rn(v.x, mu.x), __fsub_rn(v.y, mu.y), __fsub_rn(v.z, mu.z), __fsub_rn(v.w, mu.w)};
+#pragma unroll
+    for (int k = 0; k < kLoadsInFlight; ++k) {
+      const int i = base + k * kEncodeThreads;
+      if (i >= quads) break;
+      const int t = dd.div(4 * i), c = dd.mod(4 * i);
+      const bool in_window = page * T + t < used;
+      float4 x = v[k];
+      if (!in_window && !(isfinite(x.x) && isfinite(x.y) && isfinite(x.z) && isfinite(x.w))) {
+        const float e[4] = {x.x, x.y, x.z, x.w};
+        int j = 0;
+        while (isfinite(e[j])) ++j;
+        atomicMin(role.nonfinite, static_cast<unsigned long long>(at[k] + j - src.fresh));
+      }
+      if (src.offset != nullptr && (!in_window || src.center_window)) {
+        const float4 mu = *reinterpret_cast<const float4*>(src.offset + h * d + c);
+        x = {__fsub_rn(x.x, mu.x), __fsub_rn(x.y, mu.y), __fsub_rn(x.z, mu.z), __fsub_rn(x.w, mu.w)};
+      }
+      reinterpret_cast<float4*>(tile)[i] = x;
     }
-    reinterpret_cast<float4*>(tile)[i] = v;
   }
   __syncthreads();
-  enc.encode(EncodeContext{page, h, T, d, dd, second ? r1.error : r0.error}, tile, scratch, block);
+  enc.encode(EncodeContext{page, h, T, d, dd, role.error}, tile, scratch, block);
   __syncthreads();
-  uint32_t* out = reinterpret_cast<uint32_t*>(dst.pool + static_cast<size_t>(dst.pages[page]) * dst.page_bytes +
-                                              dst.block_offset + static_cast<size_t>(h) * dst.head_stride);
-  for (int i = threadIdx.x; i < words; i += blockDim.x) out[i] = block[i];
+  uint8_t* out = role.dst.pool + static_cast<size_t>(role.dst.pages[page]) * role.dst.page_bytes +
+                 role.dst.block_offset + static_cast<size_t>(h) * role.dst.head_stride;
+  if (words % 4 == 0) {  // blocks start 64-byte aligned
+    for (int i = threadIdx.x; i < words / 4; i += blockDim.x)
+      reinterpret_cast<uint4*>(out)[i] = reinterpret_cast<const uint4*>(block)[i];
+  } else {
+    for (int i = threadIdx.x; i < words; i += blockDim.x) reinterpret_cast<uint32_t*>(out)[i] = block[i];
+  }
 }
 
 /// Launches one block per (page, head) of one role, or of both (e1, r1 non-null: the value role, the same kind of
@@ -95,7 +126,7 @@ void launch_encode(const char* codec, const Enc& e0, const EncodeRole& r0, const
                    size_t n_pages, cudaStream_t stream) {
   if (n_pages == 0) return;
   auto need = [](const Enc& e, const EncodeRole& r) {
-    return (static_cast<size_t>(r.src.T) * r.src.d + e.scratch_floats(r.src.T, r.src.d)) * sizeof(float) +
+    return (static_cast<size_t>(r.src.T) * r.src.d / 4 + scratch_quads(e, r.src.T, r.src.d)) * sizeof(float4) +
            (r.dst.block_bytes + 3) / 4 * 4;
   };
   const size_t shared = std::max(need(e0, r0), e1 != nullptr ? need(*e1, *r1) : 0);
