@@ -29,6 +29,14 @@ namespace {
 // TurboQuant's Lloyd–Max distortions d * D(b) for the sphere coordinate at d = 128, b = 1..4.
 constexpr double kPaperMse128[] = {0.3609, 0.1160, 0.0340, 0.0093};
 
+// The codebook the codecs use: the Lloyd–Max centroids rounded to fp16 precision, boundaries at their midpoints.
+ScalarCodebook stored_codebook(const ScalarCodebook& book) {
+  ScalarCodebook s = book;
+  for (double& c : s.centroids) c = round_f16(static_cast<float>(c));
+  for (size_t i = 0; i < s.boundaries.size(); ++i) s.boundaries[i] = (s.centroids[i] + s.centroids[i + 1]) / 2;
+  return s;
+}
+
 template <class T>
 double dot(const T* a, const T* b, int d) {
   double s = 0;
@@ -323,7 +331,7 @@ TEST(TurboMse, MatchesDoubleReferenceOnKeyLikeData) {
     for (int b = 1; b <= 4; ++b) {
       SCOPED_TRACE("d=" + std::to_string(d) + " bits=" + std::to_string(b));
       const auto codec = make_codec("turbo_mse:" + std::to_string(b), CodecParams{d, kT, seed + b, Role::key});
-      const ScalarCodebook& book = sphere_lloyd_max(d, b);
+      const ScalarCodebook book = stored_codebook(sphere_lloyd_max(d, b));
       const auto r = space_matrix(*codec);
       const auto x = sample_profile(key_like_profile(d, seed), kT, seed + 7);
       std::vector<uint8_t> block(codec->block_bytes());
@@ -413,7 +421,7 @@ TEST(TurboMse, BlockLayoutPacksThreeBitCodes) {
     codec->encode(x.data(), kT, block.data());
     std::vector<float> y(static_cast<size_t>(kT) * d);
     codec->decode_space(block.data(), kT, y.data());
-    const ScalarCodebook& book = sphere_lloyd_max(d, 3);
+    const ScalarCodebook book = stored_codebook(sphere_lloyd_max(d, 3));
     const auto lane_bits = [&](int tile, int lane) {
       uint32_t word;
       std::memcpy(&word, block.data() + 64 * tile + 4 * lane, 4);
@@ -651,8 +659,8 @@ TEST(TurboRvq, MatchesDoubleReference) {
   for (int b = 1; b <= 4; ++b) {
     const auto codec = make_codec("turbo_rvq:" + std::to_string(b), CodecParams{d, kT, seed + b, Role::key});
     EXPECT_EQ(codec->block_bytes(), static_cast<size_t>(2 * kT * 16 * b + 2 * kT));
-    const ScalarCodebook& c1 = sphere_lloyd_max(d, b);
-    const ScalarCodebook& c2 = sphere_residual_lloyd_max(d, b, b);
+    const ScalarCodebook c1 = stored_codebook(sphere_lloyd_max(d, b));
+    const ScalarCodebook c2 = stored_codebook(sphere_residual_lloyd_max(d, b, b));
     const auto r = space_matrix(*codec);
     const auto x = sample_profile(key_like_profile(d, seed), kT, seed + 1);
     std::vector<uint8_t> block(codec->block_bytes());

@@ -21,13 +21,17 @@ namespace kvq {
 /// Codecs accept d <= 512, so per-token scratch fits on the stack.
 constexpr int kMaxCodecDim = 512;
 
-/// A symmetric scalar codebook in float.
+/// A symmetric scalar codebook in float, its centroids rounded to fp16 precision: every kernel (CPU and CUDA) then
+/// uses the same levels, and the tensor-core kernels take them as exact fp16 operands (one product, not a hi + lo
+/// pair). The rounding moves a centroid by at most 2^-12 of itself, raising the distortion by about 1e-6 of it. The
+/// boundaries are the midpoints of the rounded centroids, so nearest() is the nearest of them.
 class FloatCodebook {
  public:
-  explicit FloatCodebook(const ScalarCodebook& book)
-      : bits_(book.bits),
-        centroids_(book.centroids.begin(), book.centroids.end()),
-        boundaries_(book.boundaries.begin(), book.boundaries.end()) {}
+  explicit FloatCodebook(const ScalarCodebook& book) : bits_(book.bits) {
+    for (const double c : book.centroids) centroids_.push_back(round_f16(static_cast<float>(c)));
+    for (size_t i = 0; i + 1 < centroids_.size(); ++i)
+      boundaries_.push_back(0.5f * (centroids_[i] + centroids_[i + 1]));
+  }
 
   int bits() const { return bits_; }
   int size() const { return static_cast<int>(centroids_.size()); }

@@ -22,11 +22,9 @@ class TurboRvqCodec final : public Codec {
         layout_{static_cast<size_t>(params.dim), static_cast<size_t>(params.block_tokens), static_cast<size_t>(bits)},
         stage1_(sphere_lloyd_max(params.dim, bits)),
         stage2_(sphere_residual_lloyd_max(params.dim, bits, bits)) {
-    // levels_[i1 << b | i2] = c1[i1] + c2[i2], summed in double and rounded once.
-    const ScalarCodebook& c1 = sphere_lloyd_max(params.dim, bits);
-    const ScalarCodebook& c2 = sphere_residual_lloyd_max(params.dim, bits, bits);
-    for (double a : c1.centroids)
-      for (double b : c2.centroids) levels_.push_back(static_cast<float>(a + b));
+    // levels_[i1 << b | i2] = c1[i1] + c2[i2] of the fp16-precision codebooks (the sum is exact in float).
+    for (int i = 0; i < stage1_.size(); ++i)
+      for (int j = 0; j < stage2_.size(); ++j) levels_.push_back(stage1_[i] + stage2_[j]);
     rotation_ = rotation_from_spec(spec, params);
     set_layout(layout_.block_bytes(), params.dim);
   }
