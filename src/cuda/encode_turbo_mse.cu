@@ -6,6 +6,7 @@
 
 #include "codec/lloyd_max.hpp"
 #include "codec/turbo_mse.hpp"
+#include "codec/turbo_parts.hpp"
 #include "cuda/device_half.cuh"
 #include "cuda/encode_kernel.cuh"
 #include "cuda/rotate_device.cuh"
@@ -70,9 +71,9 @@ class TurboMseEncoder final : public EncoderOf<TurboMseEnc> {
   TurboMseEncoder(const Codec& codec, const TurboMseParams& p)
       : EncoderOf(codec.spec().str(), false), rotation_(upload_rotation(codec)) {
     const int bits = static_cast<int>(p.layout.bits);
-    const ScalarCodebook& book = sphere_lloyd_max(codec.dim(), bits);
+    const FloatCodebook book(sphere_lloyd_max(codec.dim(), bits));  // the codec's own (fp16-rounded) codebook
     enc_.rot = {rotation_.signs.get(), rotation_.columns.get(), rotation_.scale};
-    for (size_t k = 0; k < book.boundaries.size(); ++k) enc_.boundaries[k] = static_cast<float>(book.boundaries[k]);
+    for (size_t k = 0; k < book.boundaries().size(); ++k) enc_.boundaries[k] = book.boundaries()[k];
     enc_.bits = bits;
     enc_.key = p.layout.key;
     enc_.norms_offset = static_cast<uint32_t>(p.layout.norms_offset());
