@@ -300,7 +300,6 @@ void add_bench_command(CLI::App& app) {
   cmd->callback([o] { run_bench(*o); });
 
   auto a = std::make_shared<AppendBenchOptions>();
-  auto append_device = std::make_shared<std::string>("cuda");
   CLI::App* append = bench->add_subcommand("append", "the CUDA append kernels per codec vs the copy bandwidth");
   append->add_option("--batch", a->batch, "sequences")->capture_default_str();
   append->add_option("--chunk", a->chunk, "prefill tokens per sequence")->capture_default_str();
@@ -312,7 +311,7 @@ void add_bench_command(CLI::App& app) {
   append->add_option("--reps", a->reps, "timed calls per row")->capture_default_str();
   append->add_option("--seed", a->seed, "random seed")->capture_default_str();
   append->add_flag("--json", a->json, "print one JSON object");
-  append->add_option("--device", *append_device, "cuda (the append kernels run on device 0)")
+  append->add_option("--device", a->device, "cuda (the append kernels run on device 0)")
       ->check(CLI::IsMember({"cuda"}))
       ->capture_default_str();
   append->callback([a] { run_cuda_append_bench(*a); });

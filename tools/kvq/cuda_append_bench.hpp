@@ -14,6 +14,7 @@ struct AppendBenchOptions {
   std::vector<std::string> codecs;
   bool json = false;
   uint64_t seed = 1;
+  std::string device = "cuda";  ///< the only device the append kernels run on
 };
 
 /// Times DeviceKVCache::append_device per codec on CUDA device 0: a prefill chunk per sequence and a one-token
