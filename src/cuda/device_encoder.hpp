@@ -50,8 +50,6 @@ class DeviceEncoder {
   /// using the pages.
   virtual bool encode(const EncodeRole& role, const DeviceEncoder* partner, const EncodeRole* partner_role,
                       size_t n_pages, cudaStream_t stream) const = 0;
-  /// Whether the bytes equal the CPU encoder's (false: a rotation whose float order differs).
-  virtual bool bit_exact() const = 0;
 };
 
 /// Device state of a rotation R as an encoder applies it: the randomized Hadamard transform's signs (bit-exact

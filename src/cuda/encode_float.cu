@@ -35,7 +35,7 @@ struct FloatEnc {
 
 class FloatEncoder final : public EncoderOf<FloatEnc> {
  public:
-  FloatEncoder(Width width, std::string name) : EncoderOf(std::move(name), true) { enc_.width = width; }
+  FloatEncoder(Width width, std::string name) : EncoderOf(std::move(name)) { enc_.width = width; }
 };
 
 }  // namespace

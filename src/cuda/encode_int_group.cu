@@ -75,7 +75,7 @@ int log2_of(int x) { return FastDiv::of(x).shift; }
 class IntGroupEncoder final : public EncoderOf<IntEnc> {
  public:
   IntGroupEncoder(const Codec& codec, const IntGroupParams& p)
-      : EncoderOf(codec.spec().str(), false), rotation_(upload_rotation(codec)) {
+      : EncoderOf(codec.spec().str()), rotation_(upload_rotation(codec)) {
     const size_t d = static_cast<size_t>(codec.dim());
     lambda_ = upload_floats(p.lambda, d);
     const bool key = codec.role() == Role::key;
@@ -90,7 +90,6 @@ class IntGroupEncoder final : public EncoderOf<IntEnc> {
     enc_.scales_offset = static_cast<uint32_t>(l.scales_offset());
     enc_.code_words = static_cast<int>(l.code_tokens() * d * l.bits / 32);
   }
-  bool bit_exact() const override { return rotation_.hadamard; }
 
  private:
   DeviceRotation rotation_;

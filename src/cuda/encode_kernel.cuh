@@ -152,15 +152,13 @@ class EncoderOf : public DeviceEncoder {
                   n_pages, stream);
     return p != nullptr;
   }
-  bool bit_exact() const override { return exact_; }
 
  protected:
-  EncoderOf(std::string name, bool exact) : name_(std::move(name)), exact_(exact) {}
+  explicit EncoderOf(std::string name) : name_(std::move(name)) {}
   Enc enc_{};
 
  private:
   std::string name_;
-  bool exact_;
 };
 
 }  // namespace kvq::cuda::detail

@@ -82,7 +82,7 @@ int log2_of(int x) { return FastDiv::of(x).shift; }
 
 class KiviEncoder final : public EncoderOf<KiviEnc> {
  public:
-  KiviEncoder(const Codec& codec, const layout::Kivi& l) : EncoderOf(codec.spec().str(), true) {
+  KiviEncoder(const Codec& codec, const layout::Kivi& l) : EncoderOf(codec.spec().str()) {
     enc_.lb = log2_of(static_cast<int>(l.bits));
     enc_.lg = log2_of(static_cast<int>(l.G));
     enc_.levels = (1 << l.bits) - 1;

@@ -69,7 +69,7 @@ struct TurboMseEnc {
 class TurboMseEncoder final : public EncoderOf<TurboMseEnc> {
  public:
   TurboMseEncoder(const Codec& codec, const TurboMseParams& p)
-      : EncoderOf(codec.spec().str(), false), rotation_(upload_rotation(codec)) {
+      : EncoderOf(codec.spec().str()), rotation_(upload_rotation(codec)) {
     const int bits = static_cast<int>(p.layout.bits);
     const FloatCodebook book(sphere_lloyd_max(codec.dim(), bits));  // the codec's own (fp16-rounded) codebook
     enc_.rot = {rotation_.signs.get(), rotation_.columns.get(), rotation_.scale};
@@ -78,7 +78,6 @@ class TurboMseEncoder final : public EncoderOf<TurboMseEnc> {
     enc_.key = p.layout.key;
     enc_.norms_offset = static_cast<uint32_t>(p.layout.norms_offset());
   }
-  bool bit_exact() const override { return rotation_.hadamard; }
 
  private:
   DeviceRotation rotation_;
