@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole GPU job in one device call: build for sm_90, run the GPU tests, time PyTorch SDPA (bf16, GQA) and
-# every kvq CUDA kernel over batch {1, 8, 32} x ctx {4096, 32768, 131072} with the device's copy bandwidth, run
-# the GPU tests under compute-sanitizer memcheck and racecheck, and print the table last. Everything it prints is
-# also written under $OUT (run.log, kvq.jsonl, sdpa.jsonl, summary.json, ptxas.log, sanitizer logs).
+# every kvq CUDA kernel over batch {1, 8, 32} x ctx {4096, 32768, 131072} with the device's copy bandwidth, time the
+# append kernels per codec (append.jsonl), run the GPU tests under compute-sanitizer memcheck and racecheck, and
+# print the tables last. Everything it prints is also written under $OUT (run.log, kvq.jsonl, append.jsonl,
+# sdpa.jsonl, summary.json, ptxas.log, sanitizer logs).
 #   here:     bash bench/gpu/pack-deps.sh
 #   device:   run(command="bash bench/gpu/run.sh", carry=[".gpu-deps"])
 # KVQ_GPU_QUICK=1 times two shapes only (1 x 4096, 32 x 131072); KVQ_CUDA_ALL_PAIRS=1 builds (and tests) every
@@ -40,6 +41,10 @@ for shape in "${shapes[@]}"; do
     --json >>"$OUT/kvq.jsonl" || echo "kvq-gpu: kvq bench batch $b ctx $c failed"
 done
 echo "kvq-gpu: kvq timing done at $(( $(date +%s) - start )) s"
+# The append kernels: 32 sequences x one prefill chunk of 4096 tokens, and one token per sequence.
+timeout 120 build/cuda-device/kvq bench append --device cuda --batch 32 --chunk 4096 --json >"$OUT/append.jsonl" ||
+  echo "kvq-gpu: kvq bench append failed"
+echo "kvq-gpu: append timing done at $(( $(date +%s) - start )) s"
 PYTHONUNBUFFERED=1 timeout 180 python3 bench/gpu/sdpa_bench.py --shapes "${shapes[@]}" \
   >"$OUT/sdpa.jsonl" || echo "kvq-gpu: SDPA timing failed"
 echo "kvq-gpu: SDPA timing done at $(( $(date +%s) - start )) s"

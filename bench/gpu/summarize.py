@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The table of bench/gpu/run.sh: per shape, SDPA's time and each kernel's time, speed-up over SDPA and fraction
-of the copy bandwidth on its own (compressed) bytes. Reads sdpa.jsonl and kvq.jsonl; writes summary.json."""
+of the copy bandwidth on its own (compressed) bytes; then the append kernels per codec (append.jsonl, where present).
+Reads sdpa.jsonl, kvq.jsonl and append.jsonl; writes summary.json."""
 import json
 import sys
 
@@ -15,7 +16,18 @@ for res in kvq:
         r["speedup_vs_sdpa"] = base["us_per_call"] / r["us_per_call"] if base else None
         r["copy_gbps"] = res["copy_gbps"]
         summary.append(r)
-json.dump({"sdpa": list(sdpa.values()), "rows": summary}, open(f"{out_dir}/summary.json", "w"), indent=1)
+appends = []
+try:
+    for line in open(f"{out_dir}/append.jsonl"):
+        if line.startswith("{"):
+            res = json.loads(line)
+            for r in res["rows"]:
+                r["copy_gbps"] = res["copy_gbps"]
+                appends.append(r)
+except FileNotFoundError:
+    pass
+json.dump({"sdpa": list(sdpa.values()), "rows": summary, "append": appends}, open(f"{out_dir}/summary.json", "w"),
+          indent=1)
 print(f"{'batch':>5} {'ctx':>7} {'pair':<24} {'us':>9} {'sdpa us':>9} {'vs sdpa':>8} {'GB/s':>7} {'of copy':>7}")
 for r in summary:
     pair = r["k"] + "/" + r["v"]
@@ -23,3 +35,8 @@ for r in summary:
     sd = f"{r['sdpa_us']:.1f}" if r["sdpa_us"] else "-"
     print(f"{r['batch']:>5} {r['ctx']:>7} {pair:<24} {r['us_per_call']:>9.1f} {sd:>9} {vs:>8} {r['gbps']:>7.0f} "
           f"{r['bw_fraction']:>7.2f}")
+if appends:
+    print(f"\n{'append':<8} {'codec':<14} {'batch':>5} {'tokens':>8} {'us':>9} {'Mtok/s':>8} {'GB/s':>7} {'of copy':>7}")
+    for r in appends:
+        print(f"{r['mode']:<8} {r['codec']:<14} {r['batch']:>5} {r['tokens_per_call']:>8.0f} {r['us_per_call']:>9.1f} "
+              f"{r['tokens_per_s'] / 1e6:>8.2f} {r['gbps']:>7.0f} {r['bw_fraction']:>7.2f}")

@@ -1,14 +1,20 @@
 // The KV cache and decode attention on a CUDA device: the same codecs, block layout (block_layout.hpp), pages and
 // block tables as the CPU KVCache (cache.hpp), with the pages in one cudaMalloc'd pool on the device.
 //
-// Appends encode on the host with the CPU codecs and copy the finished pages and the fp32 window to the device
-// (device-side encode kernels are not written yet). Decode attention runs on the device: the queries are mapped to
-// the key codec's space, a split-K kernel fused for the (key codec, value codec) pair scores and sums the pages,
-// and a merge kernel folds the splits, maps the result back from the value codec's space, adds the fp32 window
-// and normalizes. A codec pair without a kernel is an error (decode_kernel names what would run).
+// Appends encode on the device: the append kernels (src/cuda/encode_*.cu) rotate, quantize and pack full pages
+// straight into the pool, the same bytes as the CPU codecs write (bit-exact for f32/f16/bf16, kivi, and int8/int4 and
+// turbo_mse under the default Hadamard rotation; other rotations use their dense matrix, whose float order differs).
+// The fp32 window and the key offsets live on the device. Codecs without append kernels (turbo_prod, qjl, turbo_rvq,
+// vecinfer): append_device throws naming the codec; append from host memory encodes them with the CPU codecs.
+//
+// Decode attention runs on the device: the queries are mapped to the key codec's space, a split-K kernel fused for
+// the (key codec, value codec) pair scores and sums the pages, and a merge kernel folds the splits, maps the result
+// back from the value codec's space, adds the fp32 window and normalizes. A codec pair without a kernel is an
+// error (decode_kernel names what would run).
 //
 // Builds without the CUDA backend provide these declarations too: every constructor and call throws kvq::Error
-// naming the reason. Thread safety: as KVCache; a DecodePlan holds its own device workspace.
+// naming the reason. Thread safety: as KVCache; a DecodePlan holds its own device workspace. Appends share the
+// cache's device scratch: appends on different streams must be ordered by the caller.
 #pragma once
 
 #include <cstddef>
@@ -73,9 +79,17 @@ class DeviceKVCache {
   void remove_sequence(SeqId seq);
   bool has_sequence(SeqId seq) const;
   size_t length(SeqId seq, int layer) const;
-  /// Appends tokens from host memory, [n_tokens][n_kv_heads][head_dim] each, as KVCache::append (encoded on the
-  /// host, then copied); throws before modifying anything on any error.
+  /// Appends tokens from host memory, [n_tokens][n_kv_heads][head_dim] each, as KVCache::append: uploaded, then
+  /// append_device (codecs without append kernels: encoded on the host); synchronized. Throws before modifying
+  /// anything on any error.
   void append(SeqId seq, int layer, const float* keys, const float* values, size_t n_tokens);
+  /// Appends tokens already in device memory (16-byte aligned, [n_tokens][n_kv_heads][head_dim] fp32 each): full
+  /// pages are encoded by the append kernels into the pool, the rest goes to the device window; the same result as
+  /// KVCache::append. Throws kvq::Error before modifying anything: a NaN or Inf (naming token, head and channel), a
+  /// value the codec cannot store, an exhausted pool, or a codec without append kernels (naming it). Waits for the
+  /// checks on `stream` (a cudaStream_t; null: the default stream); the window update is queued on it.
+  void append_device(SeqId seq, int layer, const float* keys_dev, const float* values_dev, size_t n_tokens,
+                     void* stream = nullptr);
   /// A new sequence of n_tokens tokens (a multiple of T) in every layer where src holds pages, repeating src's pages
   /// cyclically, copied device to device into fresh pages (src: whole pages, empty windows). Benchmarks build large
   /// caches of distinct memory from a few encoded pages this way.

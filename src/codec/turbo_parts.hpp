@@ -37,6 +37,8 @@ class FloatCodebook {
   int size() const { return static_cast<int>(centroids_.size()); }
   const float* centroids() const { return centroids_.data(); }
   float operator[](int i) const { return centroids_[i]; }
+  /// The size() - 1 decision thresholds nearest() counts (the CUDA append kernels take the same ones).
+  const std::vector<float>& boundaries() const { return boundaries_; }
 
   /// The index of the centroid nearest to u (the number of boundaries below u; a tie goes to the lower one).
   uint8_t nearest(float u) const {

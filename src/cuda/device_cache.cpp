@@ -1,15 +1,20 @@
-// The device-side KV cache: pages in one cudaMalloc'd pool with the CPU KVCache's layout, block tables and fp32
-// windows in device memory mirrored by host copies (the host keeps the bookkeeping; the kernels read the device).
-// Appends encode on the host with the CPU codecs, then copy the new pages and the window.
+// The device-side KV cache: pages in one cudaMalloc'd pool with the CPU KVCache's layout, block tables, fp32 windows
+// and key offsets in device memory (the host keeps the bookkeeping: page lists, window counts). Appends of tokens in
+// device memory encode full pages with the append kernels (device_encoder.hpp) straight into the pool and move the
+// rest into the window on the device; appends from host memory upload the tokens first.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <utility>
 
 #include "cache/key_offset.hpp"
 #include "cache/residual_window.hpp"
+#include "cuda/append_kernels.hpp"
+#include "cuda/device_encoder.hpp"
 #include "cuda/device_memory.hpp"
+#include "cuda/encode_layout.cuh"
 #include "kvq/cuda.hpp"
 #include "kvq/cuda_cache.hpp"
 #include "kvq/random.hpp"
@@ -47,9 +52,9 @@ struct DeviceKVCache::Impl {
     DevicePtr<PageId> pages_dev;
     size_t pages_capacity = 0;
     int window_count = 0;
-    std::vector<float> window;  // keys [H][slots][d], then values
-    DevicePtr<float> window_dev;
-    std::vector<float> key_offset;  // centered keys (cache.hpp): [H][d] once the first page is encoded
+    DevicePtr<float> window_dev;      // keys [H][slots][d], then values
+    DevicePtr<float> key_offset_dev;  // centered keys (cache.hpp): [H][d] once the first page is encoded
+    bool has_offset = false;
   };
   struct Sequence {
     std::vector<Layer> layers;
@@ -63,6 +68,17 @@ struct DeviceKVCache::Impl {
   std::vector<PageId> free;
   std::map<SeqId, Sequence> sequences;
   SeqId next_id = 0;
+  // The append kernels of each layer's codecs (null: none, for the reason in *_why).
+  std::vector<std::unique_ptr<detail::DeviceEncoder>> key_encoders, value_encoders;
+  std::vector<std::string> key_why, value_why;
+  // Scratch of the append path: uploaded host tokens, the next window, a new key offset, page ids, error positions.
+  DevicePtr<float> upload;
+  size_t upload_capacity = 0;
+  DevicePtr<float> window_next, offset_next;
+  std::unique_ptr<PageId[], detail::CudaFreeHost> page_ids;  // pinned
+  size_t page_ids_capacity = 0;
+  DevicePtr<unsigned long long> errors;
+  std::unique_ptr<unsigned long long[], detail::CudaFreeHost> found;  // pinned copy of errors
 
   void init(int dev) {
     device = dev;
@@ -74,6 +90,17 @@ struct DeviceKVCache::Impl {
                                  "the KV cache pool (" + std::to_string(config.capacity_pages) + " pages)");
     free.resize(config.capacity_pages);
     for (size_t i = 0; i < free.size(); ++i) free[i] = static_cast<PageId>(free.size() - 1 - i);
+    for (int l = 0; l < config.n_layers; ++l) {
+      key_why.emplace_back();
+      value_why.emplace_back();
+      key_encoders.push_back(detail::make_device_encoder(*key_codecs[static_cast<size_t>(l)], &key_why.back()));
+      value_encoders.push_back(detail::make_device_encoder(*value_codecs[static_cast<size_t>(l)], &value_why.back()));
+    }
+    window_next = device_alloc<float>(window_floats(), "the append path's window scratch");
+    offset_next = device_alloc<float>(static_cast<size_t>(config.n_kv_heads) * config.head_dim,
+                                      "the append path's key offset scratch");
+    errors = device_alloc<unsigned long long>(4, "the append path's error flags");
+    found = detail::pinned_alloc<unsigned long long>(4, "the append path's error flags");
   }
   size_t slots() const { return static_cast<size_t>(config.residual_tokens + config.block_tokens - 1); }
   size_t window_floats() const {
@@ -91,8 +118,11 @@ struct DeviceKVCache::Impl {
   Sequence& insert(SeqId id) {
     Sequence s;
     s.layers.resize(static_cast<size_t>(config.n_layers));
+    // Block tables start with room for 128 pages, so that appends rarely reallocate (a synchronizing cudaMalloc).
+    const size_t table = std::min<size_t>(128, config.capacity_pages);
     for (Layer& l : s.layers) {
-      l.window.assign(window_floats(), 0.0f);
+      l.pages_dev = device_alloc<PageId>(table, "a block table");
+      l.pages_capacity = table;
       l.window_dev = device_alloc<float>(window_floats(), "a sequence's fp32 window");
       KVQ_CUDA_CHECK(cudaMemset(l.window_dev.get(), 0, window_floats() * sizeof(float)));
     }
@@ -100,8 +130,8 @@ struct DeviceKVCache::Impl {
   }
   uint8_t* page(PageId id) const { return pool.get() + static_cast<size_t>(id) * page_bytes; }
   // Takes n pages off the free list (checked by the caller) and appends them to the layer's block table.
-  void push_pages(Layer& l, const PageId* ids, size_t n) {
-    const size_t need = l.pages.size() + n;
+  // Room for `need` entries in the layer's device block table.
+  void reserve_table(Layer& l, size_t need) {
     if (need > l.pages_capacity) {
       const size_t cap = std::max<size_t>(need, 2 * l.pages_capacity);
       DevicePtr<PageId> grown = device_alloc<PageId>(cap, "a block table");
@@ -111,13 +141,26 @@ struct DeviceKVCache::Impl {
       l.pages_dev = std::move(grown);
       l.pages_capacity = cap;
     }
-    KVQ_CUDA_CHECK(cudaMemcpy(l.pages_dev.get() + l.pages.size(), ids, n * sizeof(PageId), cudaMemcpyHostToDevice));
+  }
+  void push_pages(Layer& l, const PageId* ids, size_t n, cudaStream_t stream = nullptr) {
+    reserve_table(l, l.pages.size() + n);
+    if (n > 0)
+      KVQ_CUDA_CHECK(cudaMemcpyAsync(l.pages_dev.get() + l.pages.size(), ids, n * sizeof(PageId),
+                                     cudaMemcpyHostToDevice, stream));
     l.pages.insert(l.pages.end(), ids, ids + n);
   }
-  void upload_window(Layer& l) const {
-    KVQ_CUDA_CHECK(cudaMemcpy(l.window_dev.get(), l.window.data(), l.window.size() * sizeof(float),
-                              cudaMemcpyHostToDevice));
+  std::vector<float> download_window(const Layer& l) const {
+    std::vector<float> w(window_floats());
+    KVQ_CUDA_CHECK(cudaMemcpy(w.data(), l.window_dev.get(), w.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    return w;
   }
+  void set_key_offset(Layer& l, const float* host) const {
+    const size_t n = static_cast<size_t>(config.n_kv_heads) * config.head_dim;
+    if (!l.key_offset_dev) l.key_offset_dev = device_alloc<float>(n, "a key offset");
+    KVQ_CUDA_CHECK(cudaMemcpy(l.key_offset_dev.get(), host, n * sizeof(float), cudaMemcpyHostToDevice));
+    l.has_offset = true;
+  }
+  void append_on_host(Layer& ls, int layer, SeqId seq, const float* keys, const float* values, size_t n_tokens);
 };
 
 DeviceKVCache::DeviceKVCache(const CacheConfig& config, int device) : impl_(std::make_unique<Impl>()) {
@@ -167,15 +210,17 @@ DeviceKVCache::DeviceKVCache(const KVCache& host, size_t capacity_pages, int dev
       }
       m.push_pages(dl, ids.data(), ids.size());
       dl.window_count = v.residual_count;
-      if (v.key_offset != nullptr) dl.key_offset.assign(v.key_offset, v.key_offset + H * d);
+      if (v.key_offset != nullptr) m.set_key_offset(dl, v.key_offset);
       const size_t head = m.slots() * d;
+      std::vector<float> window(m.window_floats(), 0.0f);
       for (size_t h = 0; h < H; ++h) {
-        std::memcpy(dl.window.data() + h * head, v.residual_key(static_cast<int>(h)),
+        std::memcpy(window.data() + h * head, v.residual_key(static_cast<int>(h)),
                     static_cast<size_t>(v.residual_count) * d * sizeof(float));
-        std::memcpy(dl.window.data() + (H + h) * head, v.residual_value(static_cast<int>(h)),
+        std::memcpy(window.data() + (H + h) * head, v.residual_value(static_cast<int>(h)),
                     static_cast<size_t>(v.residual_count) * d * sizeof(float));
       }
-      m.upload_window(dl);
+      KVQ_CUDA_CHECK(cudaMemcpy(dl.window_dev.get(), window.data(), window.size() * sizeof(float),
+                                cudaMemcpyHostToDevice));
     }
   }
 }
@@ -220,59 +265,197 @@ void DeviceKVCache::append(SeqId seq, int layer, const float* keys, const float*
   Impl::Layer& ls = m.sequence(seq).layers[static_cast<size_t>(layer)];
   if (n_tokens == 0) return;
   KVQ_CHECK(keys != nullptr && values != nullptr, "DeviceKVCache::append: null keys or values");
-  const Codec& kc = *m.key_codecs[static_cast<size_t>(layer)];
-  const Codec& vc = *m.value_codecs[static_cast<size_t>(layer)];
-  for (const Codec* c : {&kc, &vc})
+  detail::use_device(m.device);
+  const size_t l = static_cast<size_t>(layer);
+  for (const Codec* c : {m.key_codecs[l].get(), m.value_codecs[l].get()})
     KVQ_CHECK(c->trained(), "DeviceKVCache::append: layer ", layer, " codec '", c->spec().str(),
               "' needs training (train a host KVCache and copy it)");
-  const size_t H = static_cast<size_t>(m.config.n_kv_heads), d = static_cast<size_t>(m.config.head_dim);
-  const size_t T = static_cast<size_t>(m.config.block_tokens), R = static_cast<size_t>(m.config.residual_tokens);
+  if (!m.key_encoders[l] || !m.value_encoders[l]) {
+    // A codec without an append kernel: the tokens are on the host already, so its CPU encoder does the work.
+    m.append_on_host(ls, layer, seq, keys, values, n_tokens);
+    return;
+  }
+  const size_t n = n_tokens * static_cast<size_t>(m.config.n_kv_heads) * m.config.head_dim;
+  if (2 * n > m.upload_capacity) {
+    m.upload = device_alloc<float>(2 * n, "the uploaded tokens of an append");
+    m.upload_capacity = 2 * n;
+  }
+  KVQ_CUDA_CHECK(cudaMemcpy(m.upload.get(), keys, n * sizeof(float), cudaMemcpyHostToDevice));
+  KVQ_CUDA_CHECK(cudaMemcpy(m.upload.get() + n, values, n * sizeof(float), cudaMemcpyHostToDevice));
+  append_device(seq, layer, m.upload.get(), m.upload.get() + n, n_tokens);
+  KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void DeviceKVCache::Impl::append_on_host(Layer& ls, int layer, SeqId seq, const float* keys, const float* values,
+                                         size_t n_tokens) {
+  const Codec& kc = *key_codecs[static_cast<size_t>(layer)];
+  const Codec& vc = *value_codecs[static_cast<size_t>(layer)];
+  const size_t H = static_cast<size_t>(config.n_kv_heads), d = static_cast<size_t>(config.head_dim);
+  const size_t T = static_cast<size_t>(config.block_tokens), R = static_cast<size_t>(config.residual_tokens);
   for (const float* x : {keys, values})
     for (size_t i = 0; i < n_tokens * H * d; ++i)
       KVQ_CHECK(std::isfinite(x[i]), "DeviceKVCache::append: ", x == keys ? "key" : "value", " of token ",
                 i / (H * d), " head ", i / d % H, " channel ", i % d, " is ", x[i], " (NaN and Inf are rejected)");
   const size_t u = static_cast<size_t>(ls.window_count), total = u + n_tokens;
   const size_t n_pages = total >= R + T ? (total - R - T) / T + 1 : 0;
-  KVQ_CHECK(n_pages <= m.free.size(), "device KV cache pool exhausted: appending ", n_tokens, " tokens to sequence ",
-            seq, " layer ", layer, " needs ", n_pages, " new pages but ", m.free.size(), " of ",
-            m.config.capacity_pages, " are free");
+  KVQ_CHECK(n_pages <= free.size(), "device KV cache pool exhausted: appending ", n_tokens, " tokens to sequence ",
+            seq, " layer ", layer, " needs ", n_pages, " new pages but ", free.size(), " of ", config.capacity_pages,
+            " are free");
 
-  const size_t slots = m.slots();
-  float* window_k = ls.window.data();
-  float* window_v = window_k + H * slots * d;
-  kvq::detail::CenteredKeys centered(kvq::detail::centers_keys(m.config), ls.key_offset, window_k, H, slots, d, u, keys, n_tokens,
-                                     T, n_pages > 0);
-  auto stream_token = [&](const float* window, const float* fresh, size_t idx, size_t h) {
-    return idx < u ? window + (h * slots + idx) * d : fresh + ((idx - u) * H + h) * d;
+  const size_t n_slots = slots();
+  std::vector<float> window = download_window(ls);
+  std::vector<float> offset;
+  if (ls.has_offset) {
+    offset.resize(H * d);
+    KVQ_CUDA_CHECK(cudaMemcpy(offset.data(), ls.key_offset_dev.get(), H * d * sizeof(float), cudaMemcpyDeviceToHost));
+  }
+  float* window_k = window.data();
+  float* window_v = window_k + H * n_slots * d;
+  kvq::detail::CenteredKeys centered(kvq::detail::centers_keys(config), offset, window_k, H, n_slots, d, u, keys,
+                                     n_tokens, T, n_pages > 0);
+  auto stream_token = [&](const float* w, const float* fresh, size_t idx, size_t h) {
+    return idx < u ? w + (h * n_slots + idx) * d : fresh + ((idx - u) * H + h) * d;
   };
   // Encode every new page on the host first: if an encoder throws, nothing has changed.
-  std::vector<uint8_t> staged(n_pages * m.page_bytes, 0);
+  std::vector<uint8_t> staged(n_pages * page_bytes, 0);
   std::vector<float> block(T * d);
   for (size_t j = 0; j < n_pages; ++j) {
-    uint8_t* p = staged.data() + j * m.page_bytes;
+    uint8_t* p = staged.data() + j * page_bytes;
     for (size_t h = 0; h < H; ++h) {
       for (size_t t = 0; t < T; ++t)
         std::memcpy(block.data() + t * d, stream_token(centered.window(), centered.fresh(), j * T + t, h),
                     d * sizeof(float));
-      kc.encode(block.data(), static_cast<int>(T), p + h * m.key_stride);
+      kc.encode(block.data(), static_cast<int>(T), p + h * key_stride);
       for (size_t t = 0; t < T; ++t)
         std::memcpy(block.data() + t * d, stream_token(window_v, values, j * T + t, h), d * sizeof(float));
-      vc.encode(block.data(), static_cast<int>(T), p + H * m.key_stride + h * m.value_stride);
+      vc.encode(block.data(), static_cast<int>(T), p + H * key_stride + h * value_stride);
     }
   }
-  std::vector<PageId> ids(m.free.end() - static_cast<ptrdiff_t>(n_pages), m.free.end());
+  std::vector<PageId> ids(free.end() - static_cast<ptrdiff_t>(n_pages), free.end());
   std::reverse(ids.begin(), ids.end());
   for (size_t j = 0; j < n_pages; ++j)
-    KVQ_CUDA_CHECK(cudaMemcpy(m.page(ids[j]), staged.data() + j * m.page_bytes, m.page_bytes, cudaMemcpyHostToDevice));
-  m.push_pages(ls, ids.data(), n_pages);
-  m.free.resize(m.free.size() - n_pages);
+    KVQ_CUDA_CHECK(cudaMemcpy(page(ids[j]), staged.data() + j * page_bytes, page_bytes, cudaMemcpyHostToDevice));
+  push_pages(ls, ids.data(), n_pages);
+  free.resize(free.size() - n_pages);
 
   const size_t encoded = n_pages * T;
-  centered.commit(window_k, ls.key_offset);
-  kvq::detail::advance_window(window_k, H, slots, d, u, encoded, centered.fresh(), n_tokens);
-  kvq::detail::advance_window(window_v, H, slots, d, u, encoded, values, n_tokens);
+  centered.commit(window_k, offset);
+  if (!offset.empty() && !ls.has_offset) set_key_offset(ls, offset.data());
+  kvq::detail::advance_window(window_k, H, n_slots, d, u, encoded, centered.fresh(), n_tokens);
+  kvq::detail::advance_window(window_v, H, n_slots, d, u, encoded, values, n_tokens);
   ls.window_count = static_cast<int>(total - encoded);
-  m.upload_window(ls);
+  KVQ_CUDA_CHECK(cudaMemcpy(ls.window_dev.get(), window.data(), window.size() * sizeof(float),
+                            cudaMemcpyHostToDevice));
+}
+
+void DeviceKVCache::append_device(SeqId seq, int layer, const float* keys_dev, const float* values_dev,
+                                  size_t n_tokens, void* stream) {
+  Impl& m = *impl_;
+  m.check_layer(layer);
+  Impl::Layer& ls = m.sequence(seq).layers[static_cast<size_t>(layer)];
+  const size_t l = static_cast<size_t>(layer);
+  KVQ_CHECK(m.key_encoders[l] != nullptr, "DeviceKVCache::append_device: key ", m.key_why[l]);
+  KVQ_CHECK(m.value_encoders[l] != nullptr, "DeviceKVCache::append_device: value ", m.value_why[l]);
+  if (n_tokens == 0) return;
+  for (const Codec* c : {m.key_codecs[l].get(), m.value_codecs[l].get()})
+    KVQ_CHECK(c->trained(), "DeviceKVCache::append_device: layer ", layer, " codec '", c->spec().str(),
+              "' needs training (train a host KVCache and copy it)");
+  KVQ_CHECK(keys_dev != nullptr && values_dev != nullptr, "DeviceKVCache::append_device: null keys or values");
+  for (const float* x : {keys_dev, values_dev})
+    KVQ_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0, "DeviceKVCache::append_device: the ",
+              x == keys_dev ? "keys" : "values", " must be 16-byte aligned device memory");
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != m.device) detail::use_device(m.device);
+  const int H = m.config.n_kv_heads, d = m.config.head_dim, T = m.config.block_tokens;
+  const size_t R = static_cast<size_t>(m.config.residual_tokens), uT = static_cast<size_t>(T);
+  const size_t u = static_cast<size_t>(ls.window_count), total = u + n_tokens;
+  const size_t n_pages = total >= R + uT ? (total - R - uT) / uT + 1 : 0;
+  KVQ_CHECK(n_pages <= m.free.size(), "device KV cache pool exhausted: appending ", n_tokens, " tokens to sequence ",
+            seq, " layer ", layer, " needs ", n_pages, " new pages but ", m.free.size(), " of ",
+            m.config.capacity_pages, " are free");
+  const bool centered = kvq::detail::centers_keys(m.config);
+  const bool new_offset = centered && !ls.has_offset && n_pages > 0;
+  if (new_offset && !ls.key_offset_dev)
+    ls.key_offset_dev = device_alloc<float>(static_cast<size_t>(H) * d, "a key offset");
+  if (n_pages > m.page_ids_capacity) {
+    m.page_ids = detail::pinned_alloc<PageId>(n_pages, "the page ids of an append");
+    m.page_ids_capacity = n_pages;
+  }
+  m.reserve_table(ls, ls.pages.size() + n_pages);
+  const auto st = static_cast<cudaStream_t>(stream);
+  const int slots = static_cast<int>(m.slots());
+  float* window_k = ls.window_dev.get();
+  float* window_v = window_k + static_cast<size_t>(H) * slots * d;
+  detail::EncodeSource ks{window_k, keys_dev, nullptr, new_offset, static_cast<int>(u), H, slots, d, T};
+  detail::EncodeSource vs{window_v, values_dev, nullptr, false, static_cast<int>(u), H, slots, d, T};
+  if (centered) ks.offset = new_offset ? m.offset_next.get() : ls.has_offset ? ls.key_offset_dev.get() : nullptr;
+
+  // First pass, each fresh token read once: the key offset, the pages (encoded into free pages) and the tokens that
+  // stay unencoded (gathered behind the window's used slots or into the scratch window), NaN and Inf noted on the
+  // way. No reader sees any of it before the checks below pass.
+  unsigned long long* err = m.errors.get();
+  KVQ_CUDA_CHECK(cudaMemsetAsync(err, 0xff, 4 * sizeof(unsigned long long), st));
+  if (new_offset) detail::launch_key_mean(ks, m.offset_next.get(), st);
+  // The new pages' ids go behind the block table's used entries, where no reader looks until the commit.
+  PageId* ids = m.page_ids.get();
+  for (size_t j = 0; j < n_pages; ++j) ids[j] = m.free[m.free.size() - 1 - j];
+  if (n_pages > 0) {
+    PageId* table = ls.pages_dev.get() + ls.pages.size();
+    KVQ_CUDA_CHECK(cudaMemcpyAsync(table, ids, n_pages * sizeof(PageId), cudaMemcpyHostToDevice, st));
+    const detail::EncodeRole kr{
+        ks, {m.pool.get(), table, m.page_bytes, 0, m.key_stride, m.key_codecs[l]->block_bytes()}, err + 2, err};
+    const detail::EncodeRole vr{vs,
+                                {m.pool.get(), table, m.page_bytes, static_cast<size_t>(H) * m.key_stride,
+                                 m.value_stride, m.value_codecs[l]->block_bytes()},
+                                err + 3, err + 1};
+    if (!m.key_encoders[l]->encode(kr, m.value_encoders[l].get(), &vr, n_pages, st))
+      m.value_encoders[l]->encode(vr, nullptr, nullptr, n_pages, st);
+  }
+  const size_t encoded = n_pages * uT, kept = total - encoded;
+  float* next_k = m.window_next.get();
+  float* next_v = next_k + static_cast<size_t>(H) * slots * d;
+  if (encoded == 0)  // fresh tokens go behind the window's used slots: nothing the gather reads is overwritten
+    detail::launch_gather_window(ks, vs, u, n_tokens, window_k, window_v, u, err, st);
+  else
+    detail::launch_gather_window(ks, vs, encoded, kept, next_k, next_v, 0, err, st);
+  unsigned long long* found = m.found.get();
+  KVQ_CUDA_CHECK(cudaMemcpyAsync(found, err, 4 * sizeof(unsigned long long), cudaMemcpyDeviceToHost, st));
+  KVQ_CUDA_CHECK(cudaStreamSynchronize(st));
+  for (int role = 0; role < 2; ++role) {
+    if (found[role] == detail::kNoError) continue;
+    const size_t i = static_cast<size_t>(found[role]), hd = static_cast<size_t>(H) * d;
+    float x = 0;
+    KVQ_CUDA_CHECK(cudaMemcpy(&x, (role == 0 ? keys_dev : values_dev) + i, sizeof(float), cudaMemcpyDeviceToHost));
+    throw Error(kvq::detail::concat("DeviceKVCache::append_device: ", role == 0 ? "key" : "value", " of token ",
+                                    i / hd, " head ", i / static_cast<size_t>(d) % static_cast<size_t>(H),
+                                    " channel ", i % static_cast<size_t>(d), " is ", x,
+                                    " (NaN and Inf are rejected)"));
+  }
+  for (int role = 0; role < 2; ++role) {
+    const unsigned long long e = found[2 + role];
+    if (e == detail::kNoError) continue;
+    const size_t token = static_cast<size_t>(e >> 32);
+    throw Error(kvq::detail::concat(
+        "DeviceKVCache::append_device: ", (role == 0 ? m.key_codecs[l] : m.value_codecs[l])->spec().str(), ": ",
+        role == 0 ? "key" : "value", " of ",
+        token < u ? kvq::detail::concat("window token ", token) : kvq::detail::concat("token ", token - u),
+        " head ", (e >> 16) & 0xffff, " channel ", e & 0xffff, " is beyond what the codec's fp16 fields can hold"));
+  }
+
+  // Commit: the pages join the block table, the window advances, the key offset is set.
+  ls.pages.insert(ls.pages.end(), ids, ids + n_pages);
+  m.free.resize(m.free.size() - n_pages);
+  if (encoded > 0 && kept > 0) {
+    const size_t pitch = static_cast<size_t>(slots) * d * sizeof(float);
+    KVQ_CUDA_CHECK(cudaMemcpy2DAsync(window_k, pitch, next_k, pitch, kept * d * sizeof(float),
+                                     2 * static_cast<size_t>(H), cudaMemcpyDeviceToDevice, st));
+  }
+  if (new_offset) {
+    KVQ_CUDA_CHECK(cudaMemcpyAsync(ls.key_offset_dev.get(), m.offset_next.get(),
+                                   static_cast<size_t>(H) * d * sizeof(float), cudaMemcpyDeviceToDevice, st));
+    ls.has_offset = true;
+  }
+  ls.window_count = static_cast<int>(kept);
 }
 
 SeqId DeviceKVCache::add_sequence_repeating(SeqId src, size_t n_tokens) {
@@ -304,7 +487,13 @@ SeqId DeviceKVCache::add_sequence_repeating(SeqId src, size_t n_tokens) {
                                      cudaMemcpyDeviceToDevice));
     }
     m.push_pages(s.layers[l], ids.data(), n_pages);
-    s.layers[l].key_offset = from.layers[l].key_offset;
+    if (from.layers[l].has_offset) {
+      const size_t n = static_cast<size_t>(m.config.n_kv_heads) * m.config.head_dim;
+      s.layers[l].key_offset_dev = device_alloc<float>(n, "a key offset");
+      KVQ_CUDA_CHECK(cudaMemcpy(s.layers[l].key_offset_dev.get(), from.layers[l].key_offset_dev.get(),
+                                n * sizeof(float), cudaMemcpyDeviceToDevice));
+      s.layers[l].has_offset = true;
+    }
   }
   KVQ_CUDA_CHECK(cudaDeviceSynchronize());
   return id;

@@ -30,6 +30,21 @@ DevicePtr<T> device_alloc(size_t n, const std::string& what) {
   return DevicePtr<T>(static_cast<T*>(p));
 }
 
+struct CudaFreeHost {
+  void operator()(void* p) const { cudaFreeHost(p); }
+};
+
+/// n elements of T in pinned host memory (cudaMallocHost): staging whose copies need no bounce buffer.
+template <class T>
+std::unique_ptr<T[], CudaFreeHost> pinned_alloc(size_t n, const std::string& what) {
+  void* p = nullptr;
+  const cudaError_t status = cudaMallocHost(&p, n * sizeof(T));
+  if (status != cudaSuccess)
+    throw Error("cudaMallocHost of " + std::to_string(n * sizeof(T)) + " bytes for " + what +
+                " failed: " + cudaGetErrorString(status));
+  return std::unique_ptr<T[], CudaFreeHost>(static_cast<T*>(p));
+}
+
 /// Makes `device` current, naming the reason when it does not exist.
 void use_device(int device);
 

@@ -1,5 +1,6 @@
 // kvq bench attention --ctx N --batch B --q-heads H --kv-heads G --dim D --threads T --k SPEC --v SPEC
 //   [--k SPEC --v SPEC ...] [--block 64|128] [--reps R] [--hot] [--json] [--device cpu|cuda]
+// kvq bench append --device cuda [--batch B] [--chunk N] [--codec SPEC ...] [--json]   (cuda_append_bench.cpp)
 //
 // Decode attention speed per (key codec, value codec) pair against the f16/f16 cache and this machine's read
 // bandwidth. Every cache is built with key-like keys and Gaussian values appended in prefill chunks; unless --hot,
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "cuda_append_bench.hpp"
 #include "cuda_bench.hpp"
 #include "kvq/attention.hpp"
 #include "kvq/cache.hpp"
@@ -296,6 +298,23 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd->callback([o] { run_bench(*o); });
+
+  auto a = std::make_shared<AppendBenchOptions>();
+  CLI::App* append = bench->add_subcommand("append", "the CUDA append kernels per codec vs the copy bandwidth");
+  append->add_option("--batch", a->batch, "sequences")->capture_default_str();
+  append->add_option("--chunk", a->chunk, "prefill tokens per sequence")->capture_default_str();
+  append->add_option("--kv-heads", a->kv_heads, "kv heads")->capture_default_str();
+  append->add_option("--dim", a->dim, "head dimension")->capture_default_str();
+  append->add_option("--block", a->block, "tokens per page")->capture_default_str();
+  append->add_option("--codec", a->codecs, "codec spec (keys and values), repeatable; default: every codec with "
+                                           "append kernels");
+  append->add_option("--reps", a->reps, "timed calls per row")->capture_default_str();
+  append->add_option("--seed", a->seed, "random seed")->capture_default_str();
+  append->add_flag("--json", a->json, "print one JSON object");
+  append->add_option("--device", a->device, "cuda (the append kernels run on device 0)")
+      ->check(CLI::IsMember({"cuda"}))
+      ->capture_default_str();
+  append->callback([a] { run_cuda_append_bench(*a); });
 }
 
 }  // namespace kvq::cli

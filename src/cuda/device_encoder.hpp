@@ -1,0 +1,76 @@
+// The append kernels' host interface: a DeviceEncoder turns whole pages of one role (keys or values) of fp32 tokens
+// in device memory into a codec's blocks (include/kvq/block_layout.hpp) in the device pool, the same bytes as the
+// CPU codec writes (or, where the float order of a rotation differs, the same reconstruction error). The codec's
+// state (lambda, rotation signs or matrix, codebook boundaries) goes to the device once, when the encoder is made.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kvq/cache.hpp"
+#include "kvq/codec.hpp"
+
+namespace kvq::cuda::detail {
+
+/// The token stream of one role of one (sequence, layer): the window's `used` tokens, then the fresh ones.
+struct EncodeSource {
+  const float* window = nullptr;  ///< [H][slots][d]
+  const float* fresh = nullptr;   ///< [n][H][d]
+  const float* offset = nullptr;  ///< [H][d], subtracted from fresh tokens (centered keys), or null
+  bool center_window = false;     ///< subtract it from the window's tokens too (an offset new in this append)
+  int used = 0, H = 0, slots = 0, d = 0, T = 0;
+};
+
+/// Where page j's block of head h goes: pool + pages[j] * page_bytes + block_offset + h * head_stride.
+struct EncodeTarget {
+  uint8_t* pool = nullptr;
+  const PageId* pages = nullptr;  ///< device array
+  size_t page_bytes = 0, block_offset = 0, head_stride = 0, block_bytes = 0;
+};
+
+/// The role (keys or values) one encode covers, with where it reports.
+struct EncodeRole {
+  EncodeSource src;
+  EncodeTarget dst;
+  unsigned long long* error = nullptr;      ///< error_position of a value the codec cannot store
+  unsigned long long* nonfinite = nullptr;  ///< flat index in src.fresh of a NaN or Inf
+};
+
+class DeviceEncoder {
+ public:
+  virtual ~DeviceEncoder() = default;
+  /// Encodes the stream's first n_pages * T tokens of `role`, and of `partner_role` too where `partner` is an
+  /// encoder of the same kind (then one launch does both; returns whether it did). A token the codec cannot store
+  /// (beyond an fp16 field's range) lowers *role.error to its error_position (encode_layout.cuh); a NaN or Inf among
+  /// the fresh tokens it reads lowers *role.nonfinite to its flat index in src.fresh. The caller checks both before
+  /// using the pages.
+  virtual bool encode(const EncodeRole& role, const DeviceEncoder* partner, const EncodeRole* partner_role,
+                      size_t n_pages, cudaStream_t stream) const = 0;
+};
+
+/// Device state of a rotation R as an encoder applies it: the randomized Hadamard transform's signs (bit-exact
+/// with the CPU's fast transform), or the dense matrix for any other rotation (float order differs).
+struct DeviceRotation {
+  bool hadamard = false;
+  float scale = 0;                  ///< hadamard: 1 / sqrt(d), as the CPU computes it
+  std::shared_ptr<float> signs;     ///< hadamard: d signs
+  std::shared_ptr<float> columns;   ///< dense: d x d, row i = R e_i (so y_j = sum_i x_i columns[i][j])
+};
+DeviceRotation upload_rotation(const Codec& codec);
+/// n floats copied to the current device.
+std::shared_ptr<float> upload_floats(const float* host, size_t n);
+
+// Each returns nullptr for a codec of another kind.
+std::unique_ptr<DeviceEncoder> make_float_encoder(const Codec& codec);
+std::unique_ptr<DeviceEncoder> make_int_group_encoder(const Codec& codec);
+std::unique_ptr<DeviceEncoder> make_kivi_encoder(const Codec& codec);
+std::unique_ptr<DeviceEncoder> make_turbo_mse_encoder(const Codec& codec);
+
+/// The device encoder of a codec, or nullptr (with the codec named in *why) where none is written.
+std::unique_ptr<DeviceEncoder> make_device_encoder(const Codec& codec, std::string* why);
+
+}  // namespace kvq::cuda::detail

@@ -1,0 +1,164 @@
+// The append kernel family: one thread block encodes one page's block of one kv head. It gathers the page's T
+// tokens of that head from the stream (the fp32 window, then the fresh tokens, centered where the cache centers
+// keys) into shared memory, noting the first NaN or Inf among the fresh ones (the only pass over them), lets the
+// codec (`Enc`) rotate, normalize, quantize and pack them into a zeroed copy of the block in shared memory, and
+// stores the block into the pool with coalesced 32-bit stores.
+//
+// An Enc provides `size_t scratch_floats(int T, int d) const` (shared memory it needs beyond the tile) and
+// `__device__ void encode(const EncodeContext&, float* tile, float* scratch, uint32_t* block) const`, called by
+// every thread of the block; it writes fields with put_bits / put_half (shared-memory atomics: several threads
+// fill the bytes of one word) and reports values it cannot store with EncodeContext::report.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "cuda/cuda_check.cuh"
+#include "cuda/device_encoder.hpp"
+#include "cuda/encode_layout.cuh"
+
+namespace kvq::cuda::detail {
+
+constexpr int kEncodeThreads = 256;
+constexpr size_t kEncodeMaxSharedBytes = 200 * 1024;  // H200: up to 227 KB per block with the opt-in
+
+struct EncodeContext {
+  int page, head, T, d;
+  FastDiv dd;  // division by d
+  unsigned long long* error;
+  /// Token t (of this page), channel c cannot be stored.
+  __device__ void report(int t, int c) const {
+    atomicMin(error, error_position(static_cast<size_t>(page) * T + t, head, c));
+  }
+};
+
+/// ORs `value` (already masked to its width) into bit `place.shift` of byte `place.byte` of the block.
+__device__ __forceinline__ void put_bits(uint32_t* block, const CodePlace& place, uint32_t value) {
+  if (value != 0) atomicOr(block + place.byte / 4, value << (place.shift + 8 * (place.byte % 4)));
+}
+/// Stores a 16-bit field at an even byte offset (one writer per field).
+__device__ __forceinline__ void put_half(uint32_t* block, uint32_t byte, uint16_t bits) {
+  reinterpret_cast<uint16_t*>(block)[byte / 2] = bits;
+}
+
+/// Shared memory an Enc's scratch takes, rounded to whole float4 so that the block behind it is 16-byte aligned.
+template <class Enc>
+__host__ __device__ size_t scratch_quads(const Enc& enc, int T, int d) {
+  return (enc.scratch_floats(T, d) + 3) / 4;
+}
+
+// Loads in flight per thread while gathering a page (the gather's memory parallelism).
+constexpr int kLoadsInFlight = 8;
+
+// blockIdx.z picks the role: keys and values of one codec kind share a launch. The parameters stay in the
+// parameter space (__grid_constant__), addressed by reference.
+template <class Enc>
+__global__ void __launch_bounds__(kEncodeThreads)
+    encode_pages_kernel(const __grid_constant__ EncodeRole r0, const __grid_constant__ EncodeRole r1,
+                        const __grid_constant__ Enc e0, const __grid_constant__ Enc e1) {
+  extern __shared__ float4 shared4[];
+  const bool second = blockIdx.z == 1;
+  const EncodeRole& role = second ? r1 : r0;
+  const EncodeSource& src = role.src;
+  const Enc& enc = second ? e1 : e0;
+  const int page = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y), T = src.T, d = src.d;
+  const int used = src.used;
+  const FastDiv dd = FastDiv::of(d);
+  float* tile = reinterpret_cast<float*>(shared4);
+  float* scratch = tile + T * d;
+  uint32_t* block = reinterpret_cast<uint32_t*>(shared4 + T * d / 4 + scratch_quads(enc, T, d));
+  const int words = static_cast<int>((role.dst.block_bytes + 3) / 4);
+  for (int i = threadIdx.x; i < words; i += blockDim.x) block[i] = 0;
+  const int quads = T * d / 4, step = kLoadsInFlight * kEncodeThreads;
+  for (int base = threadIdx.x; base < quads; base += step) {
+    float4 v[kLoadsInFlight];
+    const float* at[kLoadsInFlight];
+#pragma unroll
+    for (int k = 0; k < kLoadsInFlight; ++k) {  // every load issued before any is used
+      const int i = base + k * kEncodeThreads;
+      if (i >= quads) break;
+      const int t = dd.div(4 * i), c = dd.mod(4 * i), idx = page * T + t;
+      at[k] = (idx < used ? src.window + (static_cast<size_t>(h) * src.slots + idx) * d
+                          : src.fresh + (static_cast<size_t>(idx - used) * src.H + h) * d) +
+              c;
+      v[k] = *reinterpret_cast<const float4*>(at[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < kLoadsInFlight; ++k) {
+      const int i = base + k * kEncodeThreads;
+      if (i >= quads) break;
+      const int t = dd.div(4 * i), c = dd.mod(4 * i);
+      const bool in_window = page * T + t < used;
+      float4 x = v[k];
+      if (!in_window && !(isfinite(x.x) && isfinite(x.y) && isfinite(x.z) && isfinite(x.w))) {
+        const float e[4] = {x.x, x.y, x.z, x.w};
+        int j = 0;
+        while (isfinite(e[j])) ++j;
+        atomicMin(role.nonfinite, static_cast<unsigned long long>(at[k] + j - src.fresh));
+      }
+      if (src.offset != nullptr && (!in_window || src.center_window)) {
+        const float4 mu = *reinterpret_cast<const float4*>(src.offset + h * d + c);
+        x = {__fsub_rn(x.x, mu.x), __fsub_rn(x.y, mu.y), __fsub_rn(x.z, mu.z), __fsub_rn(x.w, mu.w)};
+      }
+      reinterpret_cast<float4*>(tile)[i] = x;
+    }
+  }
+  __syncthreads();
+  enc.encode(EncodeContext{page, h, T, d, dd, role.error}, tile, scratch, block);
+  __syncthreads();
+  uint8_t* out = role.dst.pool + static_cast<size_t>(role.dst.pages[page]) * role.dst.page_bytes +
+                 role.dst.block_offset + static_cast<size_t>(h) * role.dst.head_stride;
+  if (words % 4 == 0) {  // blocks start 64-byte aligned
+    for (int i = threadIdx.x; i < words / 4; i += blockDim.x)
+      reinterpret_cast<uint4*>(out)[i] = reinterpret_cast<const uint4*>(block)[i];
+  } else {
+    for (int i = threadIdx.x; i < words; i += blockDim.x) reinterpret_cast<uint32_t*>(out)[i] = block[i];
+  }
+}
+
+/// Launches one block per (page, head) of one role, or of both (e1, r1 non-null: the value role, the same kind of
+/// encoder); throws kvq::Error where a page does not fit in shared memory.
+template <class Enc>
+void launch_encode(const char* codec, const Enc& e0, const EncodeRole& r0, const Enc* e1, const EncodeRole* r1,
+                   size_t n_pages, cudaStream_t stream) {
+  if (n_pages == 0) return;
+  auto need = [](const Enc& e, const EncodeRole& r) {
+    return (static_cast<size_t>(r.src.T) * r.src.d / 4 + scratch_quads(e, r.src.T, r.src.d)) * sizeof(float4) +
+           (r.dst.block_bytes + 3) / 4 * 4;
+  };
+  const size_t shared = std::max(need(e0, r0), e1 != nullptr ? need(*e1, *r1) : 0);
+  KVQ_CHECK(shared <= kEncodeMaxSharedBytes, "DeviceKVCache::append_device: ", codec, ": a page of ", r0.src.T,
+            " tokens x d = ", r0.src.d, " needs ", shared, " bytes of shared memory to encode (the limit is ",
+            kEncodeMaxSharedBytes, ")");
+  KVQ_CUDA_CHECK(cudaFuncSetAttribute(encode_pages_kernel<Enc>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(shared)));
+  const dim3 grid(static_cast<unsigned>(n_pages), static_cast<unsigned>(r0.src.H), e1 != nullptr ? 2u : 1u);
+  encode_pages_kernel<Enc><<<grid, kEncodeThreads, shared, stream>>>(r0, e1 != nullptr ? *r1 : r0, e0,
+                                                                     e1 != nullptr ? *e1 : e0);
+  KVQ_CUDA_CHECK(cudaGetLastError());
+}
+
+/// The DeviceEncoder of one Enc type: keys and values in one launch where both are of this type.
+template <class Enc>
+class EncoderOf : public DeviceEncoder {
+ public:
+  bool encode(const EncodeRole& role, const DeviceEncoder* partner, const EncodeRole* partner_role, size_t n_pages,
+              cudaStream_t stream) const override {
+    const auto* p = dynamic_cast<const EncoderOf<Enc>*>(partner);
+    launch_encode(name_.c_str(), enc_, role, p != nullptr ? &p->enc_ : nullptr, p != nullptr ? partner_role : nullptr,
+                  n_pages, stream);
+    return p != nullptr;
+  }
+
+ protected:
+  explicit EncoderOf(std::string name) : name_(std::move(name)) {}
+  Enc enc_{};
+
+ private:
+  std::string name_;
+};
+
+}  // namespace kvq::cuda::detail

@@ -1,0 +1,95 @@
+// Where the append kernels write each code of a block: the index math of include/kvq/block_layout.hpp, written once
+// for host and device (block_layout.hpp's constexpr members are host functions), with shifts where the layouts'
+// sizes are powers of two. tests/encode_layout_test.cpp checks these against block_layout.hpp on the host.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define KVQ_ENCODE_HD __host__ __device__ __forceinline__
+#else
+#define KVQ_ENCODE_HD inline
+#endif
+
+namespace kvq::cuda::detail {
+
+/// A field of a block: `width` bits at bit `shift` of byte `byte`.
+struct CodePlace {
+  uint32_t byte;
+  uint32_t shift, width;
+};
+
+/// Division by a run-time divisor, a shift where it is a power of two (the usual case: d, groups, tiles per row).
+struct FastDiv {
+  int n = 1, shift = 0;  // shift < 0: not a power of two
+  KVQ_ENCODE_HD static FastDiv of(int n) {
+    FastDiv f{n, -1};
+    if (n > 0 && (n & (n - 1)) == 0) {
+      f.shift = 0;
+      while ((1 << f.shift) < n) ++f.shift;
+    }
+    return f;
+  }
+  KVQ_ENCODE_HD int div(int x) const { return shift >= 0 ? x >> shift : x / n; }
+  KVQ_ENCODE_HD int mod(int x) const { return shift >= 0 ? x & (n - 1) : x % n; }
+};
+
+/// layout::IntGroup / layout::Kivi codes (the same 64-byte lane tiles): token t, channel c of a code of 2^lb bits
+/// (E = 32 >> lb codes a 32-bit lane).
+KVQ_ENCODE_HD CodePlace lane_tile_place(bool key, int d, int lb, int t, int c) {
+  const int le = 5 - lb, E = 1 << le, bits = 1 << lb;
+  const int byte = key ? 64 * ((t >> 4) * (d >> le) + (c >> le)) + 4 * (t & 15) + ((c & (E - 1)) << lb) / 8
+                       : 64 * ((t >> le) * (d >> 4) + (c >> 4)) + 4 * (c & 15) + ((t & (E - 1)) << lb) / 8;
+  const int shift = (((key ? c : t) & (E - 1)) << lb) % 8;
+  return {static_cast<uint32_t>(byte), static_cast<uint32_t>(shift), static_cast<uint32_t>(bits)};
+}
+
+/// The inverse for whole 32-bit words: element j (bits j 2^lb ..) of code word w is token *t, channel *c.
+/// `row_tiles` is FastDiv::of(d >> (5 - lb)) for keys, FastDiv::of(d >> 4) for values.
+KVQ_ENCODE_HD void lane_tile_element(bool key, int lb, const FastDiv& row_tiles, int w, int j, int* t, int* c) {
+  const int le = 5 - lb, tile = w >> 4, lane = w & 15, a = row_tiles.div(tile), k = row_tiles.mod(tile);
+  if (key) {
+    *t = 16 * a + lane;
+    *c = (k << le) + j;
+  } else {
+    *t = (a << le) + j;
+    *c = 16 * k + lane;
+  }
+}
+
+/// layout::IntGroup::scale_byte relative to the scales section: token t, group g of `groups` per token.
+KVQ_ENCODE_HD uint32_t int_scale_byte(int groups, int t, int g) {
+  return static_cast<uint32_t>(2 * (((t >> 4) * groups + g) * 16 + (t & 15)));
+}
+
+/// layout::Kivi::param: the (min, scale) pair of token t, channel c, value groups of 2^lg channels.
+KVQ_ENCODE_HD int kivi_param(bool key, int d, int lg, int t, int c) {
+  return key ? c : ((t >> 4) * (d >> lg) + (c >> lg)) * 16 + (t & 15);
+}
+
+/// layout::LaneCodes::place: part p of the b-bit index of token t, channel c.
+KVQ_ENCODE_HD CodePlace lane_codes_place(bool key, int d, int bits, int t, int c, int part) {
+  const int code_channels = key ? (d + 31) / 32 * 32 : d;
+  const int lane = key ? t % 16 : c % 16, e = key ? c % 32 : t % 32, v = e / 8, j = e % 8;
+  int tile = key ? bits * (t / 16 * (code_channels / 32) + c / 32) : bits * (t / 32 * (d / 16) + c / 16);
+  int bit = 0, width = 0;
+  if (bits == 4) {
+    tile += v, bit = 4 * j, width = 4;
+  } else if (bits != 1 && part == 0) {
+    tile += v / 2, bit = 2 * (2 * j + v % 2), width = 2;
+  } else {
+    tile += bits - 1, bit = 4 * j + (v + 2) % 4, width = 1;
+  }
+  return {static_cast<uint32_t>(64 * tile + 4 * lane + bit / 8), static_cast<uint32_t>(bit % 8),
+          static_cast<uint32_t>(width)};
+}
+
+/// The stream position of an encoding error (atomicMin keeps the first): token, kv head, channel.
+KVQ_ENCODE_HD unsigned long long error_position(size_t token, int head, int channel) {
+  return static_cast<unsigned long long>(token) << 32 | static_cast<unsigned long long>(head) << 16 |
+         static_cast<unsigned long long>(channel);
+}
+constexpr unsigned long long kNoError = ~0ull;
+
+}  // namespace kvq::cuda::detail

@@ -1,0 +1,87 @@
+// The append kernels' index math (src/cuda/encode_layout.cuh, shared by host and device) against the block layouts
+// of include/kvq/block_layout.hpp, on the host: every token and channel of several shapes.
+#include <gtest/gtest.h>
+
+#include "cuda/encode_layout.cuh"
+#include "kvq/block_layout.hpp"
+
+namespace kvq::cuda::detail {
+namespace {
+
+int log2_of(size_t x) { return FastDiv::of(static_cast<int>(x)).shift; }
+
+TEST(EncodeLayout, FastDivDividesLikeDivision) {
+  for (int n : {1, 2, 3, 6, 16, 48, 64, 96, 128}) {
+    const FastDiv f = FastDiv::of(n);
+    for (int x = 0; x < 1000; ++x) {
+      ASSERT_EQ(f.div(x), x / n);
+      ASSERT_EQ(f.mod(x), x % n);
+    }
+  }
+}
+
+TEST(EncodeLayout, LaneTilesMatchIntGroupAndKivi) {
+  for (size_t d : {16u, 64u, 96u, 128u, 256u})
+    for (size_t T : {1u, 17u, 64u, 128u})
+      for (size_t bits : {2u, 4u, 8u})
+        for (const bool key : {true, false}) {
+          const layout::IntGroup l{d, T, bits, 16, key};
+          const int lb = log2_of(bits), id = static_cast<int>(d);
+          const FastDiv row_tiles = FastDiv::of(key ? id >> (5 - lb) : id >> 4);
+          for (size_t t = 0; t < l.code_tokens(); ++t)
+            for (size_t c = 0; c < d; ++c) {
+              const int it = static_cast<int>(t), ic = static_cast<int>(c);
+              const CodePlace p = lane_tile_place(key, id, lb, it, ic);
+              ASSERT_EQ(p.byte, l.code_byte(t, c));
+              ASSERT_EQ(p.shift, l.code_shift(t, c));
+              ASSERT_EQ(p.width, bits);
+              // and back: the word's element is this token and channel
+              int t2 = -1, c2 = -1;
+              lane_tile_element(key, lb, row_tiles, static_cast<int>(p.byte / 4),
+                                static_cast<int>((8 * (p.byte % 4) + p.shift) >> lb), &t2, &c2);
+              ASSERT_EQ(t2, it);
+              ASSERT_EQ(c2, ic);
+              if (c % 16 == 0 && t < T) {
+                ASSERT_EQ(l.scales_offset() + int_scale_byte(static_cast<int>(d / 16), it, ic / 16),
+                          l.scale_byte(t, c / 16));
+              }
+              if (bits != 8 && t < T) {
+                for (size_t G : {16u, 32u}) {
+                  if (d % G != 0) continue;
+                  const layout::Kivi k{d, T, bits, G, key};
+                  ASSERT_EQ(static_cast<size_t>(kivi_param(key, id, log2_of(G), it, ic)), k.param(t, c));
+                  ASSERT_EQ(p.byte, k.code_byte(t, c));
+                }
+              }
+            }
+        }
+}
+
+TEST(EncodeLayout, LaneCodesMatchTurboMse) {
+  for (size_t d : {32u, 48u, 128u, 256u})
+    for (size_t T : {1u, 33u, 64u})
+      for (size_t bits = 1; bits <= 4; ++bits)
+        for (const bool key : {true, false}) {
+          const layout::LaneCodes l{d, T, bits, key};
+          for (size_t t = 0; t < T; ++t)
+            for (size_t c = 0; c < d; ++c)
+              for (size_t p = 0; p < l.parts(); ++p) {
+                const auto want = l.place(t, c, p);
+                const CodePlace got = lane_codes_place(key, static_cast<int>(d), static_cast<int>(bits),
+                                                       static_cast<int>(t), static_cast<int>(c), static_cast<int>(p));
+                ASSERT_EQ(got.byte, want.byte);
+                ASSERT_EQ(got.shift, want.shift);
+                ASSERT_EQ(got.width, want.width);
+              }
+        }
+}
+
+TEST(EncodeLayout, ErrorPositionsOrderByToken) {
+  EXPECT_LT(error_position(3, 7, 100), error_position(4, 0, 0));
+  EXPECT_LT(error_position(3, 1, 100), error_position(3, 2, 0));
+  EXPECT_EQ(error_position(5, 1, 7) >> 32, 5u);
+  EXPECT_LT(error_position(size_t{1} << 30, 65535, 65535), kNoError);
+}
+
+}  // namespace
+}  // namespace kvq::cuda::detail

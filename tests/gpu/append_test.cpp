@@ -1,0 +1,367 @@
+// The append kernels (DeviceKVCache::append_device) against the CPU encoders: every codec with a device encoder,
+// fresh Gaussian and key-like (outlier) tokens, one-token appends and prefill chunks that cross page boundaries,
+// centered keys. Pages are compared byte for byte where the device follows the CPU's float order (f32, f16, bf16,
+// kivi, and int8/int4/turbo_mse under the default Hadamard rotation: "Bytes" tests); under a dense rotation (srft,
+// householder) the differing codes are counted and the reconstruction error must be within 1% of the CPU's
+// ("Error" test). Windows must be equal exactly. Errors leave the cache unchanged.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cache_test_util.hpp"
+#include "gpu_test.hpp"
+#include "kvq/attention.hpp"
+#include "kvq/cuda_cache.hpp"
+#include "kvq/error.hpp"
+#include "test_seed.hpp"
+
+namespace kvq {
+namespace {
+
+constexpr int kLayer = 1;
+
+struct AppendShape {
+  int d = 128, T = 64, R = 0, H = 2;
+  bool center = false, key_like = true;
+};
+
+CacheConfig config_of(const AppendShape& s, const std::string& k, const std::string& v, uint64_t seed) {
+  CacheConfig c;
+  c.n_layers = 2;
+  c.n_kv_heads = s.H;
+  c.head_dim = s.d;
+  c.block_tokens = s.T;
+  c.residual_tokens = s.R;
+  c.key_codec = k;
+  c.value_codec = v;
+  c.capacity_pages = 64;
+  c.center_keys = s.center;
+  c.seed = seed;
+  return c;
+}
+
+// A host cache whose codecs are trained (int8/int4: lambda from key-like data, so it is not all 1).
+KVCache trained_cache(const CacheConfig& cfg, uint64_t seed) {
+  KVCache host(cfg);
+  const std::string kname = CodecSpec::parse(cfg.key_codec).name;
+  if (kname == "int4" || kname == "int8") {
+    const size_t n = 1024;
+    const auto keys = sample_profile(key_like_profile(cfg.head_dim, seed), n, seed + 3);
+    const auto values = gaussian_vectors(n, cfg.head_dim, seed + 4);
+    host.train_layer(kLayer, keys.data(), values.data(), n);
+  }
+  test::train_if_needed(host, seed, kLayer);
+  return host;
+}
+
+// The device cache's pages of (seq, layer), downloaded: n_pages x page_bytes.
+std::vector<uint8_t> device_pages(const cuda::DeviceKVCache& dev, SeqId seq) {
+  const cuda::DeviceLayerView v = dev.view(seq, kLayer);
+  std::vector<uint8_t> out(v.n_pages * dev.page_bytes());
+  if (v.n_pages == 0) return out;
+  // Through host copies of the block table and each page.
+  std::vector<PageId> table(v.n_pages);
+  EXPECT_EQ(cudaMemcpy(table.data(), v.pages, table.size() * sizeof(PageId), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t j = 0; j < table.size(); ++j)
+    EXPECT_EQ(cudaMemcpy(out.data() + j * dev.page_bytes(), dev.device_pool() + table[j] * dev.page_bytes(),
+                         dev.page_bytes(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+  return out;
+}
+
+std::vector<float> device_window(const cuda::DeviceKVCache& dev, SeqId seq) {
+  const cuda::DeviceLayerView v = dev.view(seq, kLayer);
+  const CacheConfig& c = dev.config();
+  std::vector<float> w(2 * static_cast<size_t>(c.n_kv_heads) * dev.residual_slots() * c.head_dim);
+  EXPECT_EQ(cudaMemcpy(w.data(), v.window, w.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  return w;
+}
+
+// The window's used slots only (the slots behind them are scratch).
+std::vector<float> used_window(const cuda::DeviceKVCache& dev, SeqId seq) {
+  const std::vector<float> all = device_window(dev, seq);
+  const size_t d = static_cast<size_t>(dev.config().head_dim), slots = dev.residual_slots();
+  const size_t used = static_cast<size_t>(dev.view(seq, kLayer).window_count);
+  std::vector<float> w;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (i / d % slots < used) w.push_back(all[i]);
+  return w;
+}
+
+// Appends the same tokens in the same chunks to the host cache and (from device memory) to the device cache.
+void append_both(KVCache& host, cuda::DeviceKVCache& dev, SeqId hs, SeqId ds, const test::Tokens& t,
+                 const std::vector<size_t>& chunks) {
+  const size_t row = static_cast<size_t>(host.config().n_kv_heads) * host.config().head_dim;
+  const size_t n = t.keys.size() / row;
+  cuda::DeviceFloats keys(t.keys.size()), values(t.values.size());
+  keys.upload(t.keys);
+  values.upload(t.values);
+  for (size_t i = 0, pos = 0; pos < n; ++i) {
+    const size_t step = std::min(chunks[i % chunks.size()], n - pos);
+    host.append(hs, kLayer, t.keys.data() + pos * row, t.values.data() + pos * row, step);
+    dev.append_device(ds, kLayer, keys.data() + pos * row, values.data() + pos * row, step);
+    pos += step;
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// The window of the host cache in the device layout: keys [H][slots][d], then values.
+std::vector<float> host_window(const KVCache& host, SeqId seq, size_t slots) {
+  const LayerView v = host.view(seq, kLayer);
+  const size_t H = static_cast<size_t>(host.config().n_kv_heads), d = static_cast<size_t>(host.config().head_dim);
+  std::vector<float> w(2 * H * slots * d, 0.0f);
+  for (size_t h = 0; h < H; ++h) {
+    std::memcpy(w.data() + h * slots * d, v.residual_key(static_cast<int>(h)), v.residual_count * d * sizeof(float));
+    std::memcpy(w.data() + (H + h) * slots * d, v.residual_value(static_cast<int>(h)),
+                v.residual_count * d * sizeof(float));
+  }
+  return w;
+}
+
+// Windows equal in their used slots.
+void expect_same_window(const KVCache& host, const cuda::DeviceKVCache& dev, SeqId hs, SeqId ds) {
+  const size_t slots = dev.residual_slots(), d = static_cast<size_t>(host.config().head_dim);
+  const int used = host.view(hs, kLayer).residual_count;
+  ASSERT_EQ(dev.view(ds, kLayer).window_count, used);
+  const std::vector<float> want = host_window(host, hs, slots), got = device_window(dev, ds);
+  size_t differ = 0;
+  for (size_t i = 0; i < want.size(); ++i)
+    if (i / d % slots < static_cast<size_t>(used) && std::memcmp(&want[i], &got[i], 4) != 0) ++differ;
+  EXPECT_EQ(differ, 0u) << "window floats differ";
+}
+
+// Every page byte equal.
+void expect_same_pages(const KVCache& host, const cuda::DeviceKVCache& dev, SeqId hs, SeqId ds) {
+  const LayerView hv = host.view(hs, kLayer);
+  ASSERT_EQ(dev.view(ds, kLayer).n_pages, hv.pages.size());
+  const std::vector<uint8_t> got = device_pages(dev, ds);
+  size_t differ = 0, first = got.size();
+  for (size_t j = 0; j < hv.pages.size(); ++j)
+    for (size_t b = 0; b < host.page_bytes(); ++b)
+      if (host.page(hv.pages[j])[b] != got[j * host.page_bytes() + b] && differ++ == 0)
+        first = j * host.page_bytes() + b;
+  EXPECT_EQ(differ, 0u) << "page bytes differ, the first at byte " << first << " of " << got.size();
+}
+
+// Bit-exact codecs: every page byte and window float equal after the same appends.
+void expect_same_bytes(const std::string& spec, const AppendShape& s, uint64_t seed, const std::vector<size_t>& chunks,
+                       size_t n_tokens) {
+  SCOPED_TRACE(spec + " d=" + std::to_string(s.d) + " T=" + std::to_string(s.T) + " R=" + std::to_string(s.R) +
+               (s.key_like ? " key-like" : " gaussian") + (s.center ? " centered" : ""));
+  const CacheConfig cfg = config_of(s, spec, spec, seed);
+  KVCache host = trained_cache(cfg, seed);
+  cuda::DeviceKVCache dev(host);
+  const SeqId hs = host.add_sequence(), ds = dev.add_sequence();
+  const test::Tokens t = test::make_tokens(cfg, n_tokens, seed + 7, s.key_like);
+  append_both(host, dev, hs, ds, t, chunks);
+  expect_same_pages(host, dev, hs, ds);
+  expect_same_window(host, dev, hs, ds);
+}
+
+const std::vector<std::string> kExactSpecs = {"f32",         "f16",         "bf16",        "int8",
+                                              "int4",        "int4:16",     "int8:64",     "kivi:2",
+                                              "kivi:4",      "kivi:2,g=64", "turbo_mse:1", "turbo_mse:2",
+                                              "turbo_mse:3", "turbo_mse:4"};
+
+TEST(CudaAppend, EveryCodecBytesEqualTheCpuEncoder) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  for (const std::string& spec : kExactSpecs)
+    for (const bool key_like : {false, true}) {
+      AppendShape s;
+      s.key_like = key_like;
+      expect_same_bytes(spec, s, seed, {1, 37, 200, 1, 64}, 600);  // one-token steps and chunks across pages
+    }
+}
+
+TEST(CudaAppend, WindowsHeadDimensionsAndPageSizesBytes) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  for (const std::string& spec : std::vector<std::string>{"f16", "int4", "kivi:2", "turbo_mse:3"}) {
+    expect_same_bytes(spec, {128, 64, 64, 2}, seed, {1}, 200);                  // decode steps, window R = 64
+    expect_same_bytes(spec, {128, 64, 64, 2}, seed + 1, {300, 5, 130}, 700);   // prefill chunks behind a window
+    expect_same_bytes(spec, {64, 128, 0, 3}, seed + 2, {129, 1, 256}, 600);
+    expect_same_bytes(spec, {256, 128, 128, 1}, seed + 3, {1000}, 1000);
+  }
+}
+
+TEST(CudaAppend, CenteredKeysBytes) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  for (const std::string& spec : std::vector<std::string>{"int4", "int8", "kivi:2", "turbo_mse:3"}) {
+    AppendShape s;
+    s.center = true;
+    expect_same_bytes(spec, s, seed, {1, 37, 200, 1, 64}, 600);
+    s.R = 64;
+    expect_same_bytes(spec, s, seed + 1, {10, 1, 100}, 400);  // the first page's tokens partly in the window
+  }
+}
+
+// Dense rotations: the codes may differ where a coordinate lies at a rounding boundary; the reconstruction error
+// (every decoded page token against the appended token) must be within 1% of the CPU encoder's.
+TEST(CudaAppend, DenseRotationsReconstructionErrorWithinOnePercent) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  for (const std::string& spec : std::vector<std::string>{"int4,rot=srft", "int8,rot=householder",
+                                                          "turbo_mse:3,rot=srft", "turbo_mse:2,rot=householder"}) {
+    SCOPED_TRACE(spec);
+    AppendShape s;
+    const CacheConfig cfg = config_of(s, spec, spec, seed);
+    KVCache host = trained_cache(cfg, seed);
+    cuda::DeviceKVCache dev(host);
+    const SeqId hs = host.add_sequence(), ds = dev.add_sequence();
+    const size_t n = 640;
+    const test::Tokens t = test::make_tokens(cfg, n, seed + 7, true);
+    append_both(host, dev, hs, ds, t, {1, 100, 300});
+    const std::vector<uint8_t> got = device_pages(dev, ds);
+    const LayerView hv = host.view(hs, kLayer);
+    ASSERT_EQ(got.size(), hv.pages.size() * host.page_bytes());
+    const size_t d = 128, T = 64, H = 2;
+    double err_cpu = 0, err_dev = 0;
+    size_t differ = 0;
+    std::vector<float> a(T * d), b(T * d);
+    for (size_t j = 0; j < hv.pages.size(); ++j)
+      for (size_t h = 0; h < H; ++h)
+        for (const bool key : {true, false}) {
+          const Codec& c = key ? host.key_codec(kLayer) : host.value_codec(kLayer);
+          const int hh = static_cast<int>(h);
+          const size_t off = key ? host.key_block_offset(hh) : host.value_block_offset(hh);
+          const uint8_t* cpu = host.page(hv.pages[j]) + off;
+          const uint8_t* gpu = got.data() + j * host.page_bytes() + off;
+          for (size_t i = 0; i < c.block_bytes(); ++i) differ += cpu[i] != gpu[i];
+          c.decode(cpu, static_cast<int>(T), a.data());
+          c.decode(gpu, static_cast<int>(T), b.data());
+          const std::vector<float>& x = key ? t.keys : t.values;
+          for (size_t tt = 0; tt < T; ++tt)
+            for (size_t k = 0; k < d; ++k) {
+              const double want = x[((j * T + tt) * H + h) * d + k];
+              err_cpu += (a[tt * d + k] - want) * (a[tt * d + k] - want);
+              err_dev += (b[tt * d + k] - want) * (b[tt * d + k] - want);
+            }
+        }
+    std::printf("%s: %zu of %zu bytes differ, squared error %.6g (device) vs %.6g (cpu)\n", spec.c_str(), differ,
+                got.size(), err_dev, err_cpu);
+    EXPECT_GT(err_cpu, 0.0);
+    EXPECT_LE(std::abs(err_dev - err_cpu), 0.01 * err_cpu);
+    expect_same_window(host, dev, hs, ds);
+  }
+}
+
+// A NaN, an Inf, or a value the codec cannot store: a clear error naming it, and the cache exactly as before.
+TEST(CudaAppend, RejectedTokensLeaveTheCacheUnchanged) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  for (const std::string& spec : std::vector<std::string>{"int4", "f16"}) {
+    SCOPED_TRACE(spec);
+    AppendShape s;
+    s.center = true;
+    const CacheConfig cfg = config_of(s, spec, spec, seed);
+    KVCache host = trained_cache(cfg, seed);
+    cuda::DeviceKVCache dev(host);
+    const SeqId hs = host.add_sequence(), ds = dev.add_sequence();
+    const test::Tokens t = test::make_tokens(cfg, 300, seed + 7, true);
+    test::Tokens head{{t.keys.begin(), t.keys.begin() + 40 * 256}, {t.values.begin(), t.values.begin() + 40 * 256}};
+    append_both(host, dev, hs, ds, head, {40});
+    const std::vector<uint8_t> pages_before = device_pages(dev, ds);
+    const std::vector<float> window_before = used_window(dev, ds);
+    const size_t free_before = dev.free_pages();
+
+    const size_t n = 100;  // crosses the first page boundary: the key offset would be set
+    cuda::DeviceFloats keys(n * 256), values(n * 256);
+    std::vector<float> bad(t.keys.begin() + 40 * 256, t.keys.begin() + 140 * 256);
+    bad[(5 * 2 + 1) * 128 + 7] = NAN;  // token 5, head 1, channel 7
+    keys.upload(bad);
+    values.upload(std::vector<float>(t.values.begin() + 40 * 256, t.values.begin() + 140 * 256));
+    try {
+      dev.append_device(ds, kLayer, keys.data(), values.data(), n);
+      ADD_FAILURE() << "a NaN key must be rejected";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("key of token 5 head 1 channel 7 is nan"), std::string::npos) << e.what();
+    }
+    bad[(5 * 2 + 1) * 128 + 7] = 0;
+    bad[(70 * 2) * 128 + 3] = spec == "f16" ? 1e6f : 1e9f;  // beyond the f16 range / the fp16 scale range
+    keys.upload(bad);
+    try {
+      dev.append_device(ds, kLayer, keys.data(), values.data(), n);
+      ADD_FAILURE() << "a value beyond the codec's range must be rejected";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("beyond"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(spec), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(dev.length(ds, kLayer), 40u);
+    EXPECT_EQ(dev.free_pages(), free_before);
+    EXPECT_EQ(device_pages(dev, ds), pages_before);
+    EXPECT_EQ(used_window(dev, ds), window_before);
+    // And it goes on as the host cache does.
+    test::Tokens rest{{t.keys.begin() + 40 * 256, t.keys.end()}, {t.values.begin() + 40 * 256, t.values.end()}};
+    append_both(host, dev, hs, ds, rest, {100, 1});
+    expect_same_pages(host, dev, hs, ds);  // the key offset too: set by the first page that did get in
+    expect_same_window(host, dev, hs, ds);
+  }
+}
+
+TEST(CudaAppend, CodecWithoutAppendKernelIsNamed) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  AppendShape s;
+  const CacheConfig cfg = config_of(s, "turbo_prod:3", "turbo_prod:3", seed);
+  KVCache host = trained_cache(cfg, seed);
+  cuda::DeviceKVCache dev(host);
+  const SeqId ds = dev.add_sequence();
+  const test::Tokens t = test::make_tokens(cfg, 100, seed + 1, true);
+  cuda::DeviceFloats keys(t.keys.size()), values(t.values.size());
+  try {
+    dev.append_device(ds, kLayer, keys.data(), values.data(), 100);
+    ADD_FAILURE() << "turbo_prod has no append kernel";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("turbo_prod:3"), std::string::npos) << e.what();
+  }
+  dev.append(ds, kLayer, t.keys.data(), t.values.data(), 100);  // from the host: the CPU encoder
+  EXPECT_EQ(dev.length(ds, kLayer), 100u);
+}
+
+// Decode attention over a cache built by append_device equals decode over the device copy of the host cache (the
+// same bytes, the same kernel) and matches the CPU's decode attention.
+TEST(CudaAppend, DecodeOverDeviceAppendedCacheMatchesTheCpuCache) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  for (const std::string& spec : std::vector<std::string>{"int4", "int8", "f16", "bf16", "kivi:2", "turbo_mse:3"}) {
+    SCOPED_TRACE(spec);
+    AppendShape s;
+    s.R = 64;
+    s.center = spec == "int4";
+    const CacheConfig cfg = config_of(s, spec, spec, seed);
+    KVCache host = trained_cache(cfg, seed);
+    cuda::DeviceKVCache dev(host);
+    std::vector<SeqId> hs, ds;
+    for (size_t i = 0; i < 3; ++i) {
+      hs.push_back(host.add_sequence());
+      ds.push_back(dev.add_sequence());
+      const test::Tokens t = test::make_tokens(cfg, 100 + 150 * i, seed + 10 * i, true);
+      append_both(host, dev, hs.back(), ds.back(), t, {1, 77});
+    }
+    const cuda::DeviceKVCache copy(host);
+    const size_t n_q = 8, d = 128;
+    const std::vector<float> q = gaussian_vectors(3 * n_q, static_cast<int>(d), seed + 99);
+    cuda::DeviceFloats q_dev(q.size()), out_a(q.size()), out_b(q.size());
+    q_dev.upload(q);
+    cuda::decode_attention(dev, kLayer, ds, q_dev.data(), out_a.data(), static_cast<int>(n_q));
+    cuda::decode_attention(copy, kLayer, hs, q_dev.data(), out_b.data(), static_cast<int>(n_q));
+    const std::vector<float> a = out_a.download(), b = out_b.download();
+    EXPECT_EQ(a, b);
+    std::vector<float> cpu(q.size());
+    decode_attention(host, kLayer, hs, q, cpu);
+    double worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(a[i] - cpu[i])));
+    EXPECT_LE(worst, 2e-3);
+  }
+}
+
+}  // namespace
+}  // namespace kvq
