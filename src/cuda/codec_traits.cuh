@@ -43,8 +43,8 @@ struct CodecArgs {
   uint32_t table_bytes = 0;     ///< its size, a multiple of 16
   /// turbo_mse: the 16 nibble levels * 2^12 as fp16: low bytes of levels 0-3, 4-7, high bytes of 0-3, 4-7, then
   /// the same for levels 8-15 (read by b = 4 alone: the nibbles of b <= 3 stay below 8)
+  /// (exact: the codecs round their levels to fp16 precision, FloatCodebook)
   uint32_t table_hi[8] = {};
-  uint32_t table_lo[8] = {};  ///< the same for the remainders level * 2^12 - hi
 };
 
 /// The slot of a codec's table (CodecArgs::table) in shared memory among the pointers `prm` the traits receive
@@ -232,8 +232,6 @@ KVQ_UNROLL
         b[jj][1] = ks & 1 ? p.w : p.y;
       }
     }
-    template <int D, int C>
-    KVQ_HD static void bfrags_lo(const uint4*, int, const CodecArgs&, int, uint32_t (&)[C / 8][2]) {}
   };
 
   struct Value {
@@ -374,8 +372,6 @@ struct IntTraits {
       else LaneWordKeys<E>::template decode<C, int8_pair>(codes, ks, lane, b);
     }
     template <int D, int C>
-    KVQ_HD static void bfrags_lo(const uint4*, int, const CodecArgs&, int, uint32_t (&)[C / 8][2]) {}
-    template <int D, int C>
     KVQ_HD static void scale_group(const uint8_t* const* prm, const CodecArgs& a, int lane, int gr,
                                    const float (&acc)[C / 8][4], float (&s)[C / 8][2]) {
       uint4 sc[C / 32];
@@ -470,8 +466,6 @@ struct KiviTraits {
     KVQ_HD static void bfrags(const uint4* codes, int ks, const CodecArgs&, int lane, uint32_t (&b)[C / 8][2]) {
       LaneWordKeys<E>::template decode<C, kivi_pair<kBits>>(codes, ks, lane, b);
     }
-    template <int D, int C>
-    KVQ_HD static void bfrags_lo(const uint4*, int, const CodecArgs&, int, uint32_t (&)[C / 8][2]) {}
     /// The chunk's query fragments q o s into atab[32 ks + lane]; returns this lane's part of <q, m> (row n).
     /// qf: the queries' fp32 values at the fragment's k (2i, 2i+1, 2i+8, 2i+9) per (k step, lane).
     template <int D>
@@ -585,7 +579,7 @@ struct TurboMseTraits {
   }
 
   struct Key {
-    static constexpr bool kBf16 = false, kSplitB = true, kChunkA = false, kDense = false, kBulk = false;
+    static constexpr bool kBf16 = false, kSplitB = false, kChunkA = false, kDense = false, kBulk = false;
     static constexpr int kChunk = 32, kRanges = 1;
     /// Piece (kk (C / 32) + h) P + p: tokens (C / 8) n + 4h .. + 3 of the 32-channel chunk kk, part(p).
     template <int D, int C>
@@ -617,10 +611,6 @@ struct TurboMseTraits {
     template <int D, int C>
     KVQ_HD static void bfrags(const uint4* codes, int ks, const CodecArgs& a, int lane, uint32_t (&b)[C / 8][2]) {
       decode<C>(codes, ks, a.table_hi, lane, b);
-    }
-    template <int D, int C>
-    KVQ_HD static void bfrags_lo(const uint4* codes, int ks, const CodecArgs& a, int lane, uint32_t (&b)[C / 8][2]) {
-      decode<C>(codes, ks, a.table_lo, lane, b);
     }
     template <int D, int C>
     KVQ_HD static void scale_group(const uint8_t* const* prm, const CodecArgs&, int lane, int,

@@ -236,17 +236,18 @@ std::vector<uint32_t> codec_table(const Codec& c, bool key) {
   return table;
 }
 
-// The byte tables of the 16 nibble levels * 2^12 (fp16 hi, and the remainder lo) for the kernels' byte-permute
-// lookups (CodecArgs::table_hi): low bytes of levels 0-3, 4-7, high bytes of 0-3, 4-7, then the same for 8-15.
-static void level_tables(const float* levels, uint32_t (&hi)[8], uint32_t (&lo)[8]) {
+// The byte tables of the 16 nibble levels * 2^12 as fp16 for the kernels' byte-permute lookups
+// (CodecArgs::table_hi): low bytes of levels 0-3, 4-7, high bytes of 0-3, 4-7, then the same for 8-15. The kernels
+// take the levels as exact fp16 operands: the codecs round them to fp16 precision (FloatCodebook), checked here.
+static void level_tables(const Codec& c, const float* levels, uint32_t (&hi)[8]) {
   for (int e = 0; e < 16; ++e) {
     const float x = levels[e] * 4096.0f;
-    const uint16_t h = f32_to_f16(x), l = f32_to_f16(x - f16_to_f32(h));
+    const uint16_t h = f32_to_f16(x);
+    KVQ_CHECK(f16_to_f32(h) == x, "CUDA decode attention: codec '", c.spec().str(), "' has a level ", levels[e],
+              " that fp16 does not hold exactly");
     const int word = 4 * (e / 8) + e % 8 / 4, shift = 8 * (e % 4);
     hi[word] |= static_cast<uint32_t>(h & 0xff) << shift;
     hi[2 + word] |= static_cast<uint32_t>(h >> 8) << shift;
-    lo[word] |= static_cast<uint32_t>(l & 0xff) << shift;
-    lo[2 + word] |= static_cast<uint32_t>(l >> 8) << shift;
   }
 }
 
@@ -275,12 +276,12 @@ CodecArgs host_codec_args(const Codec& c, bool key) {
     a.sec1 = static_cast<uint32_t>(kl->scales_offset());
   } else if (const auto tm = turbo_mse_params(c)) {
     a.sec0 = static_cast<uint32_t>(tm->layout.norms_offset());
-    level_tables(tm->nibble_levels, a.table_hi, a.table_lo);
+    level_tables(c, tm->nibble_levels, a.table_hi);
   } else if (const auto tp = turbo_prod_params(c)) {
     a.sec0 = static_cast<uint32_t>(tp->layout.mse().norms_offset());
     a.sec1 = static_cast<uint32_t>(tp->layout.signs_offset());
     a.sec2 = static_cast<uint32_t>(tp->layout.residual_norms_offset());
-    level_tables(tp->nibble_levels, a.table_hi, a.table_lo);
+    level_tables(c, tp->nibble_levels, a.table_hi);
   } else if (const auto qp = qjl_params(c)) {
     a.sec0 = static_cast<uint32_t>(qp->layout.norms_offset());
   } else if (const auto* vi = dynamic_cast<const VecInferCodec*>(&c)) {

@@ -93,24 +93,13 @@ KVQ_HD void key_bfrags(const uint4* codes, const uint8_t* const* prm, int ks, co
     K::template bfrags<D, C>(codes, ks, a, lane, b);
 }
 
-/// The lo fragments of k step ks (the kSplitB codecs), likewise.
+/// The lo fragments of k step ks (the kSplitB codecs: vecinfer keys' codebook remainders).
 template <class K, int D, int C>
 KVQ_HD void key_bfrags_lo(const uint4* codes, const uint8_t* const* prm, int ks, const CodecArgs& a, int lane,
                           uint32_t (&b)[C / 8][2]) {
-  if constexpr (requires { K::template bfrags_lo<D, C>(codes, prm, ks, a, lane, b); })
-    K::template bfrags_lo<D, C>(codes, prm, ks, a, lane, b);
-  else
-    K::template bfrags_lo<D, C>(codes, ks, a, lane, b);
+  K::template bfrags_lo<D, C>(codes, prm, ks, a, lane, b);
 }
 
-/// Whether k step ks takes a second (lo) product: every step of the kSplitB codecs, or their first
-/// K::split_steps<D>() where the rest of the space needs none.
-template <class K, int D>
-KVQ_HD constexpr bool split_step(int ks) {
-  if constexpr (!K::kSplitB) return false;
-  else if constexpr (requires { K::template split_steps<D>(); }) return ks < K::template split_steps<D>();
-  else return true;
-}
 
 /// The compile-time shape of one pair's kernel at head dimension D.
 template <class K, class V, int D>
@@ -338,7 +327,7 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
         if (ks % kGroupSteps == 0) mma_first<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);
         else mma<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);
       }
-      if (split_step<K, D>(ks)) {
+      if constexpr (K::kSplitB) {
         key_bfrags_lo<K, D, C>(kcodes, kprm, ks, a.key, lane, b);
 #pragma unroll
         for (int jj = 0; jj < NT; ++jj) mma<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);

@@ -103,8 +103,6 @@ struct QjlTraits {
     KVQ_HD static void bfrags(const uint4* codes, int ks, const CodecArgs&, int lane, uint32_t (&b)[C / 8][2]) {
       SignKeyMap<rows<D>()>::template bfrags<C>(codes, ks, lane, b);
     }
-    template <int D, int C>
-    KVQ_HD static void bfrags_lo(const uint4*, int, const CodecArgs&, int, uint32_t (&)[C / 8][2]) {}
     /// The norms of the lane's score columns (tokens 8i .. 8i + 7) times the tile.
     template <int D, int C>
     KVQ_HD static void scale_group(const uint8_t* const* prm, const CodecArgs&, int lane, int,

@@ -26,17 +26,12 @@ struct TurboProdTraits {
   }
 
   struct Key {
-    static constexpr bool kBf16 = false, kSplitB = true, kChunkA = false, kDense = false, kBulk = false;
+    static constexpr bool kBf16 = false, kSplitB = false, kChunkA = false, kDense = false, kBulk = false;
     static constexpr bool kGroups = false;  // a factor per token after each part (groups of D / 16 k steps)
     static constexpr int kChunk = 32, kRanges = 3;
     template <int D>
     KVQ_HD static constexpr int space() {
       return 2 * D;
-    }
-    /// The mse part's k steps take the lo product.
-    template <int D>
-    KVQ_HD static constexpr int split_steps() {
-      return D / 16;
     }
     template <int D, int C>
     static constexpr int pieces() {
@@ -66,10 +61,6 @@ struct TurboProdTraits {
       const int x = ks - D / 16;
       sign_key_frags<C>(load16(prm[1] + Signs::slot(lane, x / Signs::kSteps)), Signs::shift(lane & 3),
                         x % Signs::kSteps, b);
-    }
-    template <int D, int C>
-    KVQ_HD static void bfrags_lo(const uint4* codes, int ks, const CodecArgs& a, int lane, uint32_t (&b)[C / 8][2]) {
-      Mse::template bfrags_lo<D, C>(codes, ks, a, lane, b);
     }
     /// Group 0 (the mse part): the norm, as turbo_mse; group 1 (the sign part): the residual norm.
     template <int D, int C>

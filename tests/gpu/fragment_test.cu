@@ -203,10 +203,12 @@ void check_keys(const Block& b, int T, uint64_t seed) {
     for (int ks = 0; ks < KS; ++ks) {
       uint32_t bf[32][NT][2];
       for (int lane = 0; lane < 32; ++lane) key_bfrags<K, D, C>(st.codes.data(), st.prm, ks, b.args, lane, bf[lane]);
-      for (int pass = 0; pass < (split_step<K, D>(ks) ? 2 : 1); ++pass) {
-        if (pass == 1)
-          for (int lane = 0; lane < 32; ++lane)
-            key_bfrags_lo<K, D, C>(st.codes.data(), st.prm, ks, b.args, lane, bf[lane]);
+      for (int pass = 0; pass < (K::kSplitB ? 2 : 1); ++pass) {
+        if constexpr (K::kSplitB) {
+          if (pass == 1)
+            for (int lane = 0; lane < 32; ++lane)
+              key_bfrags_lo<K, D, C>(st.codes.data(), st.prm, ks, b.args, lane, bf[lane]);
+        }
         for (int jj = 0; jj < NT; ++jj) {
           uint32_t b0[32], b1[32];
           for (int lane = 0; lane < 32; ++lane) {
