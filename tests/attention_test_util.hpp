@@ -25,7 +25,7 @@ struct Shape {
 inline std::string describe(const Shape& s) {
   std::string text = "d=" + std::to_string(s.d) + " T=" + std::to_string(s.T) + " R=" + std::to_string(s.R) +
                      " H=" + std::to_string(s.H) + " G=" + std::to_string(s.G) + " lengths";
-  for (size_t n : s.lengths) text += " " + std::to_string(n);
+  for (size_t n : s.lengths) text.append(" ").append(std::to_string(n));
   return text + (s.key_like ? " key-like" : " gaussian");
 }
 
