@@ -562,8 +562,8 @@ KVQ_UNROLL
 };
 
 // ---- turbo_mse:b (TurboMse, LaneCodes; b = 1..4): y = ||x|| c[idx] ----------------------------------------------
-// Indices become fp16 levels (times 2^12) by byte-permute table lookups; keys add the remainders (level * 2^12 -
-// hi) as a second product, values take the hi levels. The norm (times 2^-12) scales the score tile (keys) or the
+// Indices become fp16 levels (times 2^12) by byte-permute table lookups, exact: the codecs round their levels to
+// fp16 precision (FloatCodebook), so keys take one product per k step like the int codes. The norm (times 2^-12) scales the score tile (keys) or the
 // softmax weight (values). A lane reads nibble lane i of every 32-element chunk: kLaneCodeParts<b> pieces (its
 // low-bits tile lane_code_tile(i), then for b = 3 the 1-bit tile).
 template <int kBits>

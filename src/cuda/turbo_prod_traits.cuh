@@ -1,6 +1,6 @@
 // turbo_prod:b keys in the decode kernel (decode_kernel.cuh): the codec space is [R x (d) | S x (m = d)], so the
 // kernel's key space is 2d and its k steps fall in two groups of d / 16: the turbo_mse:(b-1) part, decoded as
-// TurboMseTraits<b - 1>'s keys (hi + lo levels, its norm on the score tile), then the sign part, read as qjl's sign
+// TurboMseTraits<b - 1>'s keys (exact fp16 levels, its norm on the score tile), then the sign part, read as qjl's sign
 // key fragments (qjl_traits.cuh) with the residual norm on the score tile. The signs lie in their own section of
 // the block, so the chunk's sign tiles (4d bytes) come as a parameter range, next to the two norm ranges; the
 // sketch factor sqrt(pi/2)/m is folded into the query map.
