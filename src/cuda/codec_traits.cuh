@@ -343,6 +343,23 @@ KVQ_UNROLL
   }
 }
 
+// Values with one fp16 norm per token (turbo_mse, qjl): the chunk's norms are their one parameter range, and the
+// softmax weights take norm * 2^-12 (the decoded levels or signs are stored times 2^12).
+struct TokenNormValues {
+  template <int D, int DP, int C>
+  KVQ_HD static void range(const CodecArgs& a, int cc, int, uint32_t& offset, uint32_t& bytes) {
+    bytes = 2u * C;
+    offset = a.sec0 + static_cast<uint32_t>(cc) * bytes;
+  }
+  /// The lane's tokens 8i .. 8i + 7 (chunks of 32 tokens).
+  template <int C>
+  KVQ_HD static void weights(const uint8_t* const* prm, int lane, float (&w)[C / 4]) {
+    const uint4 nr = load16(prm[0] + 16 * (lane & 3));
+KVQ_UNROLL
+    for (int t = 0; t < C / 4; ++t) w[t] = half_at(nr, t) * 0x1p-12f;
+  }
+};
+
 // ---- int8 / int4 (IntGroup): keys tokens-in-lanes, values channels-in-lanes, fp16 scales in 16-token tiles -----
 // The scale of a key group multiplies its score tile in fp32 (the k steps of a group accumulate apart); the scale of
 // a value multiplies the decoded fp16 code (rounded once). Key groups must hold a multiple of 32 (int4) or 16 (int8)
@@ -638,7 +655,7 @@ KVQ_UNROLL
     }
   };
 
-  struct Value {
+  struct Value : TokenNormValues {
     static constexpr bool kBf16 = false, kDense = false, kBulk = false;
     static constexpr int kChunk = 32, kRanges = 1;
     /// Piece P r + p: channels lane_tile_channel(4r + e, n) of the chunk's 32-token lanes, part(p) (nibble lane i:
@@ -657,20 +674,8 @@ KVQ_UNROLL
       const int n = lane >> 2;
       return 64 * (kBits * lane_tile_k16(pc, k / P, n) + part(k % P, lane)) + 16 * (n & 3);
     }
-    template <int D, int DP, int C>
-    KVQ_HD static void range(const CodecArgs& a, int cc, int, uint32_t& offset, uint32_t& bytes) {
-      bytes = 2u * C;
-      offset = a.sec0 + static_cast<uint32_t>(cc) * bytes;
-    }
     KVQ_HD static constexpr int channel(int j, int col) { return lane_tile_channel(j, col); }
     KVQ_HD static constexpr int token_at(int vs, int q) { return 4 * vs + q; }
-    /// norm * 2^-12 of the lane's tokens 8i .. 8i + 7 (the levels are stored times 2^12).
-    template <int C>
-    KVQ_HD static void weights(const uint8_t* const* prm, int lane, float (&w)[C / 4]) {
-      const uint4 nr = load16(prm[0] + 16 * (lane & 3));
-KVQ_UNROLL
-      for (int t = 0; t < C / 4; ++t) w[t] = half_at(nr, t) * 0x1p-12f;
-    }
     template <int D, int DP, int C>
     KVQ_HD static void bfrags(const uint4* codes, const uint8_t* const*, const CodecArgs& a, int lane, int j, int,
                               uint32_t (&b)[C / 16][2]) {

@@ -107,12 +107,9 @@ struct QjlTraits {
     template <int D, int C>
     KVQ_HD static void scale_group(const uint8_t* const* prm, const CodecArgs&, int lane, int,
                                    const float (&acc)[C / 8][4], float (&s)[C / 8][2]) {
-      const uint4 nr = load16(prm[0] + 16 * (lane & 3));
-KVQ_UNROLL
-      for (int jj = 0; jj < C / 8; ++jj) {
-        s[jj][0] = fmaf(half_at(nr, jj), acc[jj][0] + acc[jj][2], s[jj][0]);
-        s[jj][1] = fmaf(half_at(nr, 4 + jj), acc[jj][1] + acc[jj][3], s[jj][1]);
-      }
+      uint4 nr[C / 32];
+      run_halves<C>(prm[0], 1, lane & 3, 0, nr);
+      scale_tiles<C>(nr, 1.0f, acc, s);
     }
   };
 
@@ -120,7 +117,7 @@ KVQ_UNROLL
   // slots per 32-row tile, shared by the 8 lanes n) and takes bits 4n .. 4n + 3 of each: value tile j, column n is
   // row 32 (j / 4) + 4n + j % 4 of the part. Signs are +-4096 (the weights carry norm * 2^-12). The value space is
   // the m rows, summed in parts of 128 by warps of their own where m > 128.
-  struct Value {
+  struct Value : TokenNormValues {
     static constexpr bool kBf16 = false, kDense = false, kBulk = false;
     static constexpr int kChunk = 32, kRanges = 1;
     template <int D>
@@ -142,20 +139,8 @@ KVQ_UNROLL
       const int t = 8 * (lane & 3) + 4 * (k & 1);
       return 64 * ((t >> 4) * (rows<D>() / 32) + pc / 32 + (k >> 1)) + 4 * (t & 15);
     }
-    template <int D, int DP, int C>
-    KVQ_HD static void range(const CodecArgs& a, int cc, int, uint32_t& offset, uint32_t& bytes) {
-      bytes = 2u * C;
-      offset = a.sec0 + static_cast<uint32_t>(cc) * bytes;
-    }
     KVQ_HD static constexpr int channel(int j, int col) { return 32 * (j >> 2) + 4 * col + (j & 3); }
     KVQ_HD static constexpr int token_at(int vs, int q) { return 4 * vs + q; }
-    /// norm * 2^-12 of the lane's tokens 8i .. 8i + 7.
-    template <int C>
-    KVQ_HD static void weights(const uint8_t* const* prm, int lane, float (&w)[C / 4]) {
-      const uint4 nr = load16(prm[0] + 16 * (lane & 3));
-KVQ_UNROLL
-      for (int t = 0; t < C / 4; ++t) w[t] = half_at(nr, t) * 0x1p-12f;
-    }
     template <int D, int DP, int C>
     KVQ_HD static void bfrags(const uint4* codes, const uint8_t* const*, const CodecArgs&, int lane, int j, int,
                               uint32_t (&b)[C / 16][2]) {

@@ -67,12 +67,9 @@ struct TurboProdTraits {
     KVQ_HD static void scale_group(const uint8_t* const* prm, const CodecArgs& a, int lane, int gr,
                                    const float (&acc)[C / 8][4], float (&s)[C / 8][2]) {
       if (gr == 0) return Mse::template scale_group<D, C>(prm, a, lane, gr, acc, s);
-      const uint4 nr = load16(prm[2] + 16 * (lane & 3));
-KVQ_UNROLL
-      for (int jj = 0; jj < C / 8; ++jj) {
-        s[jj][0] = fmaf(half_at(nr, jj), acc[jj][0] + acc[jj][2], s[jj][0]);
-        s[jj][1] = fmaf(half_at(nr, 4 + jj), acc[jj][1] + acc[jj][3], s[jj][1]);
-      }
+      uint4 nr[C / 32];
+      run_halves<C>(prm[2], 1, lane & 3, 0, nr);
+      scale_tiles<C>(nr, 1.0f, acc, s);
     }
   };
 
