@@ -78,6 +78,8 @@ template <>
 inline constexpr const char* kCodecId<TurboMse4> = "turbo_mse:4";
 using Qjl = QjlTraits<0>;
 using Qjl256 = QjlTraits<256>;
+using TurboProd2 = TurboProdTraits<2>;
+using TurboProd3 = TurboProdTraits<3>;
 using TurboProd4 = TurboProdTraits<4>;
 using VecInfer8x4 = VecInferTraits<8, 4>;
 using VecInfer10x4 = VecInferTraits<10, 4>;
@@ -85,6 +87,10 @@ template <>
 inline constexpr const char* kCodecId<Qjl> = "qjl";
 template <>
 inline constexpr const char* kCodecId<Qjl256> = "qjl:256";
+template <>
+inline constexpr const char* kCodecId<TurboProd2> = "turbo_prod:2";
+template <>
+inline constexpr const char* kCodecId<TurboProd3> = "turbo_prod:3";
 template <>
 inline constexpr const char* kCodecId<TurboProd4> = "turbo_prod:4";
 template <>

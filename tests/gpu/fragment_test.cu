@@ -434,6 +434,8 @@ TEST(CudaFragments, VecInferValuesWithGammasAreRefused) {
 TEST(CudaFragments, TurboProdPairsMatchTheCodec) {
   KVQ_FRESH_SEED();
   check_every_dim<TurboProdTraits<4>>("turbo_prod:4", seed);
+  check_every_dim<TurboProdTraits<3>>("turbo_prod:3", seed + 3);
+  check_every_dim<TurboProdTraits<2>>("turbo_prod:2", seed + 4);
   check_every_dim<TurboProdTraits<4>, IntTraits<4>>("turbo_prod:4", seed + 1, "int4");
   check_every_dim<TurboProdTraits<4>, TurboMseTraits<3>>("turbo_prod:4", seed + 2, "turbo_mse:3");
 }
