@@ -343,13 +343,24 @@ KVQ_UNROLL
   }
 }
 
-// Values with one fp16 norm per token (turbo_mse, qjl): the chunk's norms are their one parameter range, and the
-// softmax weights take norm * 2^-12 (the decoded levels or signs are stored times 2^12).
+// Codecs with one fp16 norm per token (turbo_mse, qjl): the chunk's norms (section sec0) are their one parameter
+// range, for keys and for values.
+template <int C>
+KVQ_HD void token_norm_range(const CodecArgs& a, int cc, uint32_t& offset, uint32_t& bytes) {
+  bytes = 2u * C;
+  offset = a.sec0 + static_cast<uint32_t>(cc) * bytes;
+}
+struct TokenNormKeys {
+  template <int D, int C>
+  KVQ_HD static void range(const CodecArgs& a, int cc, int, uint32_t& offset, uint32_t& bytes) {
+    token_norm_range<C>(a, cc, offset, bytes);
+  }
+};
+// Their values: the softmax weights take norm * 2^-12 (the decoded levels or signs are stored times 2^12).
 struct TokenNormValues {
   template <int D, int DP, int C>
   KVQ_HD static void range(const CodecArgs& a, int cc, int, uint32_t& offset, uint32_t& bytes) {
-    bytes = 2u * C;
-    offset = a.sec0 + static_cast<uint32_t>(cc) * bytes;
+    token_norm_range<C>(a, cc, offset, bytes);
   }
   /// The lane's tokens 8i .. 8i + 7 (chunks of 32 tokens).
   template <int C>
@@ -595,7 +606,7 @@ struct TurboMseTraits {
     return lane_nibbles<kBits>(word(low, x), word(bit, x), lane & 3);
   }
 
-  struct Key {
+  struct Key : TokenNormKeys {
     static constexpr bool kBf16 = false, kSplitB = false, kChunkA = false, kDense = false, kBulk = false;
     static constexpr int kChunk = 32, kRanges = 1;
     /// Piece (kk (C / 32) + h) P + p: tokens (C / 8) n + 4h .. + 3 of the 32-channel chunk kk, part(p).
@@ -613,12 +624,6 @@ struct TurboMseTraits {
       const int h = k / P % (C / 32), kk = k / P / (C / 32);
       const int t = C / 8 * (lane >> 2) + 4 * h;
       return 64 * (kBits * ((t >> 4) * (D / 32) + kk) + part(k % P, lane)) + 4 * (t & 15);
-    }
-    /// The chunk's norms.
-    template <int D, int C>
-    KVQ_HD static void range(const CodecArgs& a, int cc, int, uint32_t& offset, uint32_t& bytes) {
-      bytes = 2u * C;
-      offset = a.sec0 + static_cast<uint32_t>(cc) * bytes;
     }
     template <int D>
     KVQ_HD static constexpr int channel(int ks, int k) {

@@ -68,7 +68,7 @@ struct QjlTraits {
     return kRows > 0 ? kRows : D;
   }
 
-  struct Key {
+  struct Key : TokenNormKeys {
     static constexpr bool kBf16 = false, kSplitB = false, kChunkA = false, kDense = false, kBulk = false;
     static constexpr bool kGroups = false;  // one factor per token, after all k steps
     static constexpr int kChunk = 32, kRanges = 1;
@@ -88,12 +88,6 @@ struct QjlTraits {
     template <int D, int C>
     KVQ_HD static int piece(const CodecArgs&, int lane, int k) {
       return SignKeyMap<rows<D>()>::slot(lane, k);
-    }
-    /// The chunk's norms.
-    template <int D, int C>
-    KVQ_HD static void range(const CodecArgs& a, int cc, int, uint32_t& offset, uint32_t& bytes) {
-      bytes = 2u * C;
-      offset = a.sec0 + static_cast<uint32_t>(cc) * bytes;
     }
     template <int D>
     KVQ_HD static constexpr int channel(int ks, int k) {
