@@ -26,7 +26,9 @@ set(KVQ_CUDA_DEFAULT_PAIRS
 # Writes the pairs' translation units and cuda/decode_pair_list.hpp under dir; sets out_var to the sources.
 function(kvq_decode_pairs dir all out_var)
   set(pairs ${KVQ_CUDA_DEFAULT_PAIRS})
-  if(all)
+  if(KVQ_CUDA_PAIRS)  # a development build's own short list (CMakeLists.txt)
+    set(pairs ${KVQ_CUDA_PAIRS})
+  elseif(all)
     set(pairs ${KVQ_CUDA_SKETCH_PAIRS})
     foreach(k IN LISTS KVQ_CUDA_CODECS)
       foreach(v IN LISTS KVQ_CUDA_CODECS)
