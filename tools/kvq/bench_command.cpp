@@ -218,7 +218,8 @@ std::vector<Row> measure(const BenchOptions& o, ThreadPool& pool, double& read_g
 
 void run_bench(const BenchOptions& o) {
   if (o.device == "cuda") {
-    run_cuda_bench({o.ctx, o.batch, o.q_heads, o.kv_heads, o.dim, o.block, o.reps, o.keys, o.values, o.json, o.seed});
+    run_cuda_bench(
+        {o.ctx, o.batch, o.q_heads, o.kv_heads, o.dim, o.block, o.reps, o.keys, o.values, o.json, o.hot, o.seed});
     return;
   }
   ThreadPool pool(o.threads);
@@ -292,7 +293,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--block", o->block, "tokens per page")->check(CLI::IsMember({64, 128}))->capture_default_str();
   cmd->add_option("--reps", o->reps, "timed calls per pair")->capture_default_str();
   cmd->add_option("--seed", o->seed, "random seed")->capture_default_str();
-  cmd->add_flag("--hot", o->hot, "one cache per pair, reused: with a small --ctx, the compute time alone");
+  cmd->add_flag("--hot", o->hot,
+                "one cache per pair, reused: with a small --ctx, the compute time alone (cuda: one sequence's pages "
+                "for the whole batch)");
   cmd->add_flag("--json", o->json, "print one JSON object");
   cmd->add_option("--device", o->device, "cpu, or cuda (device 0, against the bf16/bf16 kernel)")
       ->check(CLI::IsMember({"cpu", "cuda"}))

@@ -5,7 +5,8 @@
 // codecs) repeated on the device into distinct memory for every sequence, so that a large context needs no large
 // host encode. Where one batch is smaller than several times the L2 cache, several copies of the batch are built
 // and the timed calls rotate over them. Times are CUDA-event medians of one call (three kernels, replayed as a CUDA
-// graph).
+// graph). --hot: every sequence of the batch is one sequence (its pages read batch times per call, from L2 where
+// they fit): the kernels' time without the HBM traffic, against which the cold time tells memory from compute.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -64,11 +65,14 @@ Timed time_pair(const CudaBenchOptions& o, const std::string& k, const std::stri
                       static_cast<double>(host.key_codec(0).block_bytes() + host.value_codec(0).block_bytes()) /
                       static_cast<double>(T);
   const size_t batch_bytes = o.batch * pages * host.page_bytes();
-  t.copies = std::clamp<size_t>((kRotateBytes + batch_bytes - 1) / batch_bytes, 1, 16);
-  cuda::DeviceKVCache dev(host, source + t.copies * o.batch * pages);
+  t.copies = o.hot ? 1 : std::clamp<size_t>((kRotateBytes + batch_bytes - 1) / batch_bytes, 1, 16);
+  const size_t distinct = o.hot ? 1 : o.batch;
+  cuda::DeviceKVCache dev(host, source + t.copies * distinct * pages);
   std::vector<std::vector<SeqId>> batches(t.copies);
-  for (auto& b : batches)
-    for (size_t s = 0; s < o.batch; ++s) b.push_back(dev.add_sequence_repeating(src, o.ctx));
+  for (auto& b : batches) {
+    for (size_t s = 0; s < distinct; ++s) b.push_back(dev.add_sequence_repeating(src, o.ctx));
+    b.resize(o.batch, b.front());
+  }
   std::vector<cuda::DecodePlan> plans;
   for (const auto& b : batches) plans.emplace_back(dev, 0, b, o.q_heads);
   t.splits = plans[0].splits();
@@ -119,13 +123,15 @@ void run_cuda_bench(const CudaBenchOptions& o) {
   for (const Timed& t : timed) rows.push_back(row_json(t));
   const nlohmann::ordered_json result = {{"device", device},   {"copy_gbps", copy_gbps}, {"q_heads", o.q_heads},
                                          {"kv_heads", o.kv_heads}, {"dim", o.dim},         {"block", o.block},
-                                         {"reps", o.reps},     {"baseline", rows[0]},    {"rows", rows}};
+                                         {"reps", o.reps},     {"hot", o.hot},           {"baseline", rows[0]},
+                                         {"rows", rows}};
   if (o.json) {
     std::printf("%s\n", result.dump().c_str());
     return;
   }
-  std::printf("%s, copy bandwidth %.1f GB/s\nctx %zu, batch %zu, %d query heads on %d kv heads, d=%d, T=%d\n\n",
-              device.c_str(), copy_gbps, o.ctx, o.batch, o.q_heads, o.kv_heads, o.dim, o.block);
+  std::printf("%s, copy bandwidth %.1f GB/s\nctx %zu, batch %zu, %d query heads on %d kv heads, d=%d, T=%d%s\n\n",
+              device.c_str(), copy_gbps, o.ctx, o.batch, o.q_heads, o.kv_heads, o.dim, o.block,
+              o.hot ? ", hot (one sequence's pages for the whole batch)" : "");
   std::printf("%-14s %-14s %10s %10s %8s %8s %9s  %s\n", "k", "v", "bytes/tok", "us/call", "GB/s", "of copy",
               "vs bf16", "kernel");
   for (const auto& r : rows)

@@ -13,6 +13,7 @@ struct CudaBenchOptions {
   int q_heads = 32, kv_heads = 8, dim = 128, block = 64, reps = 20;
   std::vector<std::string> keys, values;
   bool json = false;
+  bool hot = false;  ///< every sequence of the batch reads one sequence's pages (L2-resident when they fit)
   uint64_t seed = 1;
 };
 
