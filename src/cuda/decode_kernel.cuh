@@ -183,27 +183,12 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
   const int pc = (warp % S::kParts) * DP;  // this warp's value channels: pc .. pc + DP - 1
   const size_t q_row0 = static_cast<size_t>(s) * a.n_q_heads + static_cast<size_t>(h) * a.G;
 
-  // The group's queries as A fragments (and their fp32 values for per-chunk rebuilds), rows n >= G zero.
-  for (int idx = threadIdx.x; idx < KS * 32; idx += S::kThreads) {
-    const int ks = idx >> 5, g = (idx & 31) >> 2, i = idx & 3;
-    float x[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q)
-      x[q] = g < a.G ? a.q_space[(q_row0 + g) * S::KD + K::template channel<D>(ks, frag_k(i, q))] * a.scale_log2 : 0.0f;
-    qtab[idx] = split_fragment<K::kBf16>(x[0], x[1], x[2], x[3]);
-    if constexpr (K::kChunkA) qf[idx] = make_float4(x[0], x[1], x[2], x[3]);
-  }
-  for (uint32_t idx = threadIdx.x; idx < a.key.table_bytes / 16; idx += S::kThreads)
-    reinterpret_cast<uint4*>(ktable)[idx] = static_cast<const uint4*>(a.key.table)[idx];
-  for (uint32_t idx = threadIdx.x; idx < a.value.table_bytes / 16; idx += S::kThreads)
-    reinterpret_cast<uint4*>(vtable)[idx] = static_cast<const uint4*>(a.value.table)[idx];
   if constexpr (S::kBulk) {
     if (lane == 0) {
       for (int st = 0; st < kStages; ++st) mbar_init(bars + 2 * st);
       mbar_init_fence();
     }
   }
-  __syncthreads();
 
   const SeqPages sp = a.seqs[s];
   const int q0 = range * a.chunks_per_warp;
@@ -275,16 +260,35 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
     }
   };
 
-  float m_run = -INFINITY, l_run = 0;
-  float o[NJ][4];
-#pragma unroll
-  for (int j = 0; j < NJ; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
-
+  // The first chunks' copies go out before the block builds its query fragments and copies the codecs' tables, so
+  // that their latency overlaps that work (a warp's stages are its own; its barriers were set up by its lane 0).
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
     if (q0 + st < q1) issue(q0 + st, st);
     if constexpr (S::kLanes) cp_async_commit();
   }
+
+  // The group's queries as A fragments (and their fp32 values for per-chunk rebuilds), rows n >= G zero.
+  for (int idx = threadIdx.x; idx < KS * 32; idx += S::kThreads) {
+    const int ks = idx >> 5, g = (idx & 31) >> 2, i = idx & 3;
+    float x[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      x[q] = g < a.G ? a.q_space[(q_row0 + g) * S::KD + K::template channel<D>(ks, frag_k(i, q))] * a.scale_log2 : 0.0f;
+    qtab[idx] = split_fragment<K::kBf16>(x[0], x[1], x[2], x[3]);
+    if constexpr (K::kChunkA) qf[idx] = make_float4(x[0], x[1], x[2], x[3]);
+  }
+  for (uint32_t idx = threadIdx.x; idx < a.key.table_bytes / 16; idx += S::kThreads)
+    reinterpret_cast<uint4*>(ktable)[idx] = static_cast<const uint4*>(a.key.table)[idx];
+  for (uint32_t idx = threadIdx.x; idx < a.value.table_bytes / 16; idx += S::kThreads)
+    reinterpret_cast<uint4*>(vtable)[idx] = static_cast<const uint4*>(a.value.table)[idx];
+  __syncthreads();
+
+  float m_run = -INFINITY, l_run = 0;
+  float o[NJ][4];
+#pragma unroll
+  for (int j = 0; j < NJ; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
+
   uint32_t phases = 0;  // bulk copies: the parity each stage's barrier completes next, one bit a stage
   for (int q = q0, stage = 0; q < q1; ++q, stage = stage == kStages - 1 ? 0 : stage + 1) {
     if (q + kStages - 1 < q1) issue(q + kStages - 1, stage == 0 ? kStages - 1 : stage - 1);
