@@ -2,7 +2,7 @@
 # The whole GPU job in one device call: build for sm_90, run the GPU tests, time PyTorch SDPA (bf16, GQA) and
 # every kvq CUDA kernel over batch {1, 8, 32} x ctx {4096, 32768, 131072} with the device's copy bandwidth, time the
 # append kernels per codec (append.jsonl), run the GPU tests under compute-sanitizer memcheck and racecheck, and
-# print the tables last. Everything it prints is also written under $OUT (run.log, kvq.jsonl, append.jsonl,
+# print the tables last. Everything it prints is also written under $OUT (run.log, kvq.jsonl, hot.jsonl, append.jsonl,
 # sdpa.jsonl, summary.json, ptxas.log, sanitizer logs).
 #   here:     bash bench/gpu/pack-deps.sh
 #   device:   run(command="bash bench/gpu/run.sh", carry=[".gpu-deps"])
@@ -40,6 +40,10 @@ for shape in "${shapes[@]}"; do
   timeout 90 build/cuda-device/kvq bench attention --device cuda --batch "$b" --ctx "$c" "${pairs[@]}" --reps 30 \
     --json >>"$OUT/kvq.jsonl" || echo "kvq-gpu: kvq bench batch $b ctx $c failed"
 done
+# The same pairs with every sequence of the batch reading one sequence's pages (--hot: from L2): what the kernels
+# take without the HBM traffic, so that the cold times above tell memory-bound from compute-bound.
+timeout 90 build/cuda-device/kvq bench attention --device cuda --batch 32 --ctx 32768 "${pairs[@]}" --reps 30 --hot \
+  --json >"$OUT/hot.jsonl" || echo "kvq-gpu: kvq bench --hot failed"
 echo "kvq-gpu: kvq timing done at $(( $(date +%s) - start )) s"
 # The append kernels: 32 sequences x one prefill chunk of 4096 tokens, and one token per sequence.
 timeout 120 build/cuda-device/kvq bench append --device cuda --batch 32 --chunk 4096 --json >"$OUT/append.jsonl" ||

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The table of bench/gpu/run.sh: per shape, SDPA's time and each kernel's time, speed-up over SDPA and fraction
-of the copy bandwidth on its own (compressed) bytes; then the append kernels per codec (append.jsonl, where present).
-Reads sdpa.jsonl, kvq.jsonl and append.jsonl; writes summary.json."""
+of the copy bandwidth on its own (compressed) bytes; the hot (L2-resident) times against the cold ones (hot.jsonl); then
+the append kernels per codec (append.jsonl). Reads sdpa.jsonl, kvq.jsonl, hot.jsonl and append.jsonl where present;
+writes summary.json."""
 import json
 import sys
 
@@ -16,6 +17,13 @@ for res in kvq:
         r["speedup_vs_sdpa"] = base["us_per_call"] / r["us_per_call"] if base else None
         r["copy_gbps"] = res["copy_gbps"]
         summary.append(r)
+hot = []
+try:
+    for line in open(f"{out_dir}/hot.jsonl"):
+        if line.startswith("{"):
+            hot.extend(json.loads(line)["rows"])
+except FileNotFoundError:
+    pass
 appends = []
 try:
     for line in open(f"{out_dir}/append.jsonl"):
@@ -26,7 +34,7 @@ try:
                 appends.append(r)
 except FileNotFoundError:
     pass
-json.dump({"sdpa": list(sdpa.values()), "rows": summary, "append": appends}, open(f"{out_dir}/summary.json", "w"),
+json.dump({"sdpa": list(sdpa.values()), "rows": summary, "hot": hot, "append": appends}, open(f"{out_dir}/summary.json", "w"),
           indent=1)
 print(f"{'batch':>5} {'ctx':>7} {'pair':<24} {'us':>9} {'sdpa us':>9} {'vs sdpa':>8} {'GB/s':>7} {'of copy':>7}")
 for r in summary:
@@ -35,6 +43,14 @@ for r in summary:
     sd = f"{r['sdpa_us']:.1f}" if r["sdpa_us"] else "-"
     print(f"{r['batch']:>5} {r['ctx']:>7} {pair:<24} {r['us_per_call']:>9.1f} {sd:>9} {vs:>8} {r['gbps']:>7.0f} "
           f"{r['bw_fraction']:>7.2f}")
+cold = {(r["k"], r["v"], r["batch"], r["ctx"]): r for r in summary}
+if hot:
+    print(f"\n{'hot':<5} {'ctx':>7} {'pair':<24} {'hot us':>9} {'cold us':>9} {'cold/hot':>8}")
+    for r in hot:
+        c = cold.get((r["k"], r["v"], r["batch"], r["ctx"]))
+        ratio = f"{c['us_per_call'] / r['us_per_call']:.2f}" if c else "-"
+        cus = f"{c['us_per_call']:.1f}" if c else "-"
+        print(f"{r['batch']:>5} {r['ctx']:>7} {r['k'] + '/' + r['v']:<24} {r['us_per_call']:>9.1f} {cus:>9} {ratio:>8}")
 if appends:
     print(f"\n{'append':<8} {'codec':<14} {'batch':>5} {'tokens':>8} {'us':>9} {'Mtok/s':>8} {'GB/s':>7} {'of copy':>7}")
     for r in appends:
