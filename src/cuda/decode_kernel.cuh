@@ -212,6 +212,15 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
     }
   }
 
+  // What every chunk's copies share: the head's blocks in a page, the lane's pieces in a chunk.
+  const size_t kblock = a.key_offset + static_cast<size_t>(h) * a.key_stride;
+  const size_t vblock = a.value_offset + static_cast<size_t>(h) * a.value_stride;
+  int kpiece[S::kKeyPieces > 0 ? S::kKeyPieces : 1], vpiece[S::kValuePieces > 0 ? S::kValuePieces : 1];
+#pragma unroll
+  for (int k = 0; k < S::kKeyPieces; ++k) kpiece[k] = K::template piece<D, C>(a.key, lane, k);
+#pragma unroll
+  for (int k = 0; k < S::kValuePieces; ++k) vpiece[k] = V::template piece<D, DP, C>(a.value, lane, k, pc);
+
   // Block-table entries, 32 pages at a time: lane j holds the id of page base + j.
   int pid_base = -1;
   uint32_t pid = 0;
@@ -222,8 +231,8 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
       pid = pid_base + lane < sp.n_pages ? sp.pages[pid_base + lane] : 0u;
     }
     const uint8_t* page = a.pool + static_cast<size_t>(__shfl_sync(0xffffffffu, pid, p & 31)) * a.page_bytes;
-    const uint8_t* kb = page + a.key_offset + static_cast<size_t>(h) * a.key_stride;
-    const uint8_t* vb = page + a.value_offset + static_cast<size_t>(h) * a.value_stride;
+    const uint8_t* kb = page + kblock;
+    const uint8_t* vb = page + vblock;
     const uint8_t* kc = kb + cc * S::kKeyChunkBytes;
     const uint8_t* vc = vb + cc * S::kValueChunkBytes;
     uint8_t* st = ring + stage * a.stage_bytes;
@@ -238,10 +247,9 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
     // The lanes' pieces and the parameter ranges (none for f16/bf16).
     st += 16 * lane;
 #pragma unroll
-    for (int k = 0; k < S::kKeyPieces; ++k) cp_async16(st + 512 * k, kc + K::template piece<D, C>(a.key, lane, k));
+    for (int k = 0; k < S::kKeyPieces; ++k) cp_async16(st + 512 * k, kc + kpiece[k]);
 #pragma unroll
-    for (int k = 0; k < S::kValuePieces; ++k)
-      cp_async16(st + S::kKeyCodeBytes + 512 * k, vc + V::template piece<D, DP, C>(a.value, lane, k, pc));
+    for (int k = 0; k < S::kValuePieces; ++k) cp_async16(st + S::kKeyCodeBytes + 512 * k, vc + vpiece[k]);
     st -= 16 * lane;
     uint8_t* prm = st + S::kCodeBytes;
     for (int r = 0; r < K::kRanges; ++r) {
