@@ -2,6 +2,9 @@
 // of include/kvq/block_layout.hpp, on the host: every token and channel of several shapes.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "cuda/encode_layout.cuh"
 #include "kvq/block_layout.hpp"
 
@@ -73,6 +76,39 @@ TEST(EncodeLayout, LaneCodesMatchTurboMse) {
                 ASSERT_EQ(got.shift, want.shift);
                 ASSERT_EQ(got.width, want.width);
               }
+        }
+}
+
+// Every field of every code word (lane_codes_word / lane_codes_field, what the turbo_mse encoder builds a word from)
+// lies where layout::LaneCodes places that part of that index, and covers every (token, channel, part) once.
+TEST(EncodeLayout, LaneCodeWordsInvertThePlaces) {
+  for (size_t d : {32u, 48u, 128u, 256u})
+    for (size_t T : {1u, 33u, 64u})
+      for (size_t bits = 1; bits <= 4; ++bits)
+        for (const bool key : {true, false}) {
+          SCOPED_TRACE("d=" + std::to_string(d) + " T=" + std::to_string(T) + " b=" + std::to_string(bits) +
+                       (key ? " keys" : " values"));
+          const layout::LaneCodes l{d, T, bits, key};
+          std::vector<int> hits(T * d * l.parts(), 0);
+          const int bi = static_cast<int>(bits), words = static_cast<int>(l.bytes() / 4);
+          for (int w = 0; w < words; ++w) {
+            const LaneCodesWord at = lane_codes_word(key, static_cast<int>(d), bi, w);
+            const int fields = lane_codes_fields(bi, at.sub);
+            ASSERT_EQ(fields * static_cast<int>(32 / fields), 32);
+            for (int f = 0; f < fields; ++f) {
+              const LaneCodesField fl = lane_codes_field(bi, at.sub, f);
+              ASSERT_EQ(fl.shift, f * fl.width);
+              const size_t t = static_cast<size_t>(key ? at.t0 : at.t0 + fl.e);
+              const size_t c = static_cast<size_t>(key ? at.c0 + fl.e : at.c0);
+              if (t >= T || c >= d) continue;  // padding
+              const auto want = l.place(t, c, static_cast<size_t>(fl.part));
+              ASSERT_EQ(8 * want.byte + want.shift, 32 * static_cast<size_t>(w) + static_cast<size_t>(fl.shift))
+                  << "word " << w << " field " << f;
+              ASSERT_EQ(want.width, static_cast<unsigned>(fl.width));
+              ++hits[(t * d + c) * l.parts() + static_cast<size_t>(fl.part)];
+            }
+          }
+          for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i], 1) << "element " << i;
         }
 }
 

@@ -85,6 +85,39 @@ KVQ_ENCODE_HD CodePlace lane_codes_place(bool key, int d, int bits, int t, int c
           static_cast<uint32_t>(width)};
 }
 
+/// The inverse of lane_codes_place for whole 32-bit words: word w of the codes (w = 16 tile + lane) holds fields of
+/// 32 consecutive channels c0 + e of token t0 (keys) or 32 consecutive tokens t0 + e of channel c0 (values), all
+/// from tile `sub` of the group's `bits` tiles (lane_codes_field says which).
+struct LaneCodesWord {
+  int t0, c0, sub;
+};
+KVQ_ENCODE_HD LaneCodesWord lane_codes_word(bool key, int d, int bits, int w) {
+  const int lane = w & 15, tile = w >> 4, g = tile / bits, sub = tile % bits;
+  if (key) {
+    const int per_row = (d + 31) / 32;  // groups of 32 code channels per 16 tokens
+    return {16 * (g / per_row) + lane, 32 * (g % per_row), sub};
+  }
+  const int per_row = d / 16;  // groups of 16 channels per 32 tokens
+  return {32 * (g / per_row), 16 * (g % per_row) + lane, sub};
+}
+
+/// Field f of such a word: part `part` of the index of element e, at bit `shift` = f * width of the word.
+struct LaneCodesField {
+  int e, part, shift, width;
+};
+/// Fields of a word of tile `sub`: 8 nibbles (b = 4), 16 two-bit fields (b = 2, and b = 3's low bits), 32 bits
+/// (b = 1, and b = 3's high bits).
+KVQ_ENCODE_HD int lane_codes_fields(int bits, int sub) {
+  return bits == 4 ? 8 : bits == 2 || (bits == 3 && sub < 2) ? 16 : 32;
+}
+KVQ_ENCODE_HD LaneCodesField lane_codes_field(int bits, int sub, int f) {
+  if (bits == 4) return {8 * sub + f, 0, 4 * f, 4};  // v = sub, j = f
+  if (bits == 2 || (bits == 3 && sub < 2)) {          // v = 2 sub + f % 2, j = f / 2
+    return {8 * (2 * sub + (f & 1)) + (f >> 1), 0, 2 * f, 2};
+  }
+  return {8 * (((f & 3) + 2) & 3) + (f >> 2), bits == 3 ? 1 : 0, f, 1};  // bit 4 j + (v + 2) % 4
+}
+
 /// The stream position of an encoding error (atomicMin keeps the first): token, kv head, channel.
 KVQ_ENCODE_HD unsigned long long error_position(size_t token, int head, int channel) {
   return static_cast<unsigned long long>(token) << 32 | static_cast<unsigned long long>(head) << 16 |

@@ -1,6 +1,7 @@
 // The append kernel of turbo_mse:1..4 (src/codec/turbo_mse.cpp): per token the norm (a sequential sum in double,
 // as the CPU's split_norm), u = x / ||x|| in double rounded to float, rotated, and each coordinate's index = the
-// number of Lloyd–Max boundaries below it, packed as layout::LaneCodes; the norm as fp16. Bit-exact with the CPU
+// number of Lloyd–Max boundaries below it, packed as layout::LaneCodes (each 32-bit lane built by one thread); the
+// norm as fp16. Bit-exact with the CPU
 // encoder under the Hadamard rotation; other rotations differ in float order (dense matrix).
 #include <memory>
 
@@ -22,6 +23,7 @@ struct TurboMseEnc {
   int bits = 3;
   bool key = true;
   uint32_t norms_offset = 0;
+  int code_words = 0;  // 32-bit words of the codes section
 
   // The token norms (T doubles), then the dense rotation's spare tile.
   __host__ __device__ size_t scratch_floats(int T, int d) const {
@@ -52,16 +54,21 @@ struct TurboMseEnc {
     }
     __syncthreads();
     rotate_rows(rot, x, scratch + 2 * T, T, d, ctx.dd);
-    const int n_bounds = (1 << bits) - 1, parts = bits == 3 ? 2 : 1;
-    for (int i = threadIdx.x; i < T * d; i += blockDim.x) {
-      const int t = ctx.dd.div(i), c = ctx.dd.mod(i);
-      uint32_t idx = 0;
-      for (int k = 0; k < n_bounds; ++k) idx += x[i] > boundaries[k];
-      for (int p = 0; p < parts; ++p) {
-        const CodePlace at = lane_codes_place(key, d, bits, t, c, p);
-        put_bits(block, at, idx & ((1u << at.width) - 1));
-        idx >>= at.width;
+    const int n_bounds = (1 << bits) - 1;
+    for (int w = threadIdx.x; w < code_words; w += blockDim.x) {
+      const LaneCodesWord at = lane_codes_word(key, d, bits, w);
+      const int fields = lane_codes_fields(bits, at.sub);
+      uint32_t word = 0;
+      for (int f = 0; f < fields; ++f) {
+        const LaneCodesField fl = lane_codes_field(bits, at.sub, f);
+        const int t = key ? at.t0 : at.t0 + fl.e, c = key ? at.c0 + fl.e : at.c0;
+        if (t >= T || c >= d) continue;  // padding
+        const float v = x[t * d + c];
+        uint32_t idx = 0;
+        for (int k = 0; k < n_bounds; ++k) idx += v > boundaries[k];
+        word |= ((idx >> (2 * fl.part)) & ((1u << fl.width) - 1)) << fl.shift;  // part 1: the high bit of b = 3
       }
+      block[w] = word;
     }
   }
 };
@@ -77,6 +84,7 @@ class TurboMseEncoder final : public EncoderOf<TurboMseEnc> {
     enc_.bits = bits;
     enc_.key = p.layout.key;
     enc_.norms_offset = static_cast<uint32_t>(p.layout.norms_offset());
+    enc_.code_words = static_cast<int>(p.layout.codes().bytes() / 4);
   }
 
  private:
