@@ -4,8 +4,11 @@
 // Appends encode on the device: the append kernels (src/cuda/encode_*.cu) rotate, quantize and pack full pages
 // straight into the pool, the same bytes as the CPU codecs write (bit-exact for f32/f16/bf16, kivi, and int8/int4 and
 // turbo_mse under the default Hadamard rotation; other rotations use their dense matrix, whose float order differs).
-// The fp32 window and the key offsets live on the device. Codecs without append kernels (turbo_prod, qjl, turbo_rvq,
-// vecinfer): append_device throws naming the codec; append from host memory encodes them with the CPU codecs.
+// append_device_batch appends a chunk to each of many sequences of one layer (a decode step, or prefill chunks) in
+// one set of launches with one check and one host round trip; append_device is the batch of one. The fp32 window
+// and the key offsets live on the device. Codecs without append kernels (turbo_prod, qjl, turbo_rvq, vecinfer):
+// append_device(_batch) throws naming the codec; append from host memory encodes them with the CPU codecs.
+// to_host copies the cache back into a CPU KVCache.
 //
 // Decode attention runs on the device: the queries are mapped to the key codec's space, a split-K kernel fused for
 // the (key codec, value codec) pair scores and sums the pages, and a merge kernel folds the splits, maps the result

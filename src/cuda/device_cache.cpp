@@ -131,9 +131,11 @@ struct DeviceKVCache::Impl {
     return sequences.emplace(id, std::move(s)).first->second;
   }
   uint8_t* page(PageId id) const { return pool.get() + static_cast<size_t>(id) * page_bytes; }
-  // Room for `need` entries in the layer's device block table.
+  // Room for `need` entries in the layer's device block table. Growing it waits for the device: an append's
+  // commit, queued on the caller's stream, may still be writing entries of the old table.
   void reserve_table(Layer& l, size_t need) {
     if (need > l.pages_capacity) {
+      KVQ_CUDA_CHECK(cudaDeviceSynchronize());
       const size_t cap = std::max<size_t>(need, 2 * l.pages_capacity);
       DevicePtr<PageId> grown = device_alloc<PageId>(cap, "a block table");
       if (!l.pages.empty())
