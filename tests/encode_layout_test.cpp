@@ -79,6 +79,27 @@ TEST(EncodeLayout, LaneCodesMatchTurboMse) {
         }
 }
 
+// The encoders' order of code words is a permutation, and for keys consecutive items take consecutive channel
+// groups of one token.
+TEST(EncodeLayout, LaneTileWordOrderIsAPermutation) {
+  for (const int row_tiles : {1, 2, 4, 8, 16, 32, 64})
+    for (const bool key : {true, false}) {
+      const FastDiv rt = FastDiv::of(row_tiles);
+      const int words = 16 * row_tiles * 8;  // 8 groups of 16 tokens
+      std::vector<int> hits(static_cast<size_t>(words), 0);
+      for (int i = 0; i < words; ++i) {
+        const int w = lane_tile_word(key, rt, i);
+        ASSERT_GE(w, 0);
+        ASSERT_LT(w, words);
+        ++hits[static_cast<size_t>(w)];
+        if (key && i % row_tiles != 0) {  // the next channel tile of the same token: the same lane
+          ASSERT_EQ(w, lane_tile_word(key, rt, i - 1) + 16);
+        }
+      }
+      for (const int h : hits) ASSERT_EQ(h, 1);
+    }
+}
+
 // Every field of every code word (lane_codes_word / lane_codes_field, what the turbo_mse encoder builds a word from)
 // lies where layout::LaneCodes places that part of that index, and covers every (token, channel, part) once.
 TEST(EncodeLayout, LaneCodeWordsInvertThePlaces) {

@@ -415,8 +415,8 @@ CacheConfig batch_config(const std::string& spec, int R, bool center, size_t cap
 }
 
 TEST(CudaAppend, BatchedAppendsBytesEqualPerSequenceCpuAppends) {
-  KVQ_FRESH_SEED();
   KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
   for (const std::string& spec : std::vector<std::string>{"f16", "int4", "int8", "kivi:2", "turbo_mse:3"})
     for (const int R : {0, 64}) {
       SCOPED_TRACE(spec + " R=" + std::to_string(R));
@@ -433,8 +433,8 @@ TEST(CudaAppend, BatchedAppendsBytesEqualPerSequenceCpuAppends) {
 }
 
 TEST(CudaAppend, ErrorInOneSequenceRejectsTheWholeBatch) {
-  KVQ_FRESH_SEED();
   KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
   for (const std::string& spec : std::vector<std::string>{"int4", "f16"}) {
     SCOPED_TRACE(spec);
     BatchFixture f(batch_config(spec, 64, spec == "int4", 256, seed), seed, 4, 600);
@@ -494,8 +494,8 @@ TEST(CudaAppend, ErrorInOneSequenceRejectsTheWholeBatch) {
 }
 
 TEST(CudaAppend, ExhaustedPoolRejectsTheWholeBatch) {
-  KVQ_FRESH_SEED();
   KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
   BatchFixture f(batch_config("int4", 0, false, 10, seed), seed, 3, 800);
   f.append({64, 100, 10});  // 2 pages taken
   const DeviceState before(f);
@@ -514,8 +514,8 @@ TEST(CudaAppend, ExhaustedPoolRejectsTheWholeBatch) {
 
 // CPU cache -> device -> batched appends on the device -> host: equal to the CPU cache that took the same appends.
 TEST(CudaAppend, ToHostAfterDeviceAppendsEqualsTheCpuCache) {
-  KVQ_FRESH_SEED();
   KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
   for (const std::string& spec : std::vector<std::string>{"int4", "f16", "turbo_mse:3", "kivi:2"}) {
     SCOPED_TRACE(spec);
     const CacheConfig cfg = batch_config(spec, 64, spec == "int4", 128, seed);
