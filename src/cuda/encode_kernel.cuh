@@ -7,8 +7,9 @@
 //
 // An Enc provides `size_t scratch_floats(int T, int d) const` (shared memory it needs beyond the tile) and
 // `__device__ void encode(const EncodeContext&, float* tile, float* scratch, uint32_t* block) const`, called by
-// every thread of the block; it writes fields with put_bits / put_half (shared-memory atomics: several threads
-// fill the bytes of one word) and reports values it cannot store with EncodeContext::report.
+// every thread of the block; it writes whole 32-bit words of codes (one thread per word: no atomics, as every
+// encoder here does), 16-bit fields with put_half, or fields with put_bits (shared-memory atomics, where several
+// threads fill the bytes of one word), and reports values it cannot store with EncodeContext::report.
 #pragma once
 
 #include <cuda_runtime.h>
