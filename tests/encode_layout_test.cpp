@@ -2,6 +2,7 @@
 // of include/kvq/block_layout.hpp, on the host: every token and channel of several shapes.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -130,6 +131,38 @@ TEST(EncodeLayout, LaneCodeWordsInvertThePlaces) {
             }
           }
           for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i], 1) << "element " << i;
+        }
+}
+
+// The turbo_mse encoder's words (lane_codes_pack_word) hold the bytes that packing every index at
+// layout::LaneCodes::place gives, padding zero.
+TEST(EncodeLayout, LaneCodeWordsPackLikeTheLayout) {
+  uint32_t state = 12345;
+  for (size_t d : {32u, 48u, 128u})
+    for (size_t T : {33u, 64u})
+      for (size_t bits = 1; bits <= 4; ++bits)
+        for (const bool key : {true, false}) {
+          const layout::LaneCodes l{d, T, bits, key};
+          std::vector<uint32_t> idx(T * d);
+          for (uint32_t& x : idx) x = (state = state * 1664525u + 1013904223u) >> (32 - bits);
+          std::vector<uint8_t> want(l.bytes(), 0);
+          for (size_t t = 0; t < T; ++t)
+            for (size_t c = 0; c < d; ++c) {
+              uint32_t v = idx[t * d + c];
+              for (size_t p = 0; p < l.parts(); ++p) {
+                const auto at = l.place(t, c, p);
+                want[at.byte] = static_cast<uint8_t>(want[at.byte] | (v & ((1u << at.width) - 1)) << at.shift);
+                v >>= at.width;
+              }
+            }
+          std::vector<uint8_t> got(l.bytes());
+          const auto index = [&](int t, int c) { return idx[static_cast<size_t>(t) * d + static_cast<size_t>(c)]; };
+          for (size_t w = 0; w < l.bytes() / 4; ++w) {
+            const uint32_t word = lane_codes_pack_word(key, static_cast<int>(d), static_cast<int>(T),
+                                                       static_cast<int>(bits), static_cast<int>(w), index);
+            std::memcpy(&got[4 * w], &word, 4);  // little-endian, as the device stores it
+          }
+          ASSERT_EQ(got, want) << "d=" << d << " T=" << T << " b=" << bits << (key ? " keys" : " values");
         }
 }
 

@@ -128,6 +128,22 @@ KVQ_ENCODE_HD LaneCodesField lane_codes_field(int bits, int sub, int f) {
   return {8 * (((f & 3) + 2) & 3) + (f >> 2), bits == 3 ? 1 : 0, f, 1};  // bit 4 j + (v + 2) % 4
 }
 
+/// Word w of the codes of b-bit indices index(t, c) (token t < T, channel c < d; the padding's fields stay 0).
+template <class Index>
+KVQ_ENCODE_HD uint32_t lane_codes_pack_word(bool key, int d, int T, int bits, int w, const Index& index) {
+  const LaneCodesWord at = lane_codes_word(key, d, bits, w);
+  const int fields = lane_codes_fields(bits, at.sub);
+  uint32_t word = 0;
+  for (int f = 0; f < fields; ++f) {
+    const LaneCodesField fl = lane_codes_field(bits, at.sub, f);
+    const int t = key ? at.t0 : at.t0 + fl.e, c = key ? at.c0 + fl.e : at.c0;
+    if (t >= T || c >= d) continue;
+    const uint32_t idx = index(t, c);
+    word |= ((idx >> (2 * fl.part)) & ((1u << fl.width) - 1)) << fl.shift;  // part 1: the high bit of b = 3
+  }
+  return word;
+}
+
 /// The stream position of an encoding error (atomicMin keeps the first): token, kv head, channel.
 KVQ_ENCODE_HD unsigned long long error_position(size_t token, int head, int channel) {
   return static_cast<unsigned long long>(token) << 32 | static_cast<unsigned long long>(head) << 16 |

@@ -55,21 +55,14 @@ struct TurboMseEnc {
     __syncthreads();
     rotate_rows(rot, x, scratch + 2 * T, T, d, ctx.dd);
     const int n_bounds = (1 << bits) - 1;
-    for (int w = threadIdx.x; w < code_words; w += blockDim.x) {
-      const LaneCodesWord at = lane_codes_word(key, d, bits, w);
-      const int fields = lane_codes_fields(bits, at.sub);
-      uint32_t word = 0;
-      for (int f = 0; f < fields; ++f) {
-        const LaneCodesField fl = lane_codes_field(bits, at.sub, f);
-        const int t = key ? at.t0 : at.t0 + fl.e, c = key ? at.c0 + fl.e : at.c0;
-        if (t >= T || c >= d) continue;  // padding
-        const float v = x[t * d + c];
-        uint32_t idx = 0;
-        for (int k = 0; k < n_bounds; ++k) idx += v > boundaries[k];
-        word |= ((idx >> (2 * fl.part)) & ((1u << fl.width) - 1)) << fl.shift;  // part 1: the high bit of b = 3
-      }
-      block[w] = word;
-    }
+    auto index = [&](int t, int c) {
+      const float v = x[t * d + c];
+      uint32_t idx = 0;
+      for (int k = 0; k < n_bounds; ++k) idx += v > boundaries[k];
+      return idx;
+    };
+    for (int w = threadIdx.x; w < code_words; w += blockDim.x)
+      block[w] = lane_codes_pack_word(key, d, T, bits, w, index);  // one thread per word
   }
 };
 
