@@ -37,8 +37,11 @@ struct IntEnc {
     for (int k = threadIdx.x; k < T * groups; k += blockDim.x) {  // group_scale of int_group.cpp
       const int t = gd.div(k), g = gd.mod(k);
       const float* v = x + t * d + g * G;
+      // Each lane starts at another element: the groups of a warp start in one shared-memory bank, and the
+      // maximum of the magnitudes does not depend on the order.
+      const int start = static_cast<int>(threadIdx.x) & 31;
       float amax = 0;
-      for (int i = 0; i < G; ++i) amax = fmaxf(amax, fabsf(v[i]));
+      for (int i = 0; i < G; ++i) amax = fmaxf(amax, fabsf(v[(i + start) & (G - 1)]));
       const double exact = __ddiv_rn(static_cast<double>(amax), static_cast<double>(qmax));
       uint16_t h = to_f16_bits(__double2float_rn(exact));
       if (!(static_cast<double>(amax) <= __dmul_rn(qmax + 0.5, static_cast<double>(f16_bits_to_float(h)))))

@@ -45,10 +45,16 @@ struct KiviEnc {
       const int t = key ? 0 : gd.div(r), c = key ? r : gd.mod(r) * G;
       const int n = key ? T : G, stride = key ? d : 1;
       const float* v = x + t * d + c;
-      float lo = v[0], hi = v[0];
-      for (int i = 1; i < n; ++i) {
-        lo = fminf(lo, v[i * stride]);
-        hi = fmaxf(hi, v[i * stride]);
+      // In the CPU's order (the sign of a zero minimum depends on it), values with each lane one step behind the
+      // previous: the groups of a warp start in one shared-memory bank, so in step s lane l reads element s - l.
+      const int lag = key ? 0 : static_cast<int>(threadIdx.x) & 31;
+      float lo = 0, hi = 0;
+      for (int step = 0; step < n + lag; ++step) {
+        const int i = step - lag;
+        if (i < 0) continue;
+        const float e = v[i * stride];
+        lo = i == 0 ? e : fminf(lo, e);
+        hi = i == 0 ? e : fmaxf(hi, e);
       }
       float m = 0, s = 0;
       if (!store_range(block, key ? c : kivi_param(false, d, lg, t, c), lo, hi, m, s)) {

@@ -25,17 +25,27 @@ struct TurboMseEnc {
   uint32_t norms_offset = 0;
   int code_words = 0;  // 32-bit words of the codes section
 
-  // The token norms (T doubles), then the dense rotation's spare tile.
+  // Row pitch of the index bytes: d + 4, so that the rows of 16 or 32 consecutive tokens start in different
+  // shared-memory banks (the key code words read one channel of 16 tokens).
+  __host__ __device__ static int index_pitch(int d) { return d + 4; }
+
+  // The token norms (T doubles), the dense rotation's spare tile, then the index bytes [T][pitch].
   __host__ __device__ size_t scratch_floats(int T, int d) const {
-    return 2 * static_cast<size_t>(T) + (rot.hadamard() ? 0 : static_cast<size_t>(T) * d);
+    return 2 * static_cast<size_t>(T) + (rot.hadamard() ? 0 : static_cast<size_t>(T) * d) +
+           (static_cast<size_t>(T) * index_pitch(d) + 3) / 4;
   }
 
   __device__ void encode(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {
     const int T = ctx.T, d = ctx.d;
     double* norms = reinterpret_cast<double*>(scratch);
     for (int t = threadIdx.x; t < T; t += blockDim.x) {
+      // In the CPU's order, each lane one step behind the previous: the rows of a warp start in one shared-memory
+      // bank, so in step s lane l reads channel s - l.
+      const int lag = static_cast<int>(threadIdx.x) & 31;
       double sum = 0;
-      for (int j = 0; j < d; ++j) {
+      for (int step = 0; step < d + lag; ++step) {
+        const int j = step - lag;
+        if (j < 0) continue;
         const double v = x[t * d + j];
         sum = __dadd_rn(sum, __dmul_rn(v, v));
       }
@@ -54,15 +64,19 @@ struct TurboMseEnc {
     }
     __syncthreads();
     rotate_rows(rot, x, scratch + 2 * T, T, d, ctx.dd);
-    const int n_bounds = (1 << bits) - 1;
-    auto index = [&](int t, int c) {
-      const float v = x[t * d + c];
+    // Each coordinate's index once (a coordinate per thread), then each code word from the indices.
+    uint8_t* indices = reinterpret_cast<uint8_t*>(scratch + 2 * T + (rot.hadamard() ? 0 : T * d));
+    const int pitch = index_pitch(d), n_bounds = (1 << bits) - 1;
+    for (int i = threadIdx.x; i < T * d; i += blockDim.x) {
+      const float v = x[i];
       uint32_t idx = 0;
       for (int k = 0; k < n_bounds; ++k) idx += v > boundaries[k];
-      return idx;
-    };
+      indices[ctx.dd.div(i) * pitch + ctx.dd.mod(i)] = static_cast<uint8_t>(idx);
+    }
+    __syncthreads();
+    const auto index_of = [&](int t, int c) { return static_cast<uint32_t>(indices[t * pitch + c]); };
     for (int w = threadIdx.x; w < code_words; w += blockDim.x)
-      block[w] = lane_codes_pack_word(key, d, T, bits, w, index);  // one thread per word
+      block[w] = lane_codes_pack_word(key, d, T, bits, w, index_of);  // one thread per word
   }
 };
 
