@@ -512,6 +512,28 @@ TEST(CudaAppend, ExhaustedPoolRejectsTheWholeBatch) {
   EXPECT_EQ(f.dev.free_pages(), 0u);
 }
 
+// Decode attention reads the block tables and windows a batch committed: over the batch-appended cache it equals
+// decode over the device copy of the CPU cache that took the same appends.
+TEST(CudaAppend, DecodeOverBatchAppendedCacheEqualsTheCopiedCpuCache) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  for (const std::string& spec : std::vector<std::string>{"int4", "f16", "turbo_mse:3"}) {
+    SCOPED_TRACE(spec);
+    BatchFixture f(batch_config(spec, 64, spec == "int4", 256, seed), seed, 5, 800);
+    f.append({0, 1, 200, 64, 333});
+    for (int step = 0; step < 9; ++step) f.append({1, 1, 1, 1, 1});
+    f.append({130, 0, 70, 1, 64});
+    const cuda::DeviceKVCache copy(f.host);
+    const size_t n_q = 8, d = 128, n = f.ds.size();
+    const std::vector<float> q = gaussian_vectors(n * n_q, static_cast<int>(d), seed + 99);
+    cuda::DeviceFloats q_dev(q.size()), out_a(q.size()), out_b(q.size());
+    q_dev.upload(q);
+    cuda::decode_attention(f.dev, kLayer, f.ds, q_dev.data(), out_a.data(), static_cast<int>(n_q));
+    cuda::decode_attention(copy, kLayer, f.hs, q_dev.data(), out_b.data(), static_cast<int>(n_q));
+    EXPECT_EQ(out_a.download(), out_b.download());
+  }
+}
+
 // CPU cache -> device -> batched appends on the device -> host: equal to the CPU cache that took the same appends.
 TEST(CudaAppend, ToHostAfterDeviceAppendsEqualsTheCpuCache) {
   KVQ_REQUIRE_GPU();
