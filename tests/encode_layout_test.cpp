@@ -83,7 +83,7 @@ TEST(EncodeLayout, LaneCodesMatchTurboMse) {
 // The encoders' order of code words is a permutation, and for keys consecutive items take consecutive channel
 // groups of one token.
 TEST(EncodeLayout, LaneTileWordOrderIsAPermutation) {
-  for (const int row_tiles : {1, 2, 4, 8, 16, 32, 64})
+  for (const int row_tiles : {1, 2, 3, 4, 6, 8, 12, 16, 32, 64})
     for (const bool key : {true, false}) {
       const FastDiv rt = FastDiv::of(row_tiles);
       const int words = 16 * row_tiles * 8;  // 8 groups of 16 tokens
