@@ -2,6 +2,10 @@
 // of include/kvq/block_layout.hpp, on the host: every token and channel of several shapes.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <string>
+#include <vector>
+
 #include "cuda/encode_layout.cuh"
 #include "kvq/block_layout.hpp"
 
@@ -73,6 +77,92 @@ TEST(EncodeLayout, LaneCodesMatchTurboMse) {
                 ASSERT_EQ(got.shift, want.shift);
                 ASSERT_EQ(got.width, want.width);
               }
+        }
+}
+
+// The encoders' order of code words is a permutation, and for keys consecutive items take consecutive channel
+// groups of one token.
+TEST(EncodeLayout, LaneTileWordOrderIsAPermutation) {
+  for (const int row_tiles : {1, 2, 3, 4, 6, 8, 12, 16, 32, 64})
+    for (const bool key : {true, false}) {
+      const FastDiv rt = FastDiv::of(row_tiles);
+      const int words = 16 * row_tiles * 8;  // 8 groups of 16 tokens
+      std::vector<int> hits(static_cast<size_t>(words), 0);
+      for (int i = 0; i < words; ++i) {
+        const int w = lane_tile_word(key, rt, i);
+        ASSERT_GE(w, 0);
+        ASSERT_LT(w, words);
+        ++hits[static_cast<size_t>(w)];
+        if (key && i % row_tiles != 0) {  // the next channel tile of the same token: the same lane
+          ASSERT_EQ(w, lane_tile_word(key, rt, i - 1) + 16);
+        }
+      }
+      for (const int h : hits) ASSERT_EQ(h, 1);
+    }
+}
+
+// Every field of every code word (lane_codes_word / lane_codes_field, what the turbo_mse encoder builds a word from)
+// lies where layout::LaneCodes places that part of that index, and covers every (token, channel, part) once.
+TEST(EncodeLayout, LaneCodeWordsInvertThePlaces) {
+  for (size_t d : {32u, 48u, 128u, 256u})
+    for (size_t T : {1u, 33u, 64u})
+      for (size_t bits = 1; bits <= 4; ++bits)
+        for (const bool key : {true, false}) {
+          SCOPED_TRACE("d=" + std::to_string(d) + " T=" + std::to_string(T) + " b=" + std::to_string(bits) +
+                       (key ? " keys" : " values"));
+          const layout::LaneCodes l{d, T, bits, key};
+          std::vector<int> hits(T * d * l.parts(), 0);
+          const int bi = static_cast<int>(bits), words = static_cast<int>(l.bytes() / 4);
+          for (int w = 0; w < words; ++w) {
+            const LaneCodesWord at = lane_codes_word(key, static_cast<int>(d), bi, w);
+            const int fields = lane_codes_fields(bi, at.sub);
+            ASSERT_EQ(fields * static_cast<int>(32 / fields), 32);
+            for (int f = 0; f < fields; ++f) {
+              const LaneCodesField fl = lane_codes_field(bi, at.sub, f);
+              ASSERT_EQ(fl.shift, f * fl.width);
+              const size_t t = static_cast<size_t>(key ? at.t0 : at.t0 + fl.e);
+              const size_t c = static_cast<size_t>(key ? at.c0 + fl.e : at.c0);
+              if (t >= T || c >= d) continue;  // padding
+              const auto want = l.place(t, c, static_cast<size_t>(fl.part));
+              ASSERT_EQ(8 * want.byte + want.shift, 32 * static_cast<size_t>(w) + static_cast<size_t>(fl.shift))
+                  << "word " << w << " field " << f;
+              ASSERT_EQ(want.width, static_cast<unsigned>(fl.width));
+              ++hits[(t * d + c) * l.parts() + static_cast<size_t>(fl.part)];
+            }
+          }
+          for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i], 1) << "element " << i;
+        }
+}
+
+// The turbo_mse encoder's words (lane_codes_pack_word) hold the bytes that packing every index at
+// layout::LaneCodes::place gives, padding zero.
+TEST(EncodeLayout, LaneCodeWordsPackLikeTheLayout) {
+  uint32_t state = 12345;
+  for (size_t d : {32u, 48u, 128u})
+    for (size_t T : {33u, 64u})
+      for (size_t bits = 1; bits <= 4; ++bits)
+        for (const bool key : {true, false}) {
+          const layout::LaneCodes l{d, T, bits, key};
+          std::vector<uint32_t> idx(T * d);
+          for (uint32_t& x : idx) x = (state = state * 1664525u + 1013904223u) >> (32 - bits);
+          std::vector<uint8_t> want(l.bytes(), 0);
+          for (size_t t = 0; t < T; ++t)
+            for (size_t c = 0; c < d; ++c) {
+              uint32_t v = idx[t * d + c];
+              for (size_t p = 0; p < l.parts(); ++p) {
+                const auto at = l.place(t, c, p);
+                want[at.byte] = static_cast<uint8_t>(want[at.byte] | (v & ((1u << at.width) - 1)) << at.shift);
+                v >>= at.width;
+              }
+            }
+          std::vector<uint8_t> got(l.bytes());
+          const auto index = [&](int t, int c) { return idx[static_cast<size_t>(t) * d + static_cast<size_t>(c)]; };
+          for (size_t w = 0; w < l.bytes() / 4; ++w) {
+            const uint32_t word = lane_codes_pack_word(key, static_cast<int>(d), static_cast<int>(T),
+                                                       static_cast<int>(bits), static_cast<int>(w), index);
+            std::memcpy(&got[4 * w], &word, 4);  // little-endian, as the device stores it
+          }
+          ASSERT_EQ(got, want) << "d=" << d << " T=" << T << " b=" << bits << (key ? " keys" : " values");
         }
 }
 

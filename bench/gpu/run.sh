@@ -45,8 +45,9 @@ done
 timeout 90 build/cuda-device/kvq bench attention --device cuda --batch 32 --ctx 32768 "${pairs[@]}" --reps 30 --hot \
   --json >"$OUT/hot.jsonl" || echo "kvq-gpu: kvq bench --hot failed"
 echo "kvq-gpu: kvq timing done at $(( $(date +%s) - start )) s"
-# The append kernels: 32 sequences x one prefill chunk of 4096 tokens, and one token per sequence.
-timeout 120 build/cuda-device/kvq bench append --device cuda --batch 32 --chunk 4096 --json >"$OUT/append.jsonl" ||
+# The append kernels: 32 sequences x one prefill chunk of 4096 tokens, and one token per sequence, each step as one
+# batched call and as one call per sequence.
+timeout 240 build/cuda-device/kvq bench append --device cuda --batch 32 --chunk 4096 --json >"$OUT/append.jsonl" ||
   echo "kvq-gpu: kvq bench append failed"
 echo "kvq-gpu: append timing done at $(( $(date +%s) - start )) s"
 PYTHONUNBUFFERED=1 timeout 180 python3 bench/gpu/sdpa_bench.py --shapes "${shapes[@]}" \

@@ -52,7 +52,8 @@ if hot:
         cus = f"{c['us_per_call']:.1f}" if c else "-"
         print(f"{r['batch']:>5} {r['ctx']:>7} {r['k'] + '/' + r['v']:<24} {r['us_per_call']:>9.1f} {cus:>9} {ratio:>8}")
 if appends:
-    print(f"\n{'append':<8} {'codec':<14} {'batch':>5} {'tokens':>8} {'us':>9} {'Mtok/s':>8} {'GB/s':>7} {'of copy':>7}")
+    print(f"\n{'append':<15} {'codec':<14} {'batch':>5} {'tokens':>8} {'us':>9} {'Mtok/s':>8} {'GB/s':>7} "
+          f"{'of copy':>7}")
     for r in appends:
-        print(f"{r['mode']:<8} {r['codec']:<14} {r['batch']:>5} {r['tokens_per_call']:>8.0f} {r['us_per_call']:>9.1f} "
+        print(f"{r['mode']:<15} {r['codec']:<14} {r['batch']:>5} {r['tokens_per_call']:>8.0f} {r['us_per_call']:>9.1f} "
               f"{r['tokens_per_s'] / 1e6:>8.2f} {r['gbps']:>7.0f} {r['bw_fraction']:>7.2f}")

@@ -33,6 +33,9 @@
 #include "kvq/codec.hpp"
 
 namespace kvq {
+namespace detail {
+class CacheBuilder;
+}
 
 using SeqId = uint64_t;
 using PageId = uint32_t;
@@ -156,6 +159,7 @@ class KVCache {
     void operator()(uint8_t* p) const;
   };
   friend class CacheFile;
+  friend class detail::CacheBuilder;
 
   void check_layer(int layer) const;
   const Sequence& sequence(SeqId seq) const;

@@ -4,8 +4,11 @@
 // Appends encode on the device: the append kernels (src/cuda/encode_*.cu) rotate, quantize and pack full pages
 // straight into the pool, the same bytes as the CPU codecs write (bit-exact for f32/f16/bf16, kivi, and int8/int4 and
 // turbo_mse under the default Hadamard rotation; other rotations use their dense matrix, whose float order differs).
-// The fp32 window and the key offsets live on the device. Codecs without append kernels (turbo_prod, qjl, turbo_rvq,
-// vecinfer): append_device throws naming the codec; append from host memory encodes them with the CPU codecs.
+// append_device_batch appends a chunk to each of many sequences of one layer (a decode step, or prefill chunks) in
+// one set of launches with one check and one host round trip; append_device is the batch of one. The fp32 window
+// and the key offsets live on the device. Codecs without append kernels (turbo_prod, qjl, turbo_rvq, vecinfer):
+// append_device(_batch) throws naming the codec; append from host memory encodes them with the CPU codecs.
+// to_host copies the cache back into a CPU KVCache.
 //
 // Decode attention runs on the device: the queries are mapped to the key codec's space, a split-K kernel fused for
 // the (key codec, value codec) pair scores and sums the pages, and a merge kernel folds the splits, maps the result
@@ -83,17 +86,32 @@ class DeviceKVCache {
   /// append_device (codecs without append kernels: encoded on the host); synchronized. Throws before modifying
   /// anything on any error.
   void append(SeqId seq, int layer, const float* keys, const float* values, size_t n_tokens);
-  /// Appends tokens already in device memory (16-byte aligned, [n_tokens][n_kv_heads][head_dim] fp32 each): full
-  /// pages are encoded by the append kernels into the pool, the rest goes to the device window; the same result as
-  /// KVCache::append. Throws kvq::Error before modifying anything: a NaN or Inf (naming token, head and channel), a
-  /// value the codec cannot store, an exhausted pool, or a codec without append kernels (naming it). Waits for the
-  /// checks on `stream` (a cudaStream_t; null: the default stream); the window update is queued on it.
+  /// Appends tokens already in device memory (16-byte aligned, [n_tokens][n_kv_heads][head_dim] fp32 each): the
+  /// batch of one sequence (append_device_batch).
   void append_device(SeqId seq, int layer, const float* keys_dev, const float* values_dev, size_t n_tokens,
                      void* stream = nullptr);
+  /// Appends one chunk to each of several sequences of one layer in one call, as one append per sequence would
+  /// (the same pages, taken from the pool in the order of `seqs`, and windows). keys_dev and values_dev: the chunks
+  /// concatenated in the order of `seqs`, [sum of n_tokens][n_kv_heads][head_dim] fp32 in device memory, 16-byte
+  /// aligned: sequence seqs[i]'s n_tokens[i] tokens start at token n_tokens[0] + ... + n_tokens[i - 1] (a decode
+  /// step: one token per sequence, the step's rows as they come). Full pages of every sequence are encoded by the
+  /// append kernels into the pool (one launch per encoder kind for the whole batch), the rest goes to the device
+  /// windows. Throws kvq::Error before modifying any sequence: an unknown or repeated sequence, a NaN or Inf
+  /// (naming sequence, token, head and channel), a value the codec cannot store, an exhausted pool, or a codec
+  /// without append kernels (naming it). Waits once for all the checks on `stream` (a cudaStream_t; null: the
+  /// default stream); the commit (block table entries, window moves) is queued on it, so the inputs may be reused
+  /// once the call returns.
+  void append_device_batch(std::span<const SeqId> seqs, int layer, const float* keys_dev, const float* values_dev,
+                           std::span<const size_t> n_tokens, void* stream = nullptr);
   /// A new sequence of n_tokens tokens (a multiple of T) in every layer where src holds pages, repeating src's pages
   /// cyclically, copied device to device into fresh pages (src: whole pages, empty windows). Benchmarks build large
   /// caches of distinct memory from a few encoded pages this way.
   SeqId add_sequence_repeating(SeqId src, size_t n_tokens);
+
+  /// A CPU copy of the cache: the same configuration, codecs (trained state included), sequences (ids, pages byte
+  /// for byte, windows, key offsets) and next sequence id; page ids may differ. Waits for the device's queued work.
+  /// capacity_pages: the host pool's size (0: this cache's capacity).
+  KVCache to_host(size_t capacity_pages = 0) const;
 
   size_t page_bytes() const;
   size_t key_block_offset(int head) const;

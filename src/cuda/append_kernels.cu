@@ -12,55 +12,88 @@ constexpr int kThreads = 256;
 
 unsigned blocks_for(size_t n) { return static_cast<unsigned>(std::min<size_t>((n + kThreads - 1) / kThreads, 65536)); }
 
-__device__ __forceinline__ const float* stream_row(const EncodeSource& s, size_t idx, int h) {
-  return idx < static_cast<size_t>(s.used) ? s.window + (static_cast<size_t>(h) * s.slots + idx) * s.d
-                                           : s.fresh + ((idx - s.used) * s.H + h) * s.d;
+__device__ __forceinline__ const float* stream_row(const EncodeSource& src, const EncodeStream& s, size_t idx, int h) {
+  return idx < static_cast<size_t>(s.used) ? s.window + (static_cast<size_t>(h) * src.slots + idx) * src.d
+                                           : s.fresh + ((idx - s.used) * src.H + h) * src.d;
 }
 
-__global__ void key_mean_kernel(EncodeSource s, float* offset) {
+__global__ void key_mean_kernel(const __grid_constant__ EncodeSource src, const KeyMean* means) {
+  const KeyMean m = means[blockIdx.y];
+  const EncodeStream s = src.streams[m.stream];
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= s.H * s.d) return;
-  const int h = i / s.d, c = i % s.d;
+  if (i >= src.H * src.d) return;
+  const int h = i / src.d, c = i % src.d;
   float sum = 0;
-  for (int t = 0; t < s.T; ++t) sum = __fadd_rn(sum, stream_row(s, static_cast<size_t>(t), h)[c]);
-  offset[i] = __fdiv_rn(sum, static_cast<float>(s.T));
+  for (int t = 0; t < src.T; ++t) sum = __fadd_rn(sum, stream_row(src, s, static_cast<size_t>(t), h)[c]);
+  m.offset[i] = __fdiv_rn(sum, static_cast<float>(src.T));
 }
 
-__global__ void gather_window_kernel(EncodeSource ks, EncodeSource vs, size_t stream_first, size_t count,
-                                     float* dst_k, float* dst_v, size_t dst_slot, unsigned long long* nonfinite) {
-  const bool value = blockIdx.y == 1;
-  const EncodeSource& s = value ? vs : ks;
-  float* dst = value ? dst_v : dst_k;
-  const size_t per_head = count * s.d, n = per_head * s.H;
+__global__ void gather_window_kernel(const __grid_constant__ EncodeSource ks, const __grid_constant__ EncodeSource vs,
+                                     const WindowGather* gathers, unsigned long long* nonfinite) {
+  const bool value = blockIdx.z == 1;
+  const EncodeSource& src = value ? vs : ks;
+  const WindowGather g = gathers[blockIdx.y];
+  const EncodeStream s = src.streams[g.stream];
+  float* dst = g.dst + (value ? static_cast<size_t>(src.H) * g.stride * src.d : 0);
+  const size_t per_head = static_cast<size_t>(g.count) * src.d, n = per_head * src.H;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const int h = static_cast<int>(i / per_head), c = static_cast<int>(i % s.d);
-    const size_t k = i % per_head / s.d, idx = stream_first + k;
-    const float* row = stream_row(s, idx, h);
+    const int h = static_cast<int>(i / per_head), c = static_cast<int>(i % src.d);
+    const size_t k = i % per_head / src.d, idx = g.first + k;
+    const float* row = stream_row(src, s, idx, h);
     float v = row[c];
-    if (!isfinite(v)) atomicMin(nonfinite + (value ? 1 : 0), static_cast<unsigned long long>(row + c - s.fresh));
-    if (s.offset != nullptr && (idx >= static_cast<size_t>(s.used) || s.center_window))
-      v = __fsub_rn(v, s.offset[h * s.d + c]);
-    dst[(static_cast<size_t>(h) * s.slots + dst_slot + k) * s.d + c] = v;
+    const bool fresh = idx >= static_cast<size_t>(s.used);
+    if (fresh && !isfinite(v))
+      atomicMin(nonfinite + (value ? 1 : 0), static_cast<unsigned long long>(row + c - src.fresh_base));
+    if (s.offset != nullptr && (fresh || s.center_window)) v = __fsub_rn(v, s.offset[h * src.d + c]);
+    dst[(static_cast<size_t>(h) * g.stride + g.slot + k) * src.d + c] = v;
+  }
+}
+
+__global__ void move_window_kernel(const WindowMove* moves, int H, int slots, int d) {
+  const WindowMove m = moves[blockIdx.y];
+  const size_t per_row = static_cast<size_t>(m.count) * d, n = per_row * 2 * H;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    m.to[i / per_row * slots * d + i % per_row] = m.from[i];
+}
+
+__global__ void place_page_ids_kernel(const EncodePage* pages, size_t n, PageId* const* table_ends, int T) {
+  for (size_t p = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; p < n;
+       p += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const EncodePage page = pages[p];
+    table_ends[page.stream][page.first / T] = page.target;
   }
 }
 
 }  // namespace
 
-void launch_key_mean(const EncodeSource& src, float* offset, cudaStream_t stream) {
-  const size_t n = static_cast<size_t>(src.H) * src.d;
-  key_mean_kernel<<<blocks_for(n), kThreads, 0, stream>>>(src, offset);
+void launch_key_means(const EncodeSource& keys, const KeyMean* means, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  const dim3 grid(blocks_for(static_cast<size_t>(keys.H) * keys.d), static_cast<unsigned>(n));
+  key_mean_kernel<<<grid, kThreads, 0, stream>>>(keys, means);
   KVQ_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_gather_window(const EncodeSource& keys, const EncodeSource& values, size_t stream_first, size_t count,
-                          float* dst_keys, float* dst_values, size_t dst_slot, unsigned long long* nonfinite,
-                          cudaStream_t stream) {
-  const size_t n = count * keys.d * keys.H;
+void launch_gather_windows(const EncodeSource& keys, const EncodeSource& values, const WindowGather* gathers, size_t n,
+                           size_t max_count, unsigned long long* nonfinite, cudaStream_t stream) {
+  if (n == 0 || max_count == 0) return;
+  const dim3 grid(blocks_for(max_count * keys.d * keys.H), static_cast<unsigned>(n), 2);
+  gather_window_kernel<<<grid, kThreads, 0, stream>>>(keys, values, gathers, nonfinite);
+  KVQ_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_move_windows(const WindowMove* moves, size_t n, size_t max_count, int H, int slots, int d,
+                         cudaStream_t stream) {
+  if (n == 0 || max_count == 0) return;
+  const dim3 grid(blocks_for(2 * max_count * d * H), static_cast<unsigned>(n));
+  move_window_kernel<<<grid, kThreads, 0, stream>>>(moves, H, slots, d);
+  KVQ_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_place_page_ids(const EncodePage* pages, size_t n, PageId* const* table_ends, int T, cudaStream_t stream) {
   if (n == 0) return;
-  const dim3 grid(blocks_for(n), 2);
-  gather_window_kernel<<<grid, kThreads, 0, stream>>>(keys, values, stream_first, count, dst_keys, dst_values, dst_slot,
-                                                      nonfinite);
+  place_page_ids_kernel<<<blocks_for(n), kThreads, 0, stream>>>(pages, n, table_ends, T);
   KVQ_CUDA_CHECK(cudaGetLastError());
 }
 

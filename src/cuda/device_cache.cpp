@@ -9,9 +9,11 @@
 #include <map>
 #include <utility>
 
+#include "cache/cache_builder.hpp"
 #include "cache/key_offset.hpp"
 #include "cache/residual_window.hpp"
 #include "cuda/append_kernels.hpp"
+#include "cuda/append_plan.hpp"
 #include "cuda/device_encoder.hpp"
 #include "cuda/device_memory.hpp"
 #include "cuda/encode_layout.cuh"
@@ -71,12 +73,15 @@ struct DeviceKVCache::Impl {
   // The append kernels of each layer's codecs (null: none, for the reason in *_why).
   std::vector<std::unique_ptr<detail::DeviceEncoder>> key_encoders, value_encoders;
   std::vector<std::string> key_why, value_why;
-  // Scratch of the append path: uploaded host tokens, the next window, a new key offset, page ids, error positions.
+  // Scratch of the append path: uploaded host tokens, the batch's descriptors (pinned, uploaded in one copy), the
+  // tokens gathered for windows whose used slots the append still reads, error positions.
   DevicePtr<float> upload;
   size_t upload_capacity = 0;
-  DevicePtr<float> window_next, offset_next;
-  std::unique_ptr<PageId[], detail::CudaFreeHost> page_ids;  // pinned
-  size_t page_ids_capacity = 0;
+  std::unique_ptr<uint8_t[], detail::CudaFreeHost> staging_host;  // pinned
+  DevicePtr<uint8_t> staging_dev;
+  size_t staging_capacity = 0;
+  DevicePtr<float> window_scratch;
+  size_t window_scratch_capacity = 0;
   DevicePtr<unsigned long long> errors;
   std::unique_ptr<unsigned long long[], detail::CudaFreeHost> found;  // pinned copy of errors
 
@@ -96,9 +101,6 @@ struct DeviceKVCache::Impl {
       key_encoders.push_back(detail::make_device_encoder(*key_codecs[static_cast<size_t>(l)], &key_why.back()));
       value_encoders.push_back(detail::make_device_encoder(*value_codecs[static_cast<size_t>(l)], &value_why.back()));
     }
-    window_next = device_alloc<float>(window_floats(), "the append path's window scratch");
-    offset_next = device_alloc<float>(static_cast<size_t>(config.n_kv_heads) * config.head_dim,
-                                      "the append path's key offset scratch");
     errors = device_alloc<unsigned long long>(4, "the append path's error flags");
     found = detail::pinned_alloc<unsigned long long>(4, "the append path's error flags");
   }
@@ -129,10 +131,11 @@ struct DeviceKVCache::Impl {
     return sequences.emplace(id, std::move(s)).first->second;
   }
   uint8_t* page(PageId id) const { return pool.get() + static_cast<size_t>(id) * page_bytes; }
-  // Takes n pages off the free list (checked by the caller) and appends them to the layer's block table.
-  // Room for `need` entries in the layer's device block table.
+  // Room for `need` entries in the layer's device block table. Growing it waits for the device: an append's
+  // commit, queued on the caller's stream, may still be writing entries of the old table.
   void reserve_table(Layer& l, size_t need) {
     if (need > l.pages_capacity) {
+      KVQ_CUDA_CHECK(cudaDeviceSynchronize());
       const size_t cap = std::max<size_t>(need, 2 * l.pages_capacity);
       DevicePtr<PageId> grown = device_alloc<PageId>(cap, "a block table");
       if (!l.pages.empty())
@@ -161,6 +164,8 @@ struct DeviceKVCache::Impl {
     l.has_offset = true;
   }
   void append_on_host(Layer& ls, int layer, SeqId seq, const float* keys, const float* values, size_t n_tokens);
+  void append_batch(const char* who, std::span<const SeqId> seqs, int layer, const float* keys_dev,
+                    const float* values_dev, std::span<const size_t> n_tokens, cudaStream_t stream);
 };
 
 DeviceKVCache::DeviceKVCache(const CacheConfig& config, int device) : impl_(std::make_unique<Impl>()) {
@@ -350,112 +355,223 @@ void DeviceKVCache::Impl::append_on_host(Layer& ls, int layer, SeqId seq, const 
 
 void DeviceKVCache::append_device(SeqId seq, int layer, const float* keys_dev, const float* values_dev,
                                   size_t n_tokens, void* stream) {
-  Impl& m = *impl_;
-  m.check_layer(layer);
-  Impl::Layer& ls = m.sequence(seq).layers[static_cast<size_t>(layer)];
-  const size_t l = static_cast<size_t>(layer);
-  KVQ_CHECK(m.key_encoders[l] != nullptr, "DeviceKVCache::append_device: key ", m.key_why[l]);
-  KVQ_CHECK(m.value_encoders[l] != nullptr, "DeviceKVCache::append_device: value ", m.value_why[l]);
-  if (n_tokens == 0) return;
-  for (const Codec* c : {m.key_codecs[l].get(), m.value_codecs[l].get()})
-    KVQ_CHECK(c->trained(), "DeviceKVCache::append_device: layer ", layer, " codec '", c->spec().str(),
-              "' needs training (train a host KVCache and copy it)");
-  KVQ_CHECK(keys_dev != nullptr && values_dev != nullptr, "DeviceKVCache::append_device: null keys or values");
-  for (const float* x : {keys_dev, values_dev})
-    KVQ_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0, "DeviceKVCache::append_device: the ",
-              x == keys_dev ? "keys" : "values", " must be 16-byte aligned device memory");
-  int current = -1;
-  if (cudaGetDevice(&current) != cudaSuccess || current != m.device) detail::use_device(m.device);
-  const int H = m.config.n_kv_heads, d = m.config.head_dim, T = m.config.block_tokens;
-  const size_t R = static_cast<size_t>(m.config.residual_tokens), uT = static_cast<size_t>(T);
-  const size_t u = static_cast<size_t>(ls.window_count), total = u + n_tokens;
-  const size_t n_pages = total >= R + uT ? (total - R - uT) / uT + 1 : 0;
-  KVQ_CHECK(n_pages <= m.free.size(), "device KV cache pool exhausted: appending ", n_tokens, " tokens to sequence ",
-            seq, " layer ", layer, " needs ", n_pages, " new pages but ", m.free.size(), " of ",
-            m.config.capacity_pages, " are free");
-  const bool centered = kvq::detail::centers_keys(m.config);
-  const bool new_offset = centered && !ls.has_offset && n_pages > 0;
-  if (new_offset && !ls.key_offset_dev)
-    ls.key_offset_dev = device_alloc<float>(static_cast<size_t>(H) * d, "a key offset");
-  if (n_pages > m.page_ids_capacity) {
-    m.page_ids = detail::pinned_alloc<PageId>(n_pages, "the page ids of an append");
-    m.page_ids_capacity = n_pages;
-  }
-  m.reserve_table(ls, ls.pages.size() + n_pages);
-  const auto st = static_cast<cudaStream_t>(stream);
-  const int slots = static_cast<int>(m.slots());
-  float* window_k = ls.window_dev.get();
-  float* window_v = window_k + static_cast<size_t>(H) * slots * d;
-  detail::EncodeSource ks{window_k, keys_dev, nullptr, new_offset, static_cast<int>(u), H, slots, d, T};
-  detail::EncodeSource vs{window_v, values_dev, nullptr, false, static_cast<int>(u), H, slots, d, T};
-  if (centered) ks.offset = new_offset ? m.offset_next.get() : ls.has_offset ? ls.key_offset_dev.get() : nullptr;
+  impl_->append_batch("DeviceKVCache::append_device", {&seq, 1}, layer, keys_dev, values_dev, {&n_tokens, 1},
+                      static_cast<cudaStream_t>(stream));
+}
 
-  // First pass, each fresh token read once: the key offset, the pages (encoded into free pages) and the tokens that
-  // stay unencoded (gathered behind the window's used slots or into the scratch window), NaN and Inf noted on the
-  // way. No reader sees any of it before the checks below pass.
-  unsigned long long* err = m.errors.get();
-  KVQ_CUDA_CHECK(cudaMemsetAsync(err, 0xff, 4 * sizeof(unsigned long long), st));
-  if (new_offset) detail::launch_key_mean(ks, m.offset_next.get(), st);
-  // The new pages' ids go behind the block table's used entries, where no reader looks until the commit.
-  PageId* ids = m.page_ids.get();
-  for (size_t j = 0; j < n_pages; ++j) ids[j] = m.free[m.free.size() - 1 - j];
-  if (n_pages > 0) {
-    PageId* table = ls.pages_dev.get() + ls.pages.size();
-    KVQ_CUDA_CHECK(cudaMemcpyAsync(table, ids, n_pages * sizeof(PageId), cudaMemcpyHostToDevice, st));
-    const detail::EncodeRole kr{
-        ks, {m.pool.get(), table, m.page_bytes, 0, m.key_stride, m.key_codecs[l]->block_bytes()}, err + 2, err};
-    const detail::EncodeRole vr{vs,
-                                {m.pool.get(), table, m.page_bytes, static_cast<size_t>(H) * m.key_stride,
-                                 m.value_stride, m.value_codecs[l]->block_bytes()},
-                                err + 3, err + 1};
-    if (!m.key_encoders[l]->encode(kr, m.value_encoders[l].get(), &vr, n_pages, st))
-      m.value_encoders[l]->encode(vr, nullptr, nullptr, n_pages, st);
+void DeviceKVCache::append_device_batch(std::span<const SeqId> seqs, int layer, const float* keys_dev,
+                                        const float* values_dev, std::span<const size_t> n_tokens, void* stream) {
+  impl_->append_batch("DeviceKVCache::append_device_batch", seqs, layer, keys_dev, values_dev, n_tokens,
+                      static_cast<cudaStream_t>(stream));
+}
+
+namespace {
+
+// The batch's descriptors in one buffer: byte offsets of each array, 16-byte aligned.
+struct StagingLayout {
+  size_t key_streams = 0, value_streams = 0, pages = 0, table_ends = 0, gathers = 0, means = 0, moves = 0, bytes = 0;
+
+  template <class T>
+  size_t place(size_t n) {
+    const size_t at = bytes;
+    bytes = (bytes + n * sizeof(T) + 15) / 16 * 16;
+    return at;
   }
-  const size_t encoded = n_pages * uT, kept = total - encoded;
-  float* next_k = m.window_next.get();
-  float* next_v = next_k + static_cast<size_t>(H) * slots * d;
-  if (encoded == 0)  // fresh tokens go behind the window's used slots: nothing the gather reads is overwritten
-    detail::launch_gather_window(ks, vs, u, n_tokens, window_k, window_v, u, err, st);
-  else
-    detail::launch_gather_window(ks, vs, encoded, kept, next_k, next_v, 0, err, st);
-  unsigned long long* found = m.found.get();
-  KVQ_CUDA_CHECK(cudaMemcpyAsync(found, err, 4 * sizeof(unsigned long long), cudaMemcpyDeviceToHost, st));
+  StagingLayout(size_t seqs, size_t pages_n, size_t gathers_n, size_t means_n, size_t moves_n) {
+    key_streams = place<detail::EncodeStream>(seqs);
+    value_streams = place<detail::EncodeStream>(seqs);
+    pages = place<detail::EncodePage>(pages_n);
+    table_ends = place<PageId*>(seqs);
+    gathers = place<detail::WindowGather>(gathers_n);
+    means = place<detail::KeyMean>(means_n);
+    moves = place<detail::WindowMove>(moves_n);
+  }
+};
+
+template <class T>
+T* at(uint8_t* base, size_t offset) {
+  return reinterpret_cast<T*>(base + offset);
+}
+
+}  // namespace
+
+void DeviceKVCache::Impl::append_batch(const char* who, std::span<const SeqId> seqs, int layer, const float* keys_dev,
+                                       const float* values_dev, std::span<const size_t> n_tokens,
+                                       cudaStream_t st) {
+  // Every check before anything is launched: on any error the cache stays as it was for every sequence.
+  check_layer(layer);
+  KVQ_CHECK(seqs.size() == n_tokens.size(), who, ": ", seqs.size(), " sequences but ", n_tokens.size(),
+            " token counts");
+  KVQ_CHECK(seqs.size() <= detail::kMaxAppendBatch, who, ": ", seqs.size(), " sequences in one batch (at most ",
+            detail::kMaxAppendBatch, ")");
+  std::vector<Layer*> layers;
+  for (const SeqId id : seqs) layers.push_back(&sequence(id).layers[static_cast<size_t>(layer)]);
+  {
+    std::vector<SeqId> sorted(seqs.begin(), seqs.end());
+    std::sort(sorted.begin(), sorted.end());
+    const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+    KVQ_CHECK(twice == sorted.end(), who, ": sequence ", twice == sorted.end() ? 0 : *twice,
+              " appears twice in one batch (append its tokens as one chunk)");
+  }
+  const size_t l = static_cast<size_t>(layer);
+  KVQ_CHECK(key_encoders[l] != nullptr, who, ": key ", key_why[l]);
+  KVQ_CHECK(value_encoders[l] != nullptr, who, ": value ", value_why[l]);
+  size_t sum = 0;
+  for (const size_t n : n_tokens) sum += n;
+  if (sum == 0) return;
+  for (const Codec* c : {key_codecs[l].get(), value_codecs[l].get()})
+    KVQ_CHECK(c->trained(), who, ": layer ", layer, " codec '", c->spec().str(),
+              "' needs training (train a host KVCache and copy it)");
+  KVQ_CHECK(keys_dev != nullptr && values_dev != nullptr, who, ": null keys or values");
+  for (const float* x : {keys_dev, values_dev})
+    KVQ_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0, who, ": the ", x == keys_dev ? "keys" : "values",
+              " must be 16-byte aligned device memory");
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != device) detail::use_device(device);
+  const int H = config.n_kv_heads, d = config.head_dim, T = config.block_tokens;
+  const size_t uT = static_cast<size_t>(T), hd = static_cast<size_t>(H) * d;
+  const bool centered = kvq::detail::centers_keys(config);
+  std::vector<detail::SequenceChunk> chunks;
+  for (size_t i = 0; i < seqs.size(); ++i)
+    chunks.push_back({static_cast<size_t>(layers[i]->window_count), n_tokens[i], layers[i]->has_offset});
+  const detail::AppendPlan plan =
+      detail::plan_append(chunks, uT, static_cast<size_t>(config.residual_tokens), centered);
+  if (plan.pages > free.size()) {
+    const std::string what = seqs.size() == 1
+                                 ? kvq::detail::concat(sum, " tokens to sequence ", seqs[0], " layer ", layer)
+                                 : kvq::detail::concat(sum, " tokens to ", seqs.size(), " sequences of layer ", layer);
+    throw Error(kvq::detail::concat("device KV cache pool exhausted: appending ", what, " needs ", plan.pages,
+                                    " new pages but ", free.size(), " of ", config.capacity_pages, " are free"));
+  }
+  KVQ_CHECK(plan.pages * uT <= 0xffffffffull, who, ": ", plan.pages, " new pages in one batch (at most ",
+            0xffffffffull / uT, ")");
+
+  // Room for what the launches write (allocations only: nothing a reader sees changes).
+  std::vector<size_t> gathered, moved, offsets;  // sequences with a gather, a window move, a new key offset
+  size_t max_gather = 0, max_move = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const detail::SequencePlan& p = plan.seqs[i];
+    reserve_table(*layers[i], layers[i]->pages.size() + p.n_pages);
+    if (p.new_offset && !layers[i]->key_offset_dev) layers[i]->key_offset_dev = device_alloc<float>(hd, "a key offset");
+    if (p.gather_count > 0) {
+      gathered.push_back(i);
+      max_gather = std::max(max_gather, p.gather_count);
+    }
+    if (p.through_scratch) {
+      moved.push_back(i);
+      max_move = std::max(max_move, p.kept);
+    }
+    if (p.new_offset) offsets.push_back(i);
+  }
+  // A buffer outgrown is replaced only once no earlier append's commit (queued on any stream) can still read it.
+  const size_t scratch_floats = 2 * hd * plan.scratch_tokens;
+  const StagingLayout lay(seqs.size(), plan.pages, gathered.size(), offsets.size(), moved.size());
+  if (scratch_floats > window_scratch_capacity || lay.bytes > staging_capacity)
+    KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+  if (scratch_floats > window_scratch_capacity) {
+    window_scratch = device_alloc<float>(scratch_floats, "the append path's window scratch");
+    window_scratch_capacity = scratch_floats;
+  }
+  if (lay.bytes > staging_capacity) {
+    staging_host = detail::pinned_alloc<uint8_t>(lay.bytes, "the append path's batch descriptors");
+    staging_dev = device_alloc<uint8_t>(lay.bytes, "the append path's batch descriptors");
+    staging_capacity = lay.bytes;
+  }
+
+  // The descriptors: streams, pages (the free list's next pages, in batch order), gathers, key means, moves.
+  uint8_t* host = staging_host.get();
+  uint8_t* dev = staging_dev.get();
+  const size_t slots_n = slots();
+  const int n_slots = static_cast<int>(slots_n);
+  float* scratch = window_scratch.get();
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const detail::SequencePlan& p = plan.seqs[i];
+    Layer& ls = *layers[i];
+    float* window_k = ls.window_dev.get();
+    const float* offset = centered && (ls.has_offset || p.new_offset) ? ls.key_offset_dev.get() : nullptr;
+    at<detail::EncodeStream>(host, lay.key_streams)[i] = {window_k, keys_dev + p.fresh_first * hd, offset,
+                                                          static_cast<int>(p.used), p.new_offset};
+    at<detail::EncodeStream>(host, lay.value_streams)[i] = {window_k + hd * slots_n, values_dev + p.fresh_first * hd,
+                                                            nullptr, static_cast<int>(p.used), false};
+    at<PageId*>(host, lay.table_ends)[i] = ls.pages_dev.get() + ls.pages.size();
+    for (size_t j = 0; j < p.n_pages; ++j)
+      at<detail::EncodePage>(host, lay.pages)[p.first_page + j] = {
+          static_cast<uint32_t>(i), static_cast<uint32_t>(j * uT), free[free.size() - 1 - (p.first_page + j)]};
+  }
+  for (size_t g = 0; g < gathered.size(); ++g) {
+    const size_t i = gathered[g];
+    const detail::SequencePlan& p = plan.seqs[i];
+    float* to = p.through_scratch ? scratch + 2 * hd * p.scratch_first : layers[i]->window_dev.get();
+    at<detail::WindowGather>(host, lay.gathers)[g] = {
+        static_cast<uint32_t>(i), static_cast<uint32_t>(p.gather_first), static_cast<uint32_t>(p.gather_count), to,
+        p.through_scratch ? static_cast<int>(p.kept) : n_slots, static_cast<int>(p.window_slot)};
+  }
+  for (size_t k = 0; k < offsets.size(); ++k)
+    at<detail::KeyMean>(host, lay.means)[k] = {static_cast<uint32_t>(offsets[k]),
+                                               layers[offsets[k]]->key_offset_dev.get()};
+  for (size_t k = 0; k < moved.size(); ++k) {
+    const detail::SequencePlan& p = plan.seqs[moved[k]];
+    at<detail::WindowMove>(host, lay.moves)[k] = {scratch + 2 * hd * p.scratch_first,
+                                                  layers[moved[k]]->window_dev.get(), static_cast<int>(p.kept)};
+  }
+
+  // One pass over the fresh tokens: the key offsets, the pages (encoded into free pages) and the tokens that stay
+  // unencoded (behind the windows' used slots or into the scratch), NaN and Inf noted on the way. No reader sees
+  // any of it before the checks below pass.
+  KVQ_CUDA_CHECK(cudaMemcpyAsync(dev, host, lay.bytes, cudaMemcpyHostToDevice, st));
+  unsigned long long* err = errors.get();
+  KVQ_CUDA_CHECK(cudaMemsetAsync(err, 0xff, 4 * sizeof(unsigned long long), st));
+  const detail::EncodeSource ks{at<detail::EncodeStream>(dev, lay.key_streams), keys_dev, H, n_slots, d, T};
+  const detail::EncodeSource vs{at<detail::EncodeStream>(dev, lay.value_streams), values_dev, H, n_slots, d, T};
+  const auto* pages = at<detail::EncodePage>(dev, lay.pages);
+  detail::launch_key_means(ks, at<detail::KeyMean>(dev, lay.means), offsets.size(), st);
+  if (plan.pages > 0) {
+    const detail::EncodeRole kr{ks, {pool.get(), page_bytes, 0, key_stride, key_codecs[l]->block_bytes()}, pages,
+                                err + 2, err};
+    const detail::EncodeRole vr{
+        vs, {pool.get(), page_bytes, static_cast<size_t>(H) * key_stride, value_stride, value_codecs[l]->block_bytes()},
+        pages, err + 3, err + 1};
+    if (!key_encoders[l]->encode(kr, value_encoders[l].get(), &vr, plan.pages, st))
+      value_encoders[l]->encode(vr, nullptr, nullptr, plan.pages, st);
+  }
+  detail::launch_gather_windows(ks, vs, at<detail::WindowGather>(dev, lay.gathers), gathered.size(), max_gather, err,
+                                st);
+  unsigned long long* flags = found.get();
+  KVQ_CUDA_CHECK(cudaMemcpyAsync(flags, err, 4 * sizeof(unsigned long long), cudaMemcpyDeviceToHost, st));
   KVQ_CUDA_CHECK(cudaStreamSynchronize(st));
   for (int role = 0; role < 2; ++role) {
-    if (found[role] == detail::kNoError) continue;
-    const size_t i = static_cast<size_t>(found[role]), hd = static_cast<size_t>(H) * d;
+    if (flags[role] == detail::kNoError) continue;
+    const size_t i = static_cast<size_t>(flags[role]);
+    const detail::StreamToken where = detail::locate_fresh_token(plan, i / hd);
     float x = 0;
     KVQ_CUDA_CHECK(cudaMemcpy(&x, (role == 0 ? keys_dev : values_dev) + i, sizeof(float), cudaMemcpyDeviceToHost));
-    throw Error(kvq::detail::concat("DeviceKVCache::append_device: ", role == 0 ? "key" : "value", " of token ",
-                                    i / hd, " head ", i / static_cast<size_t>(d) % static_cast<size_t>(H),
-                                    " channel ", i % static_cast<size_t>(d), " is ", x,
-                                    " (NaN and Inf are rejected)"));
+    throw Error(kvq::detail::concat(who, ": sequence ", seqs[where.seq], ": ", role == 0 ? "key" : "value",
+                                    " of token ", where.index, " head ", i / static_cast<size_t>(d) % H, " channel ",
+                                    i % static_cast<size_t>(d), " is ", x, " (NaN and Inf are rejected)"));
   }
   for (int role = 0; role < 2; ++role) {
-    const unsigned long long e = found[2 + role];
+    const unsigned long long e = flags[2 + role];
     if (e == detail::kNoError) continue;
     const size_t token = static_cast<size_t>(e >> 32);
-    throw Error(kvq::detail::concat(
-        "DeviceKVCache::append_device: ", (role == 0 ? m.key_codecs[l] : m.value_codecs[l])->spec().str(), ": ",
-        role == 0 ? "key" : "value", " of ",
-        token < u ? kvq::detail::concat("window token ", token) : kvq::detail::concat("token ", token - u),
-        " head ", (e >> 16) & 0xffff, " channel ", e & 0xffff, " is beyond what the codec's fp16 fields can hold"));
+    const detail::StreamToken where = detail::locate_page_token(plan, token / uT, token % uT, uT);
+    throw Error(kvq::detail::concat(who, ": ", (role == 0 ? key_codecs[l] : value_codecs[l])->spec().str(),
+                                    ": sequence ", seqs[where.seq], ": ", role == 0 ? "key" : "value", " of ",
+                                    where.in_window ? "window token " : "token ", where.index, " head ",
+                                    (e >> 16) & 0xffff, " channel ", e & 0xffff,
+                                    " is beyond what the codec's fp16 fields can hold"));
   }
 
-  // Commit: the pages join the block table, the window advances, the key offset is set.
-  ls.pages.insert(ls.pages.end(), ids, ids + n_pages);
-  m.free.resize(m.free.size() - n_pages);
-  if (encoded > 0 && kept > 0) {
-    const size_t pitch = static_cast<size_t>(slots) * d * sizeof(float);
-    KVQ_CUDA_CHECK(cudaMemcpy2DAsync(window_k, pitch, next_k, pitch, kept * d * sizeof(float),
-                                     2 * static_cast<size_t>(H), cudaMemcpyDeviceToDevice, st));
+  // Commit: the pages join the block tables, the windows take their gathered tokens, the key offsets are set.
+  detail::launch_place_page_ids(pages, plan.pages, at<PageId*>(dev, lay.table_ends), T, st);
+  detail::launch_move_windows(at<detail::WindowMove>(dev, lay.moves), moved.size(), max_move, H, n_slots, d, st);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const detail::SequencePlan& p = plan.seqs[i];
+    Layer& ls = *layers[i];
+    for (size_t j = 0; j < p.n_pages; ++j) ls.pages.push_back(free[free.size() - 1 - (p.first_page + j)]);
+    ls.window_count = static_cast<int>(p.kept);
+    ls.has_offset = ls.has_offset || p.new_offset;
   }
-  if (new_offset) {
-    KVQ_CUDA_CHECK(cudaMemcpyAsync(ls.key_offset_dev.get(), m.offset_next.get(),
-                                   static_cast<size_t>(H) * d * sizeof(float), cudaMemcpyDeviceToDevice, st));
-    ls.has_offset = true;
-  }
-  ls.window_count = static_cast<int>(kept);
+  free.resize(free.size() - plan.pages);
 }
 
 SeqId DeviceKVCache::add_sequence_repeating(SeqId src, size_t n_tokens) {
@@ -497,6 +613,42 @@ SeqId DeviceKVCache::add_sequence_repeating(SeqId src, size_t n_tokens) {
   }
   KVQ_CUDA_CHECK(cudaDeviceSynchronize());
   return id;
+}
+
+KVCache DeviceKVCache::to_host(size_t capacity_pages) const {
+  const Impl& m = *impl_;
+  detail::use_device(m.device);
+  KVQ_CUDA_CHECK(cudaDeviceSynchronize());  // appends' commits queued on any stream
+  CacheConfig config = m.config;
+  if (capacity_pages != 0) config.capacity_pages = capacity_pages;
+  size_t needed = 0;
+  for (const auto& [id, s] : m.sequences)
+    for (const Impl::Layer& l : s.layers) needed += l.pages.size();
+  KVQ_CHECK(needed <= config.capacity_pages, "DeviceKVCache::to_host: the device cache holds ", needed,
+            " pages but the host pool would have ", config.capacity_pages);
+  kvq::detail::CacheBuilder builder(config);
+  for (int l = 0; l < m.config.n_layers; ++l)
+    builder.load_codecs(l, *m.key_codecs[static_cast<size_t>(l)], *m.value_codecs[static_cast<size_t>(l)]);
+  const size_t hd = static_cast<size_t>(m.config.n_kv_heads) * m.config.head_dim;
+  std::vector<uint8_t> pages;
+  std::vector<float> offset(hd);
+  for (const auto& [id, s] : m.sequences) {
+    builder.add_sequence(id);
+    for (int l = 0; l < m.config.n_layers; ++l) {
+      const Impl::Layer& dl = s.layers[static_cast<size_t>(l)];
+      pages.resize(dl.pages.size() * m.page_bytes);
+      for (size_t j = 0; j < dl.pages.size(); ++j)
+        KVQ_CUDA_CHECK(cudaMemcpy(pages.data() + j * m.page_bytes, m.page(dl.pages[j]), m.page_bytes,
+                                  cudaMemcpyDeviceToHost));
+      const std::vector<float> window = m.download_window(dl);
+      if (dl.has_offset)
+        KVQ_CUDA_CHECK(cudaMemcpy(offset.data(), dl.key_offset_dev.get(), hd * sizeof(float), cudaMemcpyDeviceToHost));
+      builder.fill_layer(id, l, pages.data(), dl.pages.size(), window.data(), dl.window_count,
+                         dl.has_offset ? offset.data() : nullptr);
+    }
+  }
+  builder.set_next_id(m.next_id);
+  return builder.finish();
 }
 
 size_t DeviceKVCache::page_bytes() const { return impl_->page_bytes; }

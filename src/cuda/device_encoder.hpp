@@ -16,19 +16,32 @@
 
 namespace kvq::cuda::detail {
 
-/// The token stream of one role of one (sequence, layer): the window's `used` tokens, then the fresh ones.
-struct EncodeSource {
+/// One sequence's token stream of one role (keys or values): its window's `used` tokens, then its fresh ones.
+struct EncodeStream {
   const float* window = nullptr;  ///< [H][slots][d]
   const float* fresh = nullptr;   ///< [n][H][d]
   const float* offset = nullptr;  ///< [H][d], subtracted from fresh tokens (centered keys), or null
-  bool center_window = false;     ///< subtract it from the window's tokens too (an offset new in this append)
-  int used = 0, H = 0, slots = 0, d = 0, T = 0;
+  int used = 0;
+  bool center_window = false;  ///< subtract it from the window's tokens too (an offset new in this append)
 };
 
-/// Where page j's block of head h goes: pool + pages[j] * page_bytes + block_offset + h * head_stride.
+/// The token streams of one role of a batch: one per sequence (a device array), and what they all share.
+struct EncodeSource {
+  const EncodeStream* streams = nullptr;
+  const float* fresh_base = nullptr;  ///< the batch's fresh tokens [sum n][H][d]: every stream's fresh is inside
+  int H = 0, slots = 0, d = 0, T = 0;
+};
+
+/// Page p of a launch: tokens [first, first + T) of stream `stream`, encoded into pool page `target`.
+struct EncodePage {
+  uint32_t stream = 0;
+  uint32_t first = 0;
+  PageId target = 0;
+};
+
+/// Where a page's block of head h goes: pool + target * page_bytes + block_offset + h * head_stride.
 struct EncodeTarget {
   uint8_t* pool = nullptr;
-  const PageId* pages = nullptr;  ///< device array
   size_t page_bytes = 0, block_offset = 0, head_stride = 0, block_bytes = 0;
 };
 
@@ -36,18 +49,20 @@ struct EncodeTarget {
 struct EncodeRole {
   EncodeSource src;
   EncodeTarget dst;
+  const EncodePage* pages = nullptr;        ///< device array, one per page of the launch (both roles share it)
   unsigned long long* error = nullptr;      ///< error_position of a value the codec cannot store
-  unsigned long long* nonfinite = nullptr;  ///< flat index in src.fresh of a NaN or Inf
+  unsigned long long* nonfinite = nullptr;  ///< flat index in src.fresh_base of a NaN or Inf
 };
 
 class DeviceEncoder {
  public:
   virtual ~DeviceEncoder() = default;
-  /// Encodes the stream's first n_pages * T tokens of `role`, and of `partner_role` too where `partner` is an
-  /// encoder of the same kind (then one launch does both; returns whether it did). A token the codec cannot store
-  /// (beyond an fp16 field's range) lowers *role.error to its error_position (encode_layout.cuh); a NaN or Inf among
-  /// the fresh tokens it reads lowers *role.nonfinite to its flat index in src.fresh. The caller checks both before
-  /// using the pages.
+  /// Encodes the n_pages pages of `role.pages` (each a page's tokens of one stream), and of `partner_role` too
+  /// where `partner` is an encoder of the same kind (then one launch does both; returns whether it did). A token
+  /// the codec cannot store (beyond an fp16 field's range) lowers *role.error to its error_position
+  /// (encode_layout.cuh) with token p * T + t for token t of launch page p; a NaN or Inf among the fresh tokens it
+  /// reads lowers *role.nonfinite to its flat index in src.fresh_base. The caller checks both before using the
+  /// pages.
   virtual bool encode(const EncodeRole& role, const DeviceEncoder* partner, const EncodeRole* partner_role,
                       size_t n_pages, cudaStream_t stream) const = 0;
 };

@@ -37,8 +37,11 @@ struct IntEnc {
     for (int k = threadIdx.x; k < T * groups; k += blockDim.x) {  // group_scale of int_group.cpp
       const int t = gd.div(k), g = gd.mod(k);
       const float* v = x + t * d + g * G;
+      // Each lane starts at another element: the groups of a warp start in one shared-memory bank, and the
+      // maximum of the magnitudes does not depend on the order.
+      const int start = static_cast<int>(threadIdx.x) & 31;
       float amax = 0;
-      for (int i = 0; i < G; ++i) amax = fmaxf(amax, fabsf(v[i]));
+      for (int i = 0; i < G; ++i) amax = fmaxf(amax, fabsf(v[(i + start) & (G - 1)]));
       const double exact = __ddiv_rn(static_cast<double>(amax), static_cast<double>(qmax));
       uint16_t h = to_f16_bits(__double2float_rn(exact));
       if (!(static_cast<double>(amax) <= __dmul_rn(qmax + 0.5, static_cast<double>(f16_bits_to_float(h)))))
@@ -55,15 +58,26 @@ struct IntEnc {
     const uint32_t mask = (1u << (1 << lb)) - 1;
     const float lim = static_cast<float>(qmax);
     const FastDiv row_tiles = FastDiv::of(key ? d >> (5 - lb) : d >> 4);
-    for (int w = threadIdx.x; w < code_words; w += blockDim.x) {
+    auto code = [&](int t, int c, float v) {
+      const float s = scales[t * groups + (c >> lg)];
+      const int q = s > 0 ? static_cast<int>(fminf(fmaxf(rintf(__fdiv_rn(v, s)), -lim), lim)) : 0;
+      return static_cast<uint32_t>(q) & mask;
+    };
+    for (int i = threadIdx.x; i < code_words; i += blockDim.x) {
+      const int w = lane_tile_word(key, row_tiles, i);
       uint32_t word = 0;
-      for (int j = 0; j < (32 >> lb); ++j) {
-        int t = 0, c = 0;
-        lane_tile_element(key, lb, row_tiles, w, j, &t, &c);
-        if (t >= T) break;  // padding tokens (values: the rest of the lane too)
-        const float s = scales[t * groups + (c >> lg)];
-        const int q = s > 0 ? static_cast<int>(fminf(fmaxf(rintf(__fdiv_rn(x[t * d + c], s)), -lim), lim)) : 0;
-        word |= (static_cast<uint32_t>(q) & mask) << (j << lb);
+      int t = 0, c = 0;
+      lane_tile_element(key, lb, row_tiles, w, 0, &t, &c);
+      if (key) {  // the word's 32 >> lb (4 or 8) channels of token t, contiguous in the tile
+        if (t < T) {  // else padding tokens
+          for (int j = 0; j < (32 >> lb); j += 4) {
+            const float4 v = *reinterpret_cast<const float4*>(x + t * d + c + j);
+            word |= code(t, c + j, v.x) << (j << lb) | code(t, c + j + 1, v.y) << ((j + 1) << lb) |
+                    code(t, c + j + 2, v.z) << ((j + 2) << lb) | code(t, c + j + 3, v.w) << ((j + 3) << lb);
+          }
+        }
+      } else {  // the word's tokens t + j of channel c
+        for (int j = 0; j < (32 >> lb) && t + j < T; ++j) word |= code(t + j, c, x[(t + j) * d + c]) << (j << lb);
       }
       block[w] = word;
     }

@@ -1,13 +1,15 @@
-// The append kernel family: one thread block encodes one page's block of one kv head. It gathers the page's T
-// tokens of that head from the stream (the fp32 window, then the fresh tokens, centered where the cache centers
-// keys) into shared memory, noting the first NaN or Inf among the fresh ones (the only pass over them), lets the
-// codec (`Enc`) rotate, normalize, quantize and pack them into a zeroed copy of the block in shared memory, and
-// stores the block into the pool with coalesced 32-bit stores.
+// The append kernel family: one thread block encodes one page's block of one kv head. A launch covers the new pages
+// of every sequence of a batch: the page's entry (EncodePage) names its sequence's stream and its first token. The
+// block gathers the page's T tokens of that head from the stream (the fp32 window, then the fresh tokens, centered
+// where the cache centers keys) into shared memory, noting the first NaN or Inf among the fresh ones (the only pass
+// over them), lets the codec (`Enc`) rotate, normalize, quantize and pack them into a zeroed copy of the block in
+// shared memory, and stores the block into the pool with coalesced 32-bit stores.
 //
 // An Enc provides `size_t scratch_floats(int T, int d) const` (shared memory it needs beyond the tile) and
 // `__device__ void encode(const EncodeContext&, float* tile, float* scratch, uint32_t* block) const`, called by
-// every thread of the block; it writes fields with put_bits / put_half (shared-memory atomics: several threads
-// fill the bytes of one word) and reports values it cannot store with EncodeContext::report.
+// every thread of the block; it writes whole 32-bit words of codes (one thread per word: no atomics, as every
+// encoder here does), 16-bit fields with put_half, or fields with put_bits (shared-memory atomics, where several
+// threads fill the bytes of one word), and reports values it cannot store with EncodeContext::report.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,7 +28,8 @@ constexpr int kEncodeThreads = 256;
 constexpr size_t kEncodeMaxSharedBytes = 200 * 1024;  // H200: up to 227 KB per block with the opt-in
 
 struct EncodeContext {
-  int page, head, T, d;
+  int page;  // the page's index in the launch: a report names its token t as page * T + t
+  int head, T, d;
   FastDiv dd;  // division by d
   unsigned long long* error;
   /// Token t (of this page), channel c cannot be stored.
@@ -65,7 +68,9 @@ __global__ void __launch_bounds__(kEncodeThreads)
   const EncodeSource& src = role.src;
   const Enc& enc = second ? e1 : e0;
   const int page = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y), T = src.T, d = src.d;
-  const int used = src.used;
+  const EncodePage job = role.pages[page];
+  const EncodeStream stream = src.streams[job.stream];
+  const int used = stream.used, first = static_cast<int>(job.first);
   const FastDiv dd = FastDiv::of(d);
   float* tile = reinterpret_cast<float*>(shared4);
   float* scratch = tile + T * d;
@@ -80,9 +85,9 @@ __global__ void __launch_bounds__(kEncodeThreads)
     for (int k = 0; k < kLoadsInFlight; ++k) {  // every load issued before any is used
       const int i = base + k * kEncodeThreads;
       if (i >= quads) break;
-      const int t = dd.div(4 * i), c = dd.mod(4 * i), idx = page * T + t;
-      at[k] = (idx < used ? src.window + (static_cast<size_t>(h) * src.slots + idx) * d
-                          : src.fresh + (static_cast<size_t>(idx - used) * src.H + h) * d) +
+      const int t = dd.div(4 * i), c = dd.mod(4 * i), idx = first + t;
+      at[k] = (idx < used ? stream.window + (static_cast<size_t>(h) * src.slots + idx) * d
+                          : stream.fresh + (static_cast<size_t>(idx - used) * src.H + h) * d) +
               c;
       v[k] = *reinterpret_cast<const float4*>(at[k]);
     }
@@ -91,16 +96,16 @@ __global__ void __launch_bounds__(kEncodeThreads)
       const int i = base + k * kEncodeThreads;
       if (i >= quads) break;
       const int t = dd.div(4 * i), c = dd.mod(4 * i);
-      const bool in_window = page * T + t < used;
+      const bool in_window = first + t < used;
       float4 x = v[k];
       if (!in_window && !(isfinite(x.x) && isfinite(x.y) && isfinite(x.z) && isfinite(x.w))) {
         const float e[4] = {x.x, x.y, x.z, x.w};
         int j = 0;
         while (isfinite(e[j])) ++j;
-        atomicMin(role.nonfinite, static_cast<unsigned long long>(at[k] + j - src.fresh));
+        atomicMin(role.nonfinite, static_cast<unsigned long long>(at[k] + j - src.fresh_base));
       }
-      if (src.offset != nullptr && (!in_window || src.center_window)) {
-        const float4 mu = *reinterpret_cast<const float4*>(src.offset + h * d + c);
+      if (stream.offset != nullptr && (!in_window || stream.center_window)) {
+        const float4 mu = *reinterpret_cast<const float4*>(stream.offset + h * d + c);
         x = {__fsub_rn(x.x, mu.x), __fsub_rn(x.y, mu.y), __fsub_rn(x.z, mu.z), __fsub_rn(x.w, mu.w)};
       }
       reinterpret_cast<float4*>(tile)[i] = x;
@@ -109,7 +114,7 @@ __global__ void __launch_bounds__(kEncodeThreads)
   __syncthreads();
   enc.encode(EncodeContext{page, h, T, d, dd, role.error}, tile, scratch, block);
   __syncthreads();
-  uint8_t* out = role.dst.pool + static_cast<size_t>(role.dst.pages[page]) * role.dst.page_bytes +
+  uint8_t* out = role.dst.pool + static_cast<size_t>(job.target) * role.dst.page_bytes +
                  role.dst.block_offset + static_cast<size_t>(h) * role.dst.head_stride;
   if (words % 4 == 0) {  // blocks start 64-byte aligned
     for (int i = threadIdx.x; i < words / 4; i += blockDim.x)

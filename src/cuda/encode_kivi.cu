@@ -45,10 +45,16 @@ struct KiviEnc {
       const int t = key ? 0 : gd.div(r), c = key ? r : gd.mod(r) * G;
       const int n = key ? T : G, stride = key ? d : 1;
       const float* v = x + t * d + c;
-      float lo = v[0], hi = v[0];
-      for (int i = 1; i < n; ++i) {
-        lo = fminf(lo, v[i * stride]);
-        hi = fmaxf(hi, v[i * stride]);
+      // In the CPU's order (the sign of a zero minimum depends on it), values with each lane one step behind the
+      // previous: the groups of a warp start in one shared-memory bank, so in step s lane l reads element s - l.
+      const int lag = key ? 0 : static_cast<int>(threadIdx.x) & 31;
+      float lo = 0, hi = 0;
+      for (int step = 0; step < n + lag; ++step) {
+        const int i = step - lag;
+        if (i < 0) continue;
+        const float e = v[i * stride];
+        lo = i == 0 ? e : fminf(lo, e);
+        hi = i == 0 ? e : fmaxf(hi, e);
       }
       float m = 0, s = 0;
       if (!store_range(block, key ? c : kivi_param(false, d, lg, t, c), lo, hi, m, s)) {
@@ -61,17 +67,27 @@ struct KiviEnc {
     __syncthreads();
     const FastDiv row_tiles = FastDiv::of(key ? d >> (5 - lb) : d >> 4);
     const float top = static_cast<float>(levels);
-    for (int w = threadIdx.x; w < code_words; w += blockDim.x) {
+    auto code = [&](int t, int c, float v) {
+      const int r = key ? c : t * groups + (c >> lg);
+      const float s = steps[r];
+      if (s == 0) return 0u;  // a constant range: every value equals m
+      return static_cast<uint32_t>(fminf(fmaxf(rintf(__fdiv_rn(__fsub_rn(v, mins[r]), s)), 0.0f), top));
+    };
+    for (int i = threadIdx.x; i < code_words; i += blockDim.x) {
+      const int w = lane_tile_word(key, row_tiles, i);
       uint32_t word = 0;
-      for (int j = 0; j < (32 >> lb); ++j) {
-        int t = 0, c = 0;
-        lane_tile_element(key, lb, row_tiles, w, j, &t, &c);
-        if (t >= T) break;
-        const int r = key ? c : t * groups + (c >> lg);
-        const float s = steps[r];
-        if (s == 0) continue;  // a constant range: every value equals m
-        const float q = fminf(fmaxf(rintf(__fdiv_rn(__fsub_rn(x[t * d + c], mins[r]), s)), 0.0f), top);
-        word |= static_cast<uint32_t>(q) << (j << lb);
+      int t = 0, c = 0;
+      lane_tile_element(key, lb, row_tiles, w, 0, &t, &c);
+      if (key) {  // the word's 32 >> lb (8 or 16) channels of token t, contiguous in the tile
+        if (t < T) {  // else padding tokens
+          for (int j = 0; j < (32 >> lb); j += 4) {
+            const float4 v = *reinterpret_cast<const float4*>(x + t * d + c + j);
+            word |= code(t, c + j, v.x) << (j << lb) | code(t, c + j + 1, v.y) << ((j + 1) << lb) |
+                    code(t, c + j + 2, v.z) << ((j + 2) << lb) | code(t, c + j + 3, v.w) << ((j + 3) << lb);
+          }
+        }
+      } else {  // the word's tokens t + j of channel c
+        for (int j = 0; j < (32 >> lb) && t + j < T; ++j) word |= code(t + j, c, x[(t + j) * d + c]) << (j << lb);
       }
       block[w] = word;
     }

@@ -58,6 +58,16 @@ KVQ_ENCODE_HD void lane_tile_element(bool key, int lb, const FastDiv& row_tiles,
   }
 }
 
+/// The code word thread-work item i builds (a permutation of the words): values in order, their lanes being
+/// channels, so consecutive items read consecutive channels of the [T][d] tile; keys with the words of one token
+/// of a 16-token group consecutive (item ((a 16 + lane) row_tiles + k) takes word 16 (a row_tiles + k) + lane), so
+/// consecutive items read different channels of one token, not one channel of 16 tokens in one shared-memory bank.
+KVQ_ENCODE_HD int lane_tile_word(bool key, const FastDiv& row_tiles, int i) {
+  if (!key) return i;
+  const int k = row_tiles.mod(i), rest = row_tiles.div(i), lane = rest & 15, a = rest >> 4;
+  return 16 * (a * row_tiles.n + k) + lane;
+}
+
 /// layout::IntGroup::scale_byte relative to the scales section: token t, group g of `groups` per token.
 KVQ_ENCODE_HD uint32_t int_scale_byte(int groups, int t, int g) {
   return static_cast<uint32_t>(2 * (((t >> 4) * groups + g) * 16 + (t & 15)));
@@ -83,6 +93,55 @@ KVQ_ENCODE_HD CodePlace lane_codes_place(bool key, int d, int bits, int t, int c
   }
   return {static_cast<uint32_t>(64 * tile + 4 * lane + bit / 8), static_cast<uint32_t>(bit % 8),
           static_cast<uint32_t>(width)};
+}
+
+/// The inverse of lane_codes_place for whole 32-bit words: word w of the codes (w = 16 tile + lane) holds fields of
+/// 32 consecutive channels c0 + e of token t0 (keys) or 32 consecutive tokens t0 + e of channel c0 (values), all
+/// from tile `sub` of the group's `bits` tiles (lane_codes_field says which).
+struct LaneCodesWord {
+  int t0, c0, sub;
+};
+KVQ_ENCODE_HD LaneCodesWord lane_codes_word(bool key, int d, int bits, int w) {
+  const int lane = w & 15, tile = w >> 4, g = tile / bits, sub = tile % bits;
+  if (key) {
+    const int per_row = (d + 31) / 32;  // groups of 32 code channels per 16 tokens
+    return {16 * (g / per_row) + lane, 32 * (g % per_row), sub};
+  }
+  const int per_row = d / 16;  // groups of 16 channels per 32 tokens
+  return {32 * (g / per_row), 16 * (g % per_row) + lane, sub};
+}
+
+/// Field f of such a word: part `part` of the index of element e, at bit `shift` = f * width of the word.
+struct LaneCodesField {
+  int e, part, shift, width;
+};
+/// Fields of a word of tile `sub`: 8 nibbles (b = 4), 16 two-bit fields (b = 2, and b = 3's low bits), 32 bits
+/// (b = 1, and b = 3's high bits).
+KVQ_ENCODE_HD int lane_codes_fields(int bits, int sub) {
+  return bits == 4 ? 8 : bits == 2 || (bits == 3 && sub < 2) ? 16 : 32;
+}
+KVQ_ENCODE_HD LaneCodesField lane_codes_field(int bits, int sub, int f) {
+  if (bits == 4) return {8 * sub + f, 0, 4 * f, 4};  // v = sub, j = f
+  if (bits == 2 || (bits == 3 && sub < 2)) {          // v = 2 sub + f % 2, j = f / 2
+    return {8 * (2 * sub + (f & 1)) + (f >> 1), 0, 2 * f, 2};
+  }
+  return {8 * (((f & 3) + 2) & 3) + (f >> 2), bits == 3 ? 1 : 0, f, 1};  // bit 4 j + (v + 2) % 4
+}
+
+/// Word w of the codes of b-bit indices index(t, c) (token t < T, channel c < d; the padding's fields stay 0).
+template <class Index>
+KVQ_ENCODE_HD uint32_t lane_codes_pack_word(bool key, int d, int T, int bits, int w, const Index& index) {
+  const LaneCodesWord at = lane_codes_word(key, d, bits, w);
+  const int fields = lane_codes_fields(bits, at.sub);
+  uint32_t word = 0;
+  for (int f = 0; f < fields; ++f) {
+    const LaneCodesField fl = lane_codes_field(bits, at.sub, f);
+    const int t = key ? at.t0 : at.t0 + fl.e, c = key ? at.c0 + fl.e : at.c0;
+    if (t >= T || c >= d) continue;
+    const uint32_t idx = index(t, c);
+    word |= ((idx >> (2 * fl.part)) & ((1u << fl.width) - 1)) << fl.shift;  // part 1: the high bit of b = 3
+  }
+  return word;
 }
 
 /// The stream position of an encoding error (atomicMin keeps the first): token, kv head, channel.

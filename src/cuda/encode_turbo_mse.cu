@@ -1,6 +1,7 @@
 // The append kernel of turbo_mse:1..4 (src/codec/turbo_mse.cpp): per token the norm (a sequential sum in double,
 // as the CPU's split_norm), u = x / ||x|| in double rounded to float, rotated, and each coordinate's index = the
-// number of Lloyd–Max boundaries below it, packed as layout::LaneCodes; the norm as fp16. Bit-exact with the CPU
+// number of Lloyd–Max boundaries below it, packed as layout::LaneCodes (each 32-bit lane built by one thread); the
+// norm as fp16. Bit-exact with the CPU
 // encoder under the Hadamard rotation; other rotations differ in float order (dense matrix).
 #include <memory>
 
@@ -22,18 +23,29 @@ struct TurboMseEnc {
   int bits = 3;
   bool key = true;
   uint32_t norms_offset = 0;
+  int code_words = 0;  // 32-bit words of the codes section
 
-  // The token norms (T doubles), then the dense rotation's spare tile.
+  // Row pitch of the index bytes: d + 4, so that the rows of 16 or 32 consecutive tokens start in different
+  // shared-memory banks (the key code words read one channel of 16 tokens).
+  __host__ __device__ static int index_pitch(int d) { return d + 4; }
+
+  // The token norms (T doubles), the dense rotation's spare tile, then the index bytes [T][pitch].
   __host__ __device__ size_t scratch_floats(int T, int d) const {
-    return 2 * static_cast<size_t>(T) + (rot.hadamard() ? 0 : static_cast<size_t>(T) * d);
+    return 2 * static_cast<size_t>(T) + (rot.hadamard() ? 0 : static_cast<size_t>(T) * d) +
+           (static_cast<size_t>(T) * index_pitch(d) + 3) / 4;
   }
 
   __device__ void encode(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {
     const int T = ctx.T, d = ctx.d;
     double* norms = reinterpret_cast<double*>(scratch);
     for (int t = threadIdx.x; t < T; t += blockDim.x) {
+      // In the CPU's order, each lane one step behind the previous: the rows of a warp start in one shared-memory
+      // bank, so in step s lane l reads channel s - l.
+      const int lag = static_cast<int>(threadIdx.x) & 31;
       double sum = 0;
-      for (int j = 0; j < d; ++j) {
+      for (int step = 0; step < d + lag; ++step) {
+        const int j = step - lag;
+        if (j < 0) continue;
         const double v = x[t * d + j];
         sum = __dadd_rn(sum, __dmul_rn(v, v));
       }
@@ -52,17 +64,19 @@ struct TurboMseEnc {
     }
     __syncthreads();
     rotate_rows(rot, x, scratch + 2 * T, T, d, ctx.dd);
-    const int n_bounds = (1 << bits) - 1, parts = bits == 3 ? 2 : 1;
+    // Each coordinate's index once (a coordinate per thread), then each code word from the indices.
+    uint8_t* indices = reinterpret_cast<uint8_t*>(scratch + 2 * T + (rot.hadamard() ? 0 : T * d));
+    const int pitch = index_pitch(d), n_bounds = (1 << bits) - 1;
     for (int i = threadIdx.x; i < T * d; i += blockDim.x) {
-      const int t = ctx.dd.div(i), c = ctx.dd.mod(i);
+      const float v = x[i];
       uint32_t idx = 0;
-      for (int k = 0; k < n_bounds; ++k) idx += x[i] > boundaries[k];
-      for (int p = 0; p < parts; ++p) {
-        const CodePlace at = lane_codes_place(key, d, bits, t, c, p);
-        put_bits(block, at, idx & ((1u << at.width) - 1));
-        idx >>= at.width;
-      }
+      for (int k = 0; k < n_bounds; ++k) idx += v > boundaries[k];
+      indices[ctx.dd.div(i) * pitch + ctx.dd.mod(i)] = static_cast<uint8_t>(idx);
     }
+    __syncthreads();
+    const auto index_of = [&](int t, int c) { return static_cast<uint32_t>(indices[t * pitch + c]); };
+    for (int w = threadIdx.x; w < code_words; w += blockDim.x)
+      block[w] = lane_codes_pack_word(key, d, T, bits, w, index_of);  // one thread per word
   }
 };
 
@@ -77,6 +91,7 @@ class TurboMseEncoder final : public EncoderOf<TurboMseEnc> {
     enc_.bits = bits;
     enc_.key = p.layout.key;
     enc_.norms_offset = static_cast<uint32_t>(p.layout.norms_offset());
+    enc_.code_words = static_cast<int>(p.layout.codes().bytes() / 4);
   }
 
  private:

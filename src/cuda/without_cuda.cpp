@@ -38,6 +38,11 @@ bool DeviceKVCache::has_sequence(SeqId) const { no_backend(); }
 size_t DeviceKVCache::length(SeqId, int) const { no_backend(); }
 void DeviceKVCache::append(SeqId, int, const float*, const float*, size_t) { no_backend(); }
 void DeviceKVCache::append_device(SeqId, int, const float*, const float*, size_t, void*) { no_backend(); }
+void DeviceKVCache::append_device_batch(std::span<const SeqId>, int, const float*, const float*,
+                                        std::span<const size_t>, void*) {
+  no_backend();
+}
+KVCache DeviceKVCache::to_host(size_t) const { no_backend(); }
 SeqId DeviceKVCache::add_sequence_repeating(SeqId, size_t) { no_backend(); }
 size_t DeviceKVCache::page_bytes() const { no_backend(); }
 size_t DeviceKVCache::key_block_offset(int) const { no_backend(); }

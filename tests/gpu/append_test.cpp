@@ -3,7 +3,10 @@
 // centered keys. Pages are compared byte for byte where the device follows the CPU's float order (f32, f16, bf16,
 // kivi, and int8/int4/turbo_mse under the default Hadamard rotation: "Bytes" tests); under a dense rotation (srft,
 // householder) the differing codes are counted and the reconstruction error must be within 1% of the CPU's
-// ("Error" test). Windows must be equal exactly. Errors leave the cache unchanged.
+// ("Error" test). Windows must be equal exactly. Errors leave the cache unchanged. Batched appends
+// (append_device_batch: many sequences of different lengths in one call) equal one CPU append per sequence, and an
+// error anywhere in a batch leaves every sequence unchanged. The device cache copied back to the host (to_host)
+// equals the CPU cache that took the same appends.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -324,6 +327,284 @@ TEST(CudaAppend, CodecWithoutAppendKernelIsNamed) {
   }
   dev.append(ds, kLayer, t.keys.data(), t.values.data(), 100);  // from the host: the CPU encoder
   EXPECT_EQ(dev.length(ds, kLayer), 100u);
+}
+
+// ---- batched appends ---------------------------------------------------------------------------------------
+
+// Sequences appended in batches to a host cache (one append per sequence) and a device cache (one batch call).
+struct BatchFixture {
+  CacheConfig cfg;
+  KVCache host;
+  cuda::DeviceKVCache dev;
+  std::vector<SeqId> hs, ds;
+  std::vector<test::Tokens> tokens;  // each sequence's whole stream
+  std::vector<size_t> pos;           // tokens appended so far
+
+  BatchFixture(const CacheConfig& c, uint64_t seed, size_t n_seqs, size_t tokens_per_seq)
+      : cfg(c), host(trained_cache(c, seed)), dev(host) {
+    for (size_t i = 0; i < n_seqs; ++i) {
+      hs.push_back(host.add_sequence());
+      ds.push_back(dev.add_sequence());
+      tokens.push_back(test::make_tokens(cfg, tokens_per_seq, seed + 100 + i, true));
+      pos.push_back(0);
+    }
+  }
+  size_t row() const { return static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim; }
+
+  // The batch's inputs: every sequence's next n[i] tokens, concatenated.
+  test::Tokens batch_input(const std::vector<size_t>& n) const {
+    test::Tokens b;
+    for (size_t i = 0; i < n.size(); ++i) {
+      const size_t from = pos[i] * row(), to = (pos[i] + n[i]) * row();
+      b.keys.insert(b.keys.end(), tokens[i].keys.begin() + from, tokens[i].keys.begin() + to);
+      b.values.insert(b.values.end(), tokens[i].values.begin() + from, tokens[i].values.begin() + to);
+    }
+    return b;
+  }
+  // One device batch call with `input` (possibly altered); throws what the device throws.
+  void device_batch(const test::Tokens& input, const std::vector<size_t>& n) {
+    cuda::DeviceFloats k(std::max<size_t>(input.keys.size(), 1)), v(std::max<size_t>(input.values.size(), 1));
+    if (!input.keys.empty()) {
+      k.upload(input.keys);
+      v.upload(input.values);
+    }
+    dev.append_device_batch(ds, kLayer, k.data(), v.data(), n);
+  }
+  // The same tokens to both caches.
+  void append(const std::vector<size_t>& n) {
+    device_batch(batch_input(n), n);
+    for (size_t i = 0; i < n.size(); ++i) {
+      if (n[i] == 0) continue;
+      host.append(hs[i], kLayer, tokens[i].keys.data() + pos[i] * row(), tokens[i].values.data() + pos[i] * row(),
+                  n[i]);
+      pos[i] += n[i];
+    }
+  }
+  void expect_same() const {
+    for (size_t i = 0; i < hs.size(); ++i) {
+      SCOPED_TRACE("sequence " + std::to_string(i) + " at " + std::to_string(pos[i]) + " tokens");
+      expect_same_pages(host, dev, hs[i], ds[i]);
+      expect_same_window(host, dev, hs[i], ds[i]);
+    }
+  }
+};
+
+// What a failed append must leave as it was: every sequence's pages, window and length, and the free pages.
+struct DeviceState {
+  std::vector<std::vector<uint8_t>> pages;
+  std::vector<std::vector<float>> windows;
+  std::vector<size_t> lengths;
+  size_t free = 0;
+  explicit DeviceState(const BatchFixture& f) : free(f.dev.free_pages()) {
+    for (const SeqId s : f.ds) {
+      pages.push_back(device_pages(f.dev, s));
+      windows.push_back(used_window(f.dev, s));
+      lengths.push_back(f.dev.length(s, kLayer));
+    }
+  }
+  bool operator==(const DeviceState&) const = default;
+};
+
+CacheConfig batch_config(const std::string& spec, int R, bool center, size_t capacity, uint64_t seed) {
+  AppendShape s;
+  s.R = R;
+  s.center = center;
+  CacheConfig c = config_of(s, spec, spec, seed);
+  c.capacity_pages = capacity;
+  return c;
+}
+
+TEST(CudaAppend, BatchedAppendsBytesEqualPerSequenceCpuAppends) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  for (const std::string& spec : std::vector<std::string>{"f16", "int4", "int8", "kivi:2", "turbo_mse:3"})
+    for (const int R : {0, 64}) {
+      SCOPED_TRACE(spec + " R=" + std::to_string(R));
+      BatchFixture f(batch_config(spec, R, spec == "int4", 512, seed), seed, 7, 1200);
+      // Prefill chunks of different lengths (empty, shorter than a page, on and across page boundaries), then decode
+      // steps (one token each, some sequences idle), then prefill chunks onto sequences that hold windows.
+      f.append({0, 1, 63, 64, 65, 200, 517});
+      f.expect_same();
+      for (int step = 0; step < 70; ++step) f.append({1, 1, 1, 1, static_cast<size_t>(step % 2), 1, 0});
+      f.expect_same();
+      f.append({300, 0, 129, 1, 64, 2, 191});
+      f.expect_same();
+    }
+}
+
+TEST(CudaAppend, ErrorInOneSequenceRejectsTheWholeBatch) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  for (const std::string& spec : std::vector<std::string>{"int4", "f16"}) {
+    SCOPED_TRACE(spec);
+    BatchFixture f(batch_config(spec, 64, spec == "int4", 256, seed), seed, 4, 600);
+    f.append({40, 130, 0, 10});
+    const DeviceState before(f);
+    const std::vector<size_t> n = {100, 5, 200, 1};  // pages in sequences 0, 2 (its first: the key offset is set)
+    const size_t row = f.row(), d = 128;
+    test::Tokens bad = f.batch_input(n);
+    const size_t seq2 = 100 + 5;  // sequence 2's first token in the batch
+    bad.keys[(seq2 + 150) * row + 1 * d + 9] = NAN;  // sequence 2, token 150, head 1, channel 9
+    try {
+      f.device_batch(bad, n);
+      ADD_FAILURE() << "a NaN key must reject the batch";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("sequence " + std::to_string(f.ds[2])), std::string::npos) << what;
+      EXPECT_NE(what.find("key of token 150 head 1 channel 9 is nan"), std::string::npos) << what;
+    }
+    EXPECT_TRUE(DeviceState(f) == before);
+    bad = f.batch_input(n);
+    bad.values[(seq2 + 3) * row + 5] = INFINITY;  // sequence 2, token 3: in its first new page
+    try {
+      f.device_batch(bad, n);
+      ADD_FAILURE() << "an Inf value must reject the batch";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("value of token 3 head 0 channel 5 is inf"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(DeviceState(f) == before);
+    bad = f.batch_input(n);
+    // Sequence 2, token 100: in its second new page, so not in the mean that sets its key offset (int4 reports the
+    // first channel of the scale group).
+    bad.keys[(seq2 + 100) * row] = spec == "f16" ? 1e6f : 1e9f;
+    try {
+      f.device_batch(bad, n);
+      ADD_FAILURE() << "a value beyond the codec's range must reject the batch";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("beyond"), std::string::npos) << what;
+      EXPECT_NE(what.find(spec), std::string::npos) << what;
+      EXPECT_NE(what.find("sequence " + std::to_string(f.ds[2])), std::string::npos) << what;
+      EXPECT_NE(what.find("key of token 100 head 0 channel 0"), std::string::npos) << what;
+    }
+    EXPECT_TRUE(DeviceState(f) == before);
+    // A sequence named twice, an unknown sequence, mismatched counts: rejected before anything runs.
+    const std::vector<SeqId> twice = {f.ds[0], f.ds[1], f.ds[0]};
+    const std::vector<size_t> three = {1, 1, 1};
+    cuda::DeviceFloats k(3 * row), v(3 * row);
+    EXPECT_THROW(f.dev.append_device_batch(twice, kLayer, k.data(), v.data(), three), Error);
+    const std::vector<SeqId> unknown = {f.ds[0], 999};
+    EXPECT_THROW(f.dev.append_device_batch(unknown, kLayer, k.data(), v.data(), std::vector<size_t>{1, 1}), Error);
+    EXPECT_THROW(f.dev.append_device_batch(f.ds, kLayer, k.data(), v.data(), three), Error);
+    EXPECT_TRUE(DeviceState(f) == before);
+    // And the batch goes on as the host cache does (the key offset set by the batch that did get in).
+    f.append(n);
+    f.expect_same();
+  }
+}
+
+TEST(CudaAppend, ExhaustedPoolRejectsTheWholeBatch) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  BatchFixture f(batch_config("int4", 0, false, 10, seed), seed, 3, 800);
+  f.append({64, 100, 10});  // 2 pages taken
+  const DeviceState before(f);
+  const std::vector<size_t> too_many = {200, 364, 50};  // 3 + 6 + 0 new pages, 8 free
+  try {
+    f.device_batch(f.batch_input(too_many), too_many);
+    ADD_FAILURE() << "the pool cannot hold the batch";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("exhausted"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(DeviceState(f) == before);
+  f.append({200, 300, 50});  // 3 + 5 + 0: fits exactly
+  f.expect_same();
+  EXPECT_EQ(f.dev.free_pages(), 0u);
+}
+
+// Decode attention reads the block tables and windows a batch committed: over the batch-appended cache it equals
+// decode over the device copy of the CPU cache that took the same appends.
+TEST(CudaAppend, DecodeOverBatchAppendedCacheEqualsTheCopiedCpuCache) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  for (const std::string& spec : std::vector<std::string>{"int4", "f16", "turbo_mse:3"}) {
+    SCOPED_TRACE(spec);
+    BatchFixture f(batch_config(spec, 64, spec == "int4", 256, seed), seed, 5, 800);
+    f.append({0, 1, 200, 64, 333});
+    for (int step = 0; step < 9; ++step) f.append({1, 1, 1, 1, 1});
+    f.append({130, 0, 70, 1, 64});
+    const cuda::DeviceKVCache copy(f.host);
+    const size_t n_q = 8, d = 128, n = f.ds.size();
+    const std::vector<float> q = gaussian_vectors(n * n_q, static_cast<int>(d), seed + 99);
+    cuda::DeviceFloats q_dev(q.size()), out_a(q.size()), out_b(q.size());
+    q_dev.upload(q);
+    cuda::decode_attention(f.dev, kLayer, f.ds, q_dev.data(), out_a.data(), static_cast<int>(n_q));
+    cuda::decode_attention(copy, kLayer, f.hs, q_dev.data(), out_b.data(), static_cast<int>(n_q));
+    EXPECT_EQ(out_a.download(), out_b.download());
+  }
+}
+
+// CPU cache -> device -> batched appends on the device -> host: equal to the CPU cache that took the same appends.
+TEST(CudaAppend, ToHostAfterDeviceAppendsEqualsTheCpuCache) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  for (const std::string& spec : std::vector<std::string>{"int4", "f16", "turbo_mse:3", "kivi:2"}) {
+    SCOPED_TRACE(spec);
+    const CacheConfig cfg = batch_config(spec, 64, spec == "int4", 128, seed);
+    KVCache host = trained_cache(cfg, seed);
+    std::vector<test::Tokens> t;
+    std::vector<SeqId> ids;
+    for (size_t i = 0; i < 3; ++i) {
+      ids.push_back(host.add_sequence());
+      t.push_back(test::make_tokens(cfg, 700, seed + 10 + i, true));
+    }
+    test::append_range(host, ids[0], kLayer, t[0], 0, 150);
+    test::append_range(host, ids[2], kLayer, t[2], 0, 30);
+    cuda::DeviceKVCache dev(host);
+    const size_t row = 2 * 128;
+    size_t pos[3] = {150, 0, 30};
+    for (const std::vector<size_t>& n : std::vector<std::vector<size_t>>{{1, 64, 100}, {1, 1, 1}, {200, 300, 1}}) {
+      std::vector<float> k, v;
+      for (size_t i = 0; i < 3; ++i) {
+        k.insert(k.end(), t[i].keys.begin() + pos[i] * row, t[i].keys.begin() + (pos[i] + n[i]) * row);
+        v.insert(v.end(), t[i].values.begin() + pos[i] * row, t[i].values.begin() + (pos[i] + n[i]) * row);
+        host.append(ids[i], kLayer, t[i].keys.data() + pos[i] * row, t[i].values.data() + pos[i] * row, n[i]);
+        pos[i] += n[i];
+      }
+      cuda::DeviceFloats kd(k.size()), vd(v.size());
+      kd.upload(k);
+      vd.upload(v);
+      dev.append_device_batch(ids, kLayer, kd.data(), vd.data(), n);
+    }
+    KVCache back = dev.to_host();
+    ASSERT_EQ(back.sequences(), host.sequences());
+    EXPECT_EQ(back.free_pages(), host.free_pages());
+    EXPECT_EQ(back.config().key_codec, host.config().key_codec);
+    for (int l = 0; l < cfg.n_layers; ++l) {
+      EXPECT_EQ(back.key_codec(l).trained(), host.key_codec(l).trained());
+      if (host.key_codec(l).trained()) {
+        EXPECT_EQ(back.key_codec(l).state(), host.key_codec(l).state());
+      }
+      if (host.value_codec(l).trained()) {
+        EXPECT_EQ(back.value_codec(l).state(), host.value_codec(l).state());
+      }
+    }
+    const size_t slots = dev.residual_slots();
+    for (const SeqId id : host.sequences())
+      for (int l = 0; l < cfg.n_layers; ++l) {
+        SCOPED_TRACE("sequence " + std::to_string(id) + " layer " + std::to_string(l));
+        const LayerView a = host.view(id, l), b = back.view(id, l);
+        ASSERT_EQ(a.pages.size(), b.pages.size());
+        for (size_t j = 0; j < a.pages.size(); ++j)
+          EXPECT_EQ(std::memcmp(host.page(a.pages[j]), back.page(b.pages[j]), host.page_bytes()), 0) << "page " << j;
+        ASSERT_EQ(a.residual_count, b.residual_count);
+        if (l == kLayer) {
+          EXPECT_EQ(host_window(host, id, slots), host_window(back, id, slots));
+        }
+        ASSERT_EQ(a.key_offset == nullptr, b.key_offset == nullptr);
+        if (a.key_offset != nullptr) {
+          EXPECT_EQ(std::memcmp(a.key_offset, b.key_offset, row * sizeof(float)), 0);
+        }
+      }
+    // The copy is a working cache: the next id and further appends go as on the original.
+    const SeqId next = back.add_sequence();
+    EXPECT_EQ(next, host.add_sequence());
+    back.append(ids[1], kLayer, t[1].keys.data() + pos[1] * row, t[1].values.data() + pos[1] * row, 100);
+    host.append(ids[1], kLayer, t[1].keys.data() + pos[1] * row, t[1].values.data() + pos[1] * row, 100);
+    EXPECT_EQ(std::memcmp(back.page(back.view(ids[1], kLayer).pages.back()),
+                          host.page(host.view(ids[1], kLayer).pages.back()), host.page_bytes()),
+              0);
+  }
 }
 
 // Decode attention over a cache built by append_device equals decode over the device copy of the host cache (the

@@ -1,0 +1,66 @@
+#include "cache/cache_builder.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "cache/key_offset.hpp"
+#include "kvq/error.hpp"
+
+namespace kvq::detail {
+
+CacheBuilder::CacheBuilder(const CacheConfig& config) : cache_(config) {}
+
+void CacheBuilder::load_codecs(int layer, const Codec& key, const Codec& value) {
+  cache_.check_layer(layer);
+  const size_t l = static_cast<size_t>(layer);
+  for (const auto& [to, from] :
+       {std::pair{cache_.key_codecs_[l].get(), &key}, std::pair{cache_.value_codecs_[l].get(), &value}}) {
+    KVQ_CHECK(to->spec().str() == from->spec().str(), "CacheBuilder: layer ", layer, " codec '", from->spec().str(),
+              "' where the configuration has '", to->spec().str(), "'");
+    if (from->trained()) to->load_state(from->state());
+  }
+}
+
+void CacheBuilder::add_sequence(SeqId id) {
+  KVQ_CHECK(!cache_.has_sequence(id), "CacheBuilder: sequence ", id, " added twice");
+  cache_.insert_sequence(id);
+  cache_.next_id_ = std::max(cache_.next_id_, id + 1);
+}
+
+void CacheBuilder::fill_layer(SeqId id, int layer, const uint8_t* pages, size_t n_pages, const float* window,
+                              int window_count, const float* key_offset) {
+  cache_.check_layer(layer);
+  KVCache::LayerState& ls = cache_.sequence(id).layers[static_cast<size_t>(layer)];
+  const CacheConfig& c = cache_.config_;
+  const size_t H = static_cast<size_t>(c.n_kv_heads), d = static_cast<size_t>(c.head_dim);
+  const size_t slots = cache_.residual_slots();
+  KVQ_CHECK(ls.pages.empty() && ls.residual_count == 0, "CacheBuilder: sequence ", id, " layer ", layer,
+            " filled twice");
+  KVQ_CHECK(window_count >= 0 && static_cast<size_t>(window_count) <= slots, "CacheBuilder: a window of ",
+            window_count, " tokens (at most ", slots, ")");
+  KVQ_CHECK(n_pages <= cache_.free_.size(), "CacheBuilder: sequence ", id, " layer ", layer, " holds ", n_pages,
+            " pages, only ", cache_.free_.size(), " of the pool's ", c.capacity_pages, " are left");
+  KVQ_CHECK((key_offset != nullptr) == (centers_keys(c) && n_pages > 0), "CacheBuilder: sequence ", id, " layer ",
+            layer, key_offset != nullptr ? " has a key offset without centered keys and pages"
+                                         : " has centered keys in pages but no key offset");
+  for (size_t j = 0; j < n_pages; ++j) {
+    const PageId p = cache_.free_.back();
+    cache_.free_.pop_back();
+    ls.pages.push_back(p);
+    std::memcpy(cache_.page_mut(p), pages + j * cache_.page_bytes_, cache_.page_bytes_);
+  }
+  const size_t used = static_cast<size_t>(window_count) * d;
+  for (size_t row = 0; row < 2 * H; ++row)  // keys, then values
+    std::memcpy(ls.residual.data() + row * slots * d, window + row * slots * d, used * sizeof(float));
+  ls.residual_count = window_count;
+  if (key_offset != nullptr) ls.key_offset.assign(key_offset, key_offset + H * d);
+}
+
+void CacheBuilder::set_next_id(SeqId next) {
+  KVQ_CHECK(next >= cache_.next_id_, "CacheBuilder: next sequence id ", next, " below ", cache_.next_id_,
+            " (an id in use)");
+  cache_.next_id_ = next;
+}
+
+}  // namespace kvq::detail

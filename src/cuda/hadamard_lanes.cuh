@@ -1,0 +1,75 @@
+// The randomized Hadamard transform of one token row held by a warp, in registers: lane l holds the row's elements
+// [l E, (l + 1) E), E = max(1, d / 32), so d / E lanes take part. It runs the CPU's fast transform
+// (src/rotation/hadamard.cpp) stage by stage, strides 1, 2, ..., d / 2, every element of a stage the rounded a + b
+// (lower) or a - b (upper) of the same two floats, so the result is bit-identical with the CPU's: strides below E
+// within a lane, the others between lanes l and l ^ (stride / E), exchanged by `partner` (the device: a warp
+// shuffle; the CPU tests: 32 host threads in lockstep, tests/hadamard_lanes_test.cpp).
+#pragma once
+
+#include "cuda/encode_layout.cuh"
+
+// Loops unrolled on the device, where v must stay in registers (the host compiler knows no such pragma).
+#if defined(__CUDA_ARCH__)
+#define KVQ_UNROLL _Pragma("unroll")
+#else
+#define KVQ_UNROLL
+#endif
+
+namespace kvq::cuda::detail {
+
+// IEEE single operations rounded to nearest, never fused, on the device and on the host.
+KVQ_ENCODE_HD float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+KVQ_ENCODE_HD float sub_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+KVQ_ENCODE_HD float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+/// y = H diag(signs) x * scale for the row whose elements [lane E, (lane + 1) E) are v, as the CPU computes it.
+/// lanes = d / E; every lane of the warp calls it (`partner(value, m)`: lane ^ m's value, m < lanes), lanes at or
+/// beyond `lanes` with values that are ignored.
+template <int E, class Partner>
+KVQ_ENCODE_HD void hadamard_row_lanes(float (&v)[E], const float* signs, float scale, int lane, int lanes,
+                                      const Partner& partner) {
+  if (lane < lanes) {
+KVQ_UNROLL
+    for (int k = 0; k < E; ++k) v[k] = mul_rn(v[k], signs[lane * E + k]);
+  }
+KVQ_UNROLL
+  for (int h = 1; h < E; h <<= 1)
+KVQ_UNROLL
+    for (int i = 0; i < E; i += 2 * h)
+KVQ_UNROLL
+      for (int j = i; j < i + h; ++j) {
+        const float a = v[j], b = v[j + h];
+        v[j] = add_rn(a, b);
+        v[j + h] = sub_rn(a, b);
+      }
+  for (int m = 1; m < lanes; m <<= 1) {  // stride m E
+    const bool upper = (lane & m) != 0;
+KVQ_UNROLL
+    for (int k = 0; k < E; ++k) {
+      const float other = partner(v[k], m);
+      v[k] = upper ? sub_rn(other, v[k]) : add_rn(v[k], other);
+    }
+  }
+KVQ_UNROLL
+  for (int k = 0; k < E; ++k) v[k] = mul_rn(v[k], scale);
+}
+
+}  // namespace kvq::cuda::detail
