@@ -40,11 +40,12 @@ struct MergeArgs {
   float* out;
 };
 
-// Loads of a column of a map in flight per thread: the maps come from L2, so a loop that used each load before
-// issuing the next would wait out the L2 latency n times (about 10 us for d = 128 at batch 1).
-constexpr int kMapLoads = 16;
+// Loads of a column of a map in flight per thread: a map comes from L2 or HBM, so a loop that used each load
+// before issuing the next would wait out that latency once per row (about 10 us for d = 128 at batch 1); in
+// batches of 64, d <= 128 waits once or twice.
+constexpr int kMapLoads = 64;
 
-/// sum_j m[j][c] x[j] over j < n (n a multiple of kMapLoads), m row-major with `stride` columns, x in shared memory.
+/// sum_j m[j][c] x[j] over j < n (n a multiple of kMapLoads: d and the value spaces are multiples of 64), m row-major with `stride` columns, x in shared memory.
 __device__ __forceinline__ float map_column(const float* m, int stride, int c, const float* x, int n) {
   float y[4] = {0, 0, 0, 0};
   for (int j = 0; j < n; j += kMapLoads) {
