@@ -1,68 +1,37 @@
-// The append kernel of turbo_mse:1..4 (src/codec/turbo_mse.cpp): per token the norm (a sequential sum in double,
-// as the CPU's split_norm), u = x / ||x|| in double rounded to float, rotated, and each coordinate's index = the
-// number of Lloyd–Max boundaries below it, packed as layout::LaneCodes; the norm as fp16. Bit-exact with the CPU
+// The append kernel of turbo_mse:1..4 (src/codec/turbo_mse.cpp): the turbo_mse stage (turbo_mse_device.cuh) in
+// place on the page's tile, the indices packed as layout::LaneCodes, the norm as fp16. Bit-exact with the CPU
 // encoder under the Hadamard rotation; other rotations differ in float order (dense matrix).
 #include <memory>
 
 #include "codec/lloyd_max.hpp"
 #include "codec/turbo_mse.hpp"
 #include "codec/turbo_parts.hpp"
-#include "cuda/device_half.cuh"
 #include "cuda/encode_kernel.cuh"
 #include "cuda/rotate_device.cuh"
+#include "cuda/turbo_mse_device.cuh"
 
 namespace kvq::cuda::detail {
 namespace {
 
-constexpr int kMaxBoundaries = 15;  // 4 bits
-
 struct TurboMseEnc {
-  RotationView rot;
-  float boundaries[kMaxBoundaries] = {};
-  int bits = 3;
+  TurboMseStage stage;
   bool key = true;
-  uint32_t norms_offset = 0;
 
   // The token norms (T doubles), then the dense rotation's spare tile.
   __host__ __device__ size_t scratch_floats(int T, int d) const {
-    return 2 * static_cast<size_t>(T) + (rot.hadamard() ? 0 : static_cast<size_t>(T) * d);
+    return 2 * static_cast<size_t>(T) + (stage.rot.hadamard() ? 0 : static_cast<size_t>(T) * d);
   }
 
   __device__ void encode(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {
     const int T = ctx.T, d = ctx.d;
     double* norms = reinterpret_cast<double*>(scratch);
-    for (int t = threadIdx.x; t < T; t += blockDim.x) {
-      double sum = 0;
-      for (int j = 0; j < d; ++j) {
-        const double v = x[t * d + j];
-        sum = __dadd_rn(sum, __dmul_rn(v, v));
-      }
-      const double norm = sqrt(sum);
-      norms[t] = norm;
-      if (!(norm <= 65504.0)) {
-        ctx.report(t, 0);
-        continue;
-      }
-      put_half(block, norms_offset + 2 * t, to_f16_bits(__double2float_rn(norm)));
-    }
+    stage.store_norms(ctx, x, norms, block);
     __syncthreads();
-    for (int i = threadIdx.x; i < T * d; i += blockDim.x) {
-      const double norm = norms[ctx.dd.div(i)];
-      x[i] = norm == 0 ? 0.0f : __double2float_rn(__ddiv_rn(static_cast<double>(x[i]), norm));
-    }
+    TurboMseStage::normalize(ctx.dd, x, norms, x, T * d);
     __syncthreads();
-    rotate_rows(rot, x, scratch + 2 * T, T, d, ctx.dd);
-    const int n_bounds = (1 << bits) - 1, parts = bits == 3 ? 2 : 1;
-    for (int i = threadIdx.x; i < T * d; i += blockDim.x) {
-      const int t = ctx.dd.div(i), c = ctx.dd.mod(i);
-      uint32_t idx = 0;
-      for (int k = 0; k < n_bounds; ++k) idx += x[i] > boundaries[k];
-      for (int p = 0; p < parts; ++p) {
-        const CodePlace at = lane_codes_place(key, d, bits, t, c, p);
-        put_bits(block, at, idx & ((1u << at.width) - 1));
-        idx >>= at.width;
-      }
-    }
+    rotate_rows(stage.rot, x, scratch + 2 * T, T, d, ctx.dd);
+    for (int i = threadIdx.x; i < T * d; i += blockDim.x)
+      put_lane_index(block, key, d, stage.book.bits, ctx.dd.div(i), ctx.dd.mod(i), stage.book.index(x[i]));
   }
 };
 
@@ -70,13 +39,10 @@ class TurboMseEncoder final : public EncoderOf<TurboMseEnc> {
  public:
   TurboMseEncoder(const Codec& codec, const TurboMseParams& p)
       : EncoderOf(codec.spec().str()), rotation_(upload_rotation(codec)) {
-    const int bits = static_cast<int>(p.layout.bits);
-    const FloatCodebook book(sphere_lloyd_max(codec.dim(), bits));  // the codec's own (fp16-rounded) codebook
-    enc_.rot = {rotation_.signs.get(), rotation_.columns.get(), rotation_.scale};
-    for (size_t k = 0; k < book.boundaries().size(); ++k) enc_.boundaries[k] = book.boundaries()[k];
-    enc_.bits = bits;
+    const FloatCodebook book(sphere_lloyd_max(codec.dim(), static_cast<int>(p.layout.bits)));
+    enc_.stage = turbo_mse_stage({rotation_.signs.get(), rotation_.columns.get(), rotation_.scale}, book,
+                                 p.layout.norms_offset());
     enc_.key = p.layout.key;
-    enc_.norms_offset = static_cast<uint32_t>(p.layout.norms_offset());
   }
 
  private:
