@@ -90,7 +90,8 @@ TEST(EncodeLayout, SignTilesMatchQjlAndTurboProd) {
           for (size_t r = 0; r < m; ++r) {
             const CodePlace got = sign_tiles_place(key, static_cast<int>(m), static_cast<int>(t), static_cast<int>(r));
             ASSERT_EQ(got.byte, l.byte(t, r)) << "m=" << m << " T=" << T << " key=" << key << " t=" << t << " r=" << r;
-            ASSERT_EQ(got.shift, l.shift(t, r)) << "m=" << m << " T=" << T << " key=" << key << " t=" << t << " r=" << r;
+            ASSERT_EQ(got.shift, l.shift(t, r)) << "m=" << m << " T=" << T << " key=" << key << " t=" << t
+                                                << " r=" << r;
             ASSERT_EQ(got.width, 1u);
             ASSERT_LT(got.byte, l.bytes());
           }

@@ -17,9 +17,9 @@ struct TurboMseEnc {
   TurboMseStage stage;
   bool key = true;
 
-  // The token norms (T doubles), then the dense rotation's spare tile.
+  // The token norms (T doubles), then the dense rotation's spare rows.
   __host__ __device__ size_t scratch_floats(int T, int d) const {
-    return 2 * static_cast<size_t>(T) + (stage.rot.hadamard() ? 0 : static_cast<size_t>(T) * d);
+    return 2 * static_cast<size_t>(T) + stage.spare_floats(T, d);
   }
 
   __device__ void encode(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {
@@ -29,7 +29,7 @@ struct TurboMseEnc {
     __syncthreads();
     TurboMseStage::normalize(ctx.dd, x, norms, x, T * d);
     __syncthreads();
-    rotate_rows(stage.rot, x, scratch + 2 * T, T, d, ctx.dd);
+    stage.rotate_page(ctx, x, scratch + 2 * T);
     for (int i = threadIdx.x; i < T * d; i += blockDim.x)
       put_lane_index(block, key, d, stage.book.bits, ctx.dd.div(i), ctx.dd.mod(i), stage.book.index(x[i]));
   }

@@ -25,9 +25,9 @@ struct TurboRvqEnc {
   LevelBoundaries stage2;
   uint32_t code_bytes = 0, stage2_offset = 0;
 
-  // The token norms (T doubles), then the dense rotation's spare tile.
+  // The token norms (T doubles), then the dense rotation's spare rows.
   __host__ __device__ size_t scratch_floats(int T, int d) const {
-    return 2 * static_cast<size_t>(T) + (stage1.rot.hadamard() ? 0 : static_cast<size_t>(T) * d);
+    return 2 * static_cast<size_t>(T) + stage1.spare_floats(T, d);
   }
 
   __device__ void encode(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {
@@ -37,7 +37,7 @@ struct TurboRvqEnc {
     __syncthreads();
     TurboMseStage::normalize(ctx.dd, x, norms, x, T * d);
     __syncthreads();
-    rotate_rows(stage1.rot, x, scratch + 2 * T, T, d, ctx.dd);
+    stage1.rotate_page(ctx, x, scratch + 2 * T);
     const uint32_t width = static_cast<uint32_t>(b);
     for (int i = threadIdx.x; i < T * d; i += blockDim.x) {
       const int t = ctx.dd.div(i), c = ctx.dd.mod(i);

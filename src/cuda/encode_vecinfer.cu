@@ -1,16 +1,15 @@
 // The append kernel of vecinfer:c/s (src/codec/vecinfer.cpp): per pass of a few rows (encode_passes.cuh) the rows
 // smoothed (x / lambda) and rotated, then each sub-vector's nearest centroid as src/codec/nearest_centroid.cpp
-// finds it: distances in the CPU's form ||c||^2 - 2 <x, c> with the CPU's float order (||c||^2 summed on the host
-// as CentroidTable does, then + (-2 x_i) c_i for i = 0..s-1, each product and sum rounded on its own) and a running
-// argmin in registers, one thread per sub-vector, strictly smaller replacing (the lowest index of a tie, as the
-// CPU's lanes and their merge give). Nothing of size sub-vectors x centroids is formed: the codebook lies in shared
-// memory where it fits beside the page, else it is streamed through shared memory in tiles of kCodebookTile
-// centroids. The codes are packed per token as bitpack.hpp streams; with norm=1 the chosen centroids are rotated
-// back (unrotate_device.cuh), times lambda, and gamma = |x|^2 / <x, x^> (in double, capped at 2) is stored as fp16.
-// Bit-exact with the CPU encoder under the Hadamard rotation (every power-of-two d); srft (other d) differs in
-// float order (dense matrix).
+// finds it: distances in the CPU's form ||c||^2 - 2 <x, c> with the CPU's float order (||c||^2 summed as
+// CentroidTable does, then + (-2 x_i) c_i for i = 0..s-1, each product and sum rounded on its own, as the CPU's
+// clones do, built without contraction) and a running argmin in registers, one thread per sub-vector, strictly
+// smaller replacing (the lowest index of a tie, as the CPU's lanes and their merge give). Nothing of size
+// sub-vectors x centroids is formed: the codebook lies in shared memory where it fits beside the page, else it is
+// streamed through shared memory in tiles of kCodebookTile centroids. The codes are packed per token as bitpack.hpp
+// streams; with norm=1 the chosen centroids are rotated back (unrotate_device.cuh), times lambda, and
+// gamma = |x|^2 / <x, x^> (in double, capped at 2) is stored as fp16. Bit-exact with the CPU encoder under the
+// Hadamard rotation (every power-of-two d); srft (other d) and householder differ in float order (dense matrix).
 #include <memory>
-#include <vector>
 
 #include "codec/codec_factories.hpp"
 #include "codec/vecinfer.hpp"
@@ -32,8 +31,7 @@ struct VecInferEnc {
   RotationView rot;
   InverseRotationView unrot;
   const float* lambda = nullptr;          ///< d smoothing factors
-  const float* codebook = nullptr;        ///< K x s, row-major
-  const float* centroid_norms = nullptr;  ///< K: ||c_k||^2 as the CPU sums it
+  const float* codebook = nullptr;  ///< K x s, row-major
   int K = 0, s = 4, bits = 8;
   bool norm = false;
   uint32_t row_bytes = 0, norms_offset = 0, block_bytes = 0;
@@ -55,10 +53,18 @@ struct VecInferEnc {
     return static_cast<size_t>(held) * (s + 1) + pass_floats(T, d);
   }
 
-  /// Copies centroids [k0, k0 + n) into shared memory.
+  /// Copies centroids [k0, k0 + n) into shared memory with their ||c||^2, summed as CentroidTable does (in
+  /// coordinate order, each square and sum rounded on its own).
   __device__ void load_centroids(int k0, int n, float* coords, float* norms) const {
     for (int i = threadIdx.x; i < n * s; i += blockDim.x) coords[i] = __ldg(codebook + k0 * s + i);
-    for (int k = threadIdx.x; k < n; k += blockDim.x) norms[k] = __ldg(centroid_norms + k0 + k);
+    for (int k = threadIdx.x; k < n; k += blockDim.x) {
+      float norm = 0;
+      for (int i = 0; i < s; ++i) {
+        const float c = __ldg(codebook + (k0 + k) * s + i);
+        norm = __fadd_rn(norm, __fmul_rn(c, c));
+      }
+      norms[k] = norm;
+    }
   }
 
   // The nearest centroid of each of the pass's `items` sub-vectors (u: rows x d, sub-vector `item` at u + item S),
@@ -163,31 +169,19 @@ class VecInferEncoder final : public EncoderOf<VecInferEnc> {
     const auto rotation = rotation_from_spec(codec.spec(), codec.params());  // the codec's own (same seed)
     rotation_ = upload_rotation(*rotation);
     inverse_ = upload_inverse_rotation(*rotation);
-    const std::vector<float>& book = codec.codebook();
-    std::vector<float> norms(static_cast<size_t>(K));
-    for (size_t k = 0; k < norms.size(); ++k) {  // CentroidTable's sum, in its order
-      float norm = 0;
-      for (size_t i = 0; i < static_cast<size_t>(s); ++i) {
-        const float c = book[k * static_cast<size_t>(s) + i];
-        norm += c * c;
-      }
-      norms[k] = norm;
-    }
     lambda_ = upload_floats(codec.smoothing().data(), static_cast<size_t>(d));
-    codebook_ = upload_floats(book.data(), book.size());
-    norms_ = upload_floats(norms.data(), norms.size());
+    codebook_ = upload_floats(codec.codebook().data(), codec.codebook().size());
     enc_.rot = {rotation_.signs.get(), rotation_.columns.get(), rotation_.scale};
     const DeviceRotation& b = inverse_.butterflies;
     enc_.unrot = {{b.signs.get(), b.columns.get(), b.scale}, inverse_.signs.get()};
     enc_.lambda = lambda_.get();
     enc_.codebook = codebook_.get();
-    enc_.centroid_norms = norms_.get();
   }
 
  private:
   DeviceRotation rotation_;
   DeviceInverseRotation inverse_;
-  std::shared_ptr<float> lambda_, codebook_, norms_;
+  std::shared_ptr<float> lambda_, codebook_;
 };
 
 }  // namespace

@@ -1,8 +1,8 @@
 // The turbo_mse stage of the append kernels (src/codec/turbo_mse.cpp, split_norm of src/codec/turbo_parts.cpp),
 // shared by the turbo_mse, turbo_prod and turbo_rvq encoders: per token the norm (a sequential sum in double, stored
-// as fp16), u = x / ||x|| in double rounded to float, rotated by the caller, and each coordinate's index = the
-// number of Lloyd–Max boundaries below it (LevelBoundaries). The same operations in the same order as the CPU, so bit-exact wherever
-// the rotation is (Hadamard).
+// as fp16), u = x / ||x|| in double rounded to float, rotated (rotate_page, or the caller's passes), and each
+// coordinate's index = the number of Lloyd–Max boundaries below it (LevelBoundaries). The same operations in the
+// same order as the CPU, so bit-exact wherever the rotation is (Hadamard).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include "codec/turbo_parts.hpp"
 #include "cuda/device_half.cuh"
 #include "cuda/encode_kernel.cuh"
+#include "cuda/encode_passes.cuh"
 #include "cuda/rotate_device.cuh"
 
 namespace kvq::cuda::detail {
@@ -57,6 +58,18 @@ struct TurboMseStage {
       }
       put_half(block, norms_offset + 2 * t, to_f16_bits(__double2float_rn(norm)));
     }
+  }
+
+  /// Shared floats rotate_page needs beyond the tile: none (Hadamard), or a pass of rows (dense).
+  __host__ __device__ size_t spare_floats(int T, int d) const {
+    return rot.hadamard() ? 0 : static_cast<size_t>(encode_pass_rows(T, d)) * d;
+  }
+
+  /// Rotates the T rows of x in place: all at once (Hadamard), or a pass of rows at a time through `spare` (dense),
+  /// so that a dense rotation needs no second page of shared memory.
+  __device__ void rotate_page(const EncodeContext& ctx, float* x, float* spare) const {
+    const int T = ctx.T, d = ctx.d, P = rot.hadamard() ? T : encode_pass_rows(T, d);
+    for (int t0 = 0; t0 < T; t0 += P) rotate_rows(rot, x + t0 * d, spare, P < T - t0 ? P : T - t0, d, ctx.dd);
   }
 
   /// The stored norm of a token as decode reads it (fp16 to float).

@@ -16,11 +16,13 @@
 #include <vector>
 
 #include "cache_test_util.hpp"
+#include "codec/vecinfer.hpp"
 #include "gpu_test.hpp"
 #include "kvq/attention.hpp"
 #include "kvq/codec.hpp"
 #include "kvq/cuda_cache.hpp"
 #include "kvq/error.hpp"
+#include "kvq/random.hpp"
 #include "test_seed.hpp"
 
 namespace kvq {
@@ -225,6 +227,43 @@ TEST(CudaAppend, CenteredKeysBytes) {
     expect_same_bytes(spec, s, seed, {1, 37, 200, 1, 64}, 600);
     s.R = 64;
     expect_same_bytes(spec, s, seed + 1, {10, 1, 100}, 400);  // the first page's tokens partly in the window
+  }
+}
+
+// Tokens whose smoothed, rotated sub-vectors lie (up to the rounding of the round trip) midway between two
+// centroids: the nearest-centroid search meets near-ties everywhere, where only the CPU's distance formula, float
+// order and lowest-index rule give the CPU's codes.
+std::vector<float> vecinfer_near_ties(const Codec& c, size_t n, int H, uint64_t seed) {
+  const auto* v = dynamic_cast<const VecInferCodec*>(&c);
+  EXPECT_NE(v, nullptr);
+  const int d = c.dim(), s = v->sub_dim(), K = v->centroids();
+  const std::vector<float>& book = v->codebook();
+  Rng rng(seed);
+  std::vector<float> y(n * H * d), x(y.size());
+  for (size_t j = 0; j < y.size() / s; ++j) {
+    const size_t a = rng.next_u64() % K, b = rng.next_u64() % K;
+    for (int i = 0; i < s; ++i) y[j * s + i] = 0.5f * (book[a * s + i] + book[b * s + i]);
+  }
+  c.from_space(y.data(), static_cast<int>(n * H), x.data());  // lambda ⊙ R^T y
+  return x;
+}
+
+TEST(CudaAppend, VecInferNearTiesBytes) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  for (const std::string& spec : std::vector<std::string>{"vecinfer:8/4", "vecinfer:10/8", "vecinfer:8/4,norm=1"}) {
+    SCOPED_TRACE(spec);
+    AppendShape s;
+    const CacheConfig cfg = config_of(s, spec, spec, seed);
+    KVCache host = trained_cache(cfg, seed);
+    cuda::DeviceKVCache dev(host);
+    const SeqId hs = host.add_sequence(), ds = dev.add_sequence();
+    const size_t n = 300;
+    const test::Tokens t{vecinfer_near_ties(host.key_codec(kLayer), n, s.H, seed + 1),
+                         vecinfer_near_ties(host.value_codec(kLayer), n, s.H, seed + 2)};
+    append_both(host, dev, hs, ds, t, {1, 64, 200});
+    expect_same_pages(host, dev, hs, ds);
+    expect_same_window(host, dev, hs, ds);
   }
 }
 
