@@ -63,8 +63,8 @@ struct DeviceRotation {
   std::shared_ptr<float> columns;   ///< dense: d x d, row i = R e_i (so y_j = sum_i x_i columns[i][j])
 };
 DeviceRotation upload_rotation(const Codec& codec);
-/// The same of a Rotation object (codecs whose space is more than the rotated space: rebuild theirs with
-/// rotation_from_spec, codec_factories.hpp).
+/// The same from the Rotation itself, for codecs whose map to their space is not R alone (turbo_prod: [R x, S x];
+/// vecinfer: R diag(lambda)): rebuilt with rotation_from_spec (codec_factories.hpp), the codec's own seed.
 DeviceRotation upload_rotation(const Rotation& rotation);
 
 /// Device state of R^T (turbo_prod's residual, vecinfer's gamma): the Hadamard rotation in the CPU's apply_inverse
