@@ -1,12 +1,15 @@
 // The append kernels' index math (src/cuda/encode_layout.cuh, shared by host and device) against the block layouts
-// of include/kvq/block_layout.hpp, on the host: every token and channel of several shapes.
+// of include/kvq/block_layout.hpp and the bitpack.hpp streams, on the host: every token and channel of several
+// shapes.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "cuda/encode_layout.cuh"
+#include "kvq/bitpack.hpp"
 #include "kvq/block_layout.hpp"
 
 namespace kvq::cuda::detail {
@@ -164,6 +167,54 @@ TEST(EncodeLayout, LaneCodeWordsPackLikeTheLayout) {
           }
           ASSERT_EQ(got, want) << "d=" << d << " T=" << T << " b=" << bits << (key ? " keys" : " values");
         }
+}
+
+TEST(EncodeLayout, SignTilesMatchQjlAndTurboProd) {
+  for (size_t m : {8u, 24u, 64u, 128u, 136u, 256u})
+    for (size_t T : {1u, 17u, 33u, 64u, 128u})
+      for (const bool key : {true, false}) {
+        const layout::SignTiles l{m, T, key};
+        for (size_t t = 0; t < T; ++t)
+          for (size_t r = 0; r < m; ++r) {
+            const CodePlace got = sign_tiles_place(key, static_cast<int>(m), static_cast<int>(t), static_cast<int>(r));
+            ASSERT_EQ(got.byte, l.byte(t, r)) << "m=" << m << " T=" << T << " key=" << key << " t=" << t << " r=" << r;
+            ASSERT_EQ(got.shift, l.shift(t, r)) << "m=" << m << " T=" << T << " key=" << key << " t=" << t
+                                                << " r=" << r;
+            ASSERT_EQ(got.width, 1u);
+            ASSERT_LT(got.byte, l.bytes());
+          }
+      }
+}
+
+// Codes OR-ed at stream_code_bit into 32-bit little-endian words, a straddling code split over two words as
+// put_stream_bits (stream_bits.cuh) does, give the bytes of pack_bits16 (turbo_rvq's stages, vecinfer's rows).
+TEST(EncodeLayout, StreamCodesMatchBitpack) {
+  uint32_t state = 12345;
+  for (int width = 1; width <= 12; ++width)
+    for (size_t n : {8u, 16u, 20u, 32u, 64u})
+      for (uint32_t start : {0u, 16u, 48u}) {
+        const size_t row_bytes = packed_bytes(n, width), rows = 5;
+        std::vector<uint16_t> codes(rows * n);
+        for (uint16_t& c : codes) {
+          state = state * 1664525u + 1013904223u;
+          c = static_cast<uint16_t>((state >> 8) & ((1u << width) - 1));
+        }
+        std::vector<uint8_t> want(start + rows * row_bytes + 8, 0);
+        for (size_t t = 0; t < rows; ++t)
+          pack_bits16(codes.data() + t * n, n, width, want.data() + start + t * row_bytes);
+        std::vector<uint32_t> words((want.size() + 3) / 4, 0);
+        for (size_t t = 0; t < rows; ++t)
+          for (size_t j = 0; j < n; ++j) {
+            const uint32_t bit = stream_code_bit(start, static_cast<uint32_t>(row_bytes), static_cast<int>(t),
+                                                 static_cast<int>(j), width);
+            const uint32_t value = codes[t * n + j], w = bit / 32, shift = bit % 32;
+            words[w] |= value << shift;
+            if (shift + static_cast<uint32_t>(width) > 32) words[w + 1] |= value >> (32 - shift);
+          }
+        std::vector<uint8_t> got(want.size());
+        for (size_t i = 0; i < got.size(); ++i) got[i] = static_cast<uint8_t>(words[i / 4] >> (8 * (i % 4)));
+        ASSERT_EQ(got, want) << "width " << width << ", " << n << " codes a row, stream at byte " << start;
+      }
 }
 
 TEST(EncodeLayout, ErrorPositionsOrderByToken) {

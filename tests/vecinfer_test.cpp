@@ -127,6 +127,55 @@ TEST(NearestCentroid, TiesGoToTheLowestIndex) {
   for (uint32_t i : zero) EXPECT_EQ(i, 0u);
 }
 
+// The search's form ||c||^2 - 2 <x, c> with every product and sum rounded on its own (volatile: no fused
+// multiply-add), ||c||^2 summed in coordinate order; the strictly smaller value wins, so ties go to the lowest index.
+uint32_t unfused_nearest(const float* x, const float* centroids, int k, int dim) {
+  uint32_t best = 0;
+  float best_value = std::numeric_limits<float>::infinity();
+  for (int j = 0; j < k; ++j) {
+    const float* c = centroids + static_cast<size_t>(j) * dim;
+    volatile float value = 0;
+    for (int i = 0; i < dim; ++i) {
+      const volatile float square = c[i] * c[i];
+      value = value + square;
+    }
+    for (int i = 0; i < dim; ++i) {
+      const volatile float minus_2x = 0.0f + -2.0f * x[i];
+      const volatile float product = minus_2x * c[i];
+      value = value + product;
+    }
+    if (value < best_value) best_value = value, best = static_cast<uint32_t>(j);
+  }
+  return best;
+}
+
+// Every instruction-set clone of the search rounds as written (none fuses a product into its sum), so the indices
+// are the same on every CPU, and the same as vecinfer's CUDA append kernel, which rounds the same way. Points at the
+// midpoint of two centroids are near-ties, where a fused multiply-add would pick the other centroid now and then.
+TEST(NearestCentroid, RoundsEveryProductAndSumOnItsOwn) {
+  KVQ_FRESH_SEED();
+  for (int dim : {4, 8}) {
+    constexpr int kK = 256;
+    constexpr size_t kPoints = 4000;
+    const auto centroids = gaussian_vectors(kK, dim, seed + dim);
+    const CentroidTable table(centroids.data(), kK, dim);
+    Rng rng(seed + 10 + dim);
+    std::vector<float> x(kPoints * dim);
+    for (size_t p = 0; p < kPoints; ++p) {
+      const size_t a = rng.next_u64() % kK, b = rng.next_u64() % kK;
+      for (int i = 0; i < dim; ++i)
+        x[p * dim + i] = 0.5f * (centroids[a * dim + i] + centroids[b * dim + i]);
+    }
+    std::vector<uint32_t> idx(kPoints);
+    table.nearest(x.data(), kPoints, idx.data());
+    size_t differ = 0, first = kPoints;
+    for (size_t p = 0; p < kPoints; ++p)
+      if (idx[p] != unfused_nearest(x.data() + p * dim, centroids.data(), kK, dim) && differ++ == 0) first = p;
+    EXPECT_EQ(differ, 0u) << "s = " << dim << ": " << differ << " of " << kPoints
+                          << " midpoints get another index than the unfused search, the first point " << first;
+  }
+}
+
 TEST(NearestCentroid, RejectsBadShapes) {
   const std::vector<float> c(64, 0.f);
   EXPECT_THROW(CentroidTable(c.data(), 0, 4), Error);

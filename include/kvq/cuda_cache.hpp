@@ -1,13 +1,14 @@
 // The KV cache and decode attention on a CUDA device: the same codecs, block layout (block_layout.hpp), pages and
 // block tables as the CPU KVCache (cache.hpp), with the pages in one cudaMalloc'd pool on the device.
 //
-// Appends encode on the device: the append kernels (src/cuda/encode_*.cu) rotate, quantize and pack full pages
-// straight into the pool, the same bytes as the CPU codecs write (bit-exact for f32/f16/bf16, kivi, and int8/int4 and
-// turbo_mse under the default Hadamard rotation; other rotations use their dense matrix, whose float order differs).
-// append_device_batch appends a chunk to each of many sequences of one layer (a decode step, or prefill chunks) in
-// one set of launches with one check and one host round trip; append_device is the batch of one. The fp32 window
-// and the key offsets live on the device. Codecs without append kernels (turbo_prod, qjl, turbo_rvq, vecinfer):
-// append_device(_batch) throws naming the codec; append from host memory encodes them with the CPU codecs.
+// Appends encode on the device: every codec's append kernel (src/cuda/encode_*.cu) rotates, quantizes and packs full
+// pages straight into the pool, the same bytes as the CPU codecs write (bit-exact for f32/f16/bf16, kivi and qjl,
+// and for int8/int4, turbo_mse, turbo_prod, turbo_rvq and vecinfer under the Hadamard rotation, the default for a
+// power-of-two d; other rotations use their dense matrix, whose float order differs: the reconstruction error is
+// within 1% of the CPU's). append_device_batch appends a chunk to each of many sequences of one layer (a decode
+// step, or prefill chunks) in one set of launches with one check and one host round trip; append_device is the
+// batch of one. The fp32 window and the key offsets live on the device. A codec without an append kernel (none is
+// registered now) makes append_device(_batch) throw naming it; append from host memory encodes it on the CPU.
 // to_host copies the cache back into a CPU KVCache.
 //
 // Decode attention runs on the device: the queries are mapped to the key codec's space, a split-K kernel fused for

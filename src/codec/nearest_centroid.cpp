@@ -11,8 +11,9 @@ namespace {
 // Centroids are scanned in tiles of kLanes: every lane keeps its own running minimum (independent compares in
 // vector registers), and the lanes are merged once per point. The 16-lane GCC/Clang vector type compiles to four
 // SSE2 (or NEON) registers, two AVX2 or one AVX-512 register; on x86-64 Linux (glibc ifuncs) the compiler builds
-// one clone per level and the loader picks the best the CPU has. Every level does the same float operations in the same order (the product and the
-// sum are separate statements, so no compiler fuses them into an FMA), so every level returns the same indices.
+// one clone per level and the loader picks the best the CPU has. Every level does the same float operations in the
+// same order (this file is built with -ffp-contract=off, src/CMakeLists.txt: GCC fused the product into the sum in
+// the avx512f clone otherwise), so every level returns the same indices.
 constexpr int kLanes = 16;
 using f32xL = float __attribute__((vector_size(4 * kLanes)));
 using i32xL = int32_t __attribute__((vector_size(4 * kLanes)));

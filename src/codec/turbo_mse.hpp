@@ -1,4 +1,5 @@
-// What a fused attention kernel needs to know of a turbo_mse, turbo_prod or qjl codec beyond its block layout.
+// What a fused attention kernel or an append kernel needs to know of a turbo_mse, turbo_prod, qjl or turbo_rvq
+// codec beyond its block layout.
 #pragma once
 
 #include <optional>
@@ -32,5 +33,12 @@ struct QjlParams {
 
 /// The parameters of a qjl codec; nullopt for any other codec (defined in qjl.cpp).
 std::optional<QjlParams> qjl_params(const Codec& codec);
+
+struct TurboRvqParams {
+  layout::TurboRvq layout;  ///< its bits: each stage's (the Lloyd–Max codebooks of lloyd_max.hpp, fp16-rounded)
+};
+
+/// The parameters of a turbo_rvq codec; nullopt for any other codec (defined in turbo_rvq.cpp).
+std::optional<TurboRvqParams> turbo_rvq_params(const Codec& codec);
 
 }  // namespace kvq

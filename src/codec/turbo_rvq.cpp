@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "codec/codec_factories.hpp"
+#include "codec/turbo_mse.hpp"
 #include "codec/turbo_parts.hpp"
 #include "kvq/bitpack.hpp"
 #include "kvq/block_layout.hpp"
@@ -30,6 +31,7 @@ class TurboRvqCodec final : public Codec {
   }
 
   const float* levels() const { return levels_.data(); }
+  const layout::TurboRvq& layout() const { return layout_; }
   /// Token t's combined level indices (i1 << b | i2, d bytes) and its stored norm.
   float unpack(const uint8_t* block, int t, uint8_t* level) const {
     uint8_t second[kMaxCodecDim];
@@ -79,6 +81,12 @@ class TurboRvqCodec final : public Codec {
 };
 
 }  // namespace
+
+std::optional<TurboRvqParams> turbo_rvq_params(const Codec& codec) {
+  const auto* c = dynamic_cast<const TurboRvqCodec*>(&codec);
+  if (!c) return std::nullopt;
+  return TurboRvqParams{c->layout()};
+}
 
 std::unique_ptr<Codec> make_turbo_rvq_codec(const CodecSpec& spec, const CodecParams& params) {
   check_spec_shape(spec, 1, "rot");

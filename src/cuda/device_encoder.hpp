@@ -1,7 +1,8 @@
 // The append kernels' host interface: a DeviceEncoder turns whole pages of one role (keys or values) of fp32 tokens
 // in device memory into a codec's blocks (include/kvq/block_layout.hpp) in the device pool, the same bytes as the
 // CPU codec writes (or, where the float order of a rotation differs, the same reconstruction error). The codec's
-// state (lambda, rotation signs or matrix, codebook boundaries) goes to the device once, when the encoder is made.
+// state (lambda, rotation signs or matrix, codebook boundaries or centroids, sketch matrix) goes to the device once,
+// when the encoder is made.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,6 +14,7 @@
 
 #include "kvq/cache.hpp"
 #include "kvq/codec.hpp"
+#include "kvq/rotation.hpp"
 
 namespace kvq::cuda::detail {
 
@@ -76,6 +78,18 @@ struct DeviceRotation {
   std::shared_ptr<float> columns;   ///< dense: d x d, row i = R e_i (so y_j = sum_i x_i columns[i][j])
 };
 DeviceRotation upload_rotation(const Codec& codec);
+/// The same from the Rotation itself, for codecs whose map to their space is not R alone (turbo_prod: [R x, S x];
+/// vecinfer: R diag(lambda)): rebuilt with rotation_from_spec (codec_factories.hpp), the codec's own seed.
+DeviceRotation upload_rotation(const Rotation& rotation);
+
+/// Device state of R^T (turbo_prod's residual, vecinfer's gamma): the Hadamard rotation in the CPU's apply_inverse
+/// order, the butterflies (`butterflies`: unit signs), times 1 / sqrt(d), then times the signs (`signs`); any other
+/// rotation as the dense matrix of R^T (`butterflies.columns`; `signs` null).
+struct DeviceInverseRotation {
+  DeviceRotation butterflies;
+  std::shared_ptr<float> signs;
+};
+DeviceInverseRotation upload_inverse_rotation(const Rotation& rotation);
 /// n floats copied to the current device.
 std::shared_ptr<float> upload_floats(const float* host, size_t n);
 
@@ -84,6 +98,10 @@ std::unique_ptr<DeviceEncoder> make_float_encoder(const Codec& codec);
 std::unique_ptr<DeviceEncoder> make_int_group_encoder(const Codec& codec);
 std::unique_ptr<DeviceEncoder> make_kivi_encoder(const Codec& codec);
 std::unique_ptr<DeviceEncoder> make_turbo_mse_encoder(const Codec& codec);
+std::unique_ptr<DeviceEncoder> make_qjl_encoder(const Codec& codec);
+std::unique_ptr<DeviceEncoder> make_turbo_prod_encoder(const Codec& codec);
+std::unique_ptr<DeviceEncoder> make_vecinfer_encoder(const Codec& codec);
+std::unique_ptr<DeviceEncoder> make_turbo_rvq_encoder(const Codec& codec);
 
 /// The device encoder of a codec, or nullptr (with the codec named in *why) where none is written.
 std::unique_ptr<DeviceEncoder> make_device_encoder(const Codec& codec, std::string* why);

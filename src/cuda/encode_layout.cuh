@@ -144,6 +144,25 @@ KVQ_ENCODE_HD uint32_t lane_codes_pack_word(bool key, int d, int T, int bits, in
   return word;
 }
 
+/// layout::SignTiles: the sign bit of sketch row r of token t, m rows per token (keys: "tokens in lanes", a lane's
+/// 32 bits are 32 rows of one token; values: "rows in lanes", a lane's 32 bits are 32 tokens of one row).
+KVQ_ENCODE_HD CodePlace sign_tiles_place(bool key, int m, int t, int r) {
+  if (key) {
+    const int tiles_per_row = (m + 31) / 32;
+    return {static_cast<uint32_t>(64 * ((t >> 4) * tiles_per_row + (r >> 5)) + 4 * (t & 15) + ((r & 31) >> 3)),
+            static_cast<uint32_t>(r & 7), 1u};
+  }
+  const int tiles_per_row = (m + 15) / 16;
+  return {static_cast<uint32_t>(64 * ((t >> 5) * tiles_per_row + (r >> 4)) + 4 * (r & 15) + ((t & 31) >> 3)),
+          static_cast<uint32_t>(t & 7), 1u};
+}
+
+/// A bitpack.hpp stream of `width`-bit codes, n per row of `row_bytes` bytes, starting at byte `start`: the block
+/// bit (LSB first, bit k of byte k / 8) where code j of row t begins.
+KVQ_ENCODE_HD uint32_t stream_code_bit(uint32_t start, uint32_t row_bytes, int t, int j, int width) {
+  return 8 * (start + static_cast<uint32_t>(t) * row_bytes) + static_cast<uint32_t>(j * width);
+}
+
 /// The stream position of an encoding error (atomicMin keeps the first): token, kv head, channel.
 KVQ_ENCODE_HD unsigned long long error_position(size_t token, int head, int channel) {
   return static_cast<unsigned long long>(token) << 32 | static_cast<unsigned long long>(head) << 16 |

@@ -1,12 +1,12 @@
 // The append kernels (DeviceKVCache::append_device) against the CPU encoders: every codec with a device encoder,
 // fresh Gaussian and key-like (outlier) tokens, one-token appends and prefill chunks that cross page boundaries,
 // centered keys. Pages are compared byte for byte where the device follows the CPU's float order (f32, f16, bf16,
-// kivi, and int8/int4/turbo_mse under the default Hadamard rotation: "Bytes" tests); under a dense rotation (srft,
-// householder) the differing codes are counted and the reconstruction error must be within 1% of the CPU's
-// ("Error" test). Windows must be equal exactly. Errors leave the cache unchanged. Batched appends
-// (append_device_batch: many sequences of different lengths in one call) equal one CPU append per sequence, and an
-// error anywhere in a batch leaves every sequence unchanged. The device cache copied back to the host (to_host)
-// equals the CPU cache that took the same appends.
+// kivi, qjl, and int8/int4/turbo_mse/turbo_prod/turbo_rvq/vecinfer under the default Hadamard rotation: "Bytes"
+// tests); under a dense rotation (srft, householder) the differing codes are counted and the reconstruction error
+// must be within 1% of the CPU's ("Error" test). Windows must be equal exactly. Errors leave the cache unchanged.
+// Batched appends (append_device_batch: many sequences of different lengths in one call) equal one CPU append per
+// sequence, and an error anywhere in a batch leaves every sequence unchanged. The device cache copied back to the
+// host (to_host) equals the CPU cache that took the same appends.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -15,13 +15,17 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cache_test_util.hpp"
+#include "codec/vecinfer.hpp"
 #include "gpu_test.hpp"
 #include "kvq/attention.hpp"
+#include "kvq/codec.hpp"
 #include "kvq/cuda_cache.hpp"
 #include "kvq/error.hpp"
+#include "kvq/random.hpp"
 #include "test_seed.hpp"
 
 namespace kvq {
@@ -139,17 +143,33 @@ void expect_same_window(const KVCache& host, const cuda::DeviceKVCache& dev, Seq
   EXPECT_EQ(differ, 0u) << "window floats differ";
 }
 
+// Where byte b of a page lies: "key block of head 1, byte 70", or "padding".
+std::string page_byte_place(const KVCache& host, size_t b) {
+  for (int h = 0; h < host.config().n_kv_heads; ++h)
+    for (const bool key : {true, false}) {
+      const size_t off = key ? host.key_block_offset(h) : host.value_block_offset(h);
+      const size_t bytes = (key ? host.key_codec(kLayer) : host.value_codec(kLayer)).block_bytes();
+      if (b >= off && b < off + bytes)
+        return std::string(key ? "key" : "value") + " block of head " + std::to_string(h) + ", byte " +
+               std::to_string(b - off) + " of " + std::to_string(bytes);
+    }
+  return "padding";
+}
+
 // Every page byte equal.
 void expect_same_pages(const KVCache& host, const cuda::DeviceKVCache& dev, SeqId hs, SeqId ds) {
   const LayerView hv = host.view(hs, kLayer);
   ASSERT_EQ(dev.view(ds, kLayer).n_pages, hv.pages.size());
   const std::vector<uint8_t> got = device_pages(dev, ds);
+  const size_t P = host.page_bytes();
   size_t differ = 0, first = got.size();
   for (size_t j = 0; j < hv.pages.size(); ++j)
-    for (size_t b = 0; b < host.page_bytes(); ++b)
-      if (host.page(hv.pages[j])[b] != got[j * host.page_bytes() + b] && differ++ == 0)
-        first = j * host.page_bytes() + b;
-  EXPECT_EQ(differ, 0u) << "page bytes differ, the first at byte " << first << " of " << got.size();
+    for (size_t b = 0; b < P; ++b)
+      if (host.page(hv.pages[j])[b] != got[j * P + b] && differ++ == 0) first = j * P + b;
+  if (differ == 0) return;
+  const unsigned want = host.page(hv.pages[first / P])[first % P], have = got[first];
+  ADD_FAILURE() << differ << " of " << got.size() << " page bytes differ; the first: page " << first / P << ", "
+                << page_byte_place(host, first % P) << ": cpu 0x" << std::hex << want << ", device 0x" << have;
 }
 
 // Bit-exact codecs: every page byte and window float equal after the same appends.
@@ -167,10 +187,12 @@ void expect_same_bytes(const std::string& spec, const AppendShape& s, uint64_t s
   expect_same_window(host, dev, hs, ds);
 }
 
-const std::vector<std::string> kExactSpecs = {"f32",         "f16",         "bf16",        "int8",
-                                              "int4",        "int4:16",     "int8:64",     "kivi:2",
-                                              "kivi:4",      "kivi:2,g=64", "turbo_mse:1", "turbo_mse:2",
-                                              "turbo_mse:3", "turbo_mse:4"};
+const std::vector<std::string> kExactSpecs = {
+    "f32",          "f16",          "bf16",         "int8",         "int4",         "int4:16",
+    "int8:64",      "kivi:2",       "kivi:4",       "kivi:2,g=64",  "turbo_mse:1",  "turbo_mse:2",
+    "turbo_mse:3",  "turbo_mse:4",  "qjl",          "qjl:64",       "qjl:136",      "turbo_prod:2",
+    "turbo_prod:3", "turbo_prod:4", "turbo_rvq:1",  "turbo_rvq:2",  "turbo_rvq:3",  "turbo_rvq:4",
+    "vecinfer:8/4", "vecinfer:10/8", "vecinfer:12/8", "vecinfer:8/4,norm=1", "vecinfer:8/8,smooth=0"};
 
 TEST(CudaAppend, EveryCodecBytesEqualTheCpuEncoder) {
   KVQ_REQUIRE_GPU();
@@ -186,7 +208,11 @@ TEST(CudaAppend, EveryCodecBytesEqualTheCpuEncoder) {
 TEST(CudaAppend, WindowsHeadDimensionsAndPageSizesBytes) {
   KVQ_REQUIRE_GPU();
   KVQ_FRESH_SEED();
-  for (const std::string& spec : std::vector<std::string>{"f16", "int4", "kivi:2", "turbo_mse:3"}) {
+  // vecinfer:12/8's codebook (147 KB) fits in shared memory beside a page of 64 x 128 or 128 x 64 tokens, and
+  // streams in tiles beside a page of 128 x 256.
+  for (const std::string& spec :
+       std::vector<std::string>{"f16", "int4", "kivi:2", "turbo_mse:3", "qjl", "turbo_prod:3", "turbo_rvq:2",
+                                "vecinfer:8/4", "vecinfer:12/8,norm=1"}) {
     expect_same_bytes(spec, {128, 64, 64, 2}, seed, {1}, 200);                  // decode steps, window R = 64
     expect_same_bytes(spec, {128, 64, 64, 2}, seed + 1, {300, 5, 130}, 700);   // prefill chunks behind a window
     expect_same_bytes(spec, {64, 128, 0, 3}, seed + 2, {129, 1, 256}, 600);
@@ -197,7 +223,8 @@ TEST(CudaAppend, WindowsHeadDimensionsAndPageSizesBytes) {
 TEST(CudaAppend, CenteredKeysBytes) {
   KVQ_REQUIRE_GPU();
   KVQ_FRESH_SEED();
-  for (const std::string& spec : std::vector<std::string>{"int4", "int8", "kivi:2", "turbo_mse:3"}) {
+  for (const std::string& spec : std::vector<std::string>{"int4", "int8", "kivi:2", "turbo_mse:3", "qjl",
+                                                          "turbo_prod:3", "turbo_rvq:2", "vecinfer:8/4,norm=1"}) {
     AppendShape s;
     s.center = true;
     expect_same_bytes(spec, s, seed, {1, 37, 200, 1, 64}, 600);
@@ -206,13 +233,52 @@ TEST(CudaAppend, CenteredKeysBytes) {
   }
 }
 
+// Tokens whose smoothed, rotated sub-vectors lie (up to the rounding of the round trip) midway between two
+// centroids: the nearest-centroid search meets near-ties everywhere, where only the CPU's distance formula, float
+// order and lowest-index rule give the CPU's codes.
+std::vector<float> vecinfer_near_ties(const Codec& c, size_t n, int H, uint64_t seed) {
+  const auto* v = dynamic_cast<const VecInferCodec*>(&c);
+  EXPECT_NE(v, nullptr);
+  const int d = c.dim(), s = v->sub_dim(), K = v->centroids();
+  const std::vector<float>& book = v->codebook();
+  Rng rng(seed);
+  std::vector<float> y(n * H * d), x(y.size());
+  for (size_t j = 0; j < y.size() / s; ++j) {
+    const size_t a = rng.next_u64() % K, b = rng.next_u64() % K;
+    for (int i = 0; i < s; ++i) y[j * s + i] = 0.5f * (book[a * s + i] + book[b * s + i]);
+  }
+  c.from_space(y.data(), static_cast<int>(n * H), x.data());  // lambda ⊙ R^T y
+  return x;
+}
+
+TEST(CudaAppend, VecInferNearTiesBytes) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  for (const std::string& spec : std::vector<std::string>{"vecinfer:8/4", "vecinfer:10/8", "vecinfer:8/4,norm=1"}) {
+    SCOPED_TRACE(spec);
+    AppendShape s;
+    const CacheConfig cfg = config_of(s, spec, spec, seed);
+    KVCache host = trained_cache(cfg, seed);
+    cuda::DeviceKVCache dev(host);
+    const SeqId hs = host.add_sequence(), ds = dev.add_sequence();
+    const size_t n = 300;
+    const test::Tokens t{vecinfer_near_ties(host.key_codec(kLayer), n, s.H, seed + 1),
+                         vecinfer_near_ties(host.value_codec(kLayer), n, s.H, seed + 2)};
+    append_both(host, dev, hs, ds, t, {1, 64, 200});
+    expect_same_pages(host, dev, hs, ds);
+    expect_same_window(host, dev, hs, ds);
+  }
+}
+
 // Dense rotations: the codes may differ where a coordinate lies at a rounding boundary; the reconstruction error
 // (every decoded page token against the appended token) must be within 1% of the CPU encoder's.
 TEST(CudaAppend, DenseRotationsReconstructionErrorWithinOnePercent) {
   KVQ_REQUIRE_GPU();
   KVQ_FRESH_SEED();
-  for (const std::string& spec : std::vector<std::string>{"int4,rot=srft", "int8,rot=householder",
-                                                          "turbo_mse:3,rot=srft", "turbo_mse:2,rot=householder"}) {
+  for (const std::string& spec : std::vector<std::string>{
+           "int4,rot=srft", "int8,rot=householder", "turbo_mse:3,rot=srft", "turbo_mse:2,rot=householder",
+           "turbo_prod:3,rot=srft", "turbo_prod:2,rot=householder", "turbo_rvq:2,rot=srft",
+           "vecinfer:8/4,rot=srft", "vecinfer:8/4,rot=householder,norm=1"}) {
     SCOPED_TRACE(spec);
     AppendShape s;
     const CacheConfig cfg = config_of(s, spec, spec, seed);
@@ -257,10 +323,15 @@ TEST(CudaAppend, DenseRotationsReconstructionErrorWithinOnePercent) {
 }
 
 // A NaN, an Inf, or a value the codec cannot store: a clear error naming it, and the cache exactly as before.
+// `too_large` is a key value beyond what the codec's fp16 fields hold (a scale, a value, a norm); 0 where every
+// finite value fits (vecinfer stores only codes and a capped gamma).
 TEST(CudaAppend, RejectedTokensLeaveTheCacheUnchanged) {
   KVQ_REQUIRE_GPU();
   KVQ_FRESH_SEED();
-  for (const std::string& spec : std::vector<std::string>{"int4", "f16"}) {
+  const std::vector<std::pair<std::string, float>> cases = {
+      {"int4", 1e9f},         {"f16", 1e6f},         {"qjl", 1e9f},
+      {"turbo_prod:3", 1e9f}, {"turbo_rvq:2", 1e9f}, {"vecinfer:8/4,norm=1", 0.0f}};
+  for (const auto& [spec, too_large] : cases) {
     SCOPED_TRACE(spec);
     AppendShape s;
     s.center = true;
@@ -288,14 +359,16 @@ TEST(CudaAppend, RejectedTokensLeaveTheCacheUnchanged) {
       EXPECT_NE(std::string(e.what()).find("key of token 5 head 1 channel 7 is nan"), std::string::npos) << e.what();
     }
     bad[(5 * 2 + 1) * 128 + 7] = 0;
-    bad[(70 * 2) * 128 + 3] = spec == "f16" ? 1e6f : 1e9f;  // beyond the f16 range / the fp16 scale range
-    keys.upload(bad);
-    try {
-      dev.append_device(ds, kLayer, keys.data(), values.data(), n);
-      ADD_FAILURE() << "a value beyond the codec's range must be rejected";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("beyond"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find(spec), std::string::npos) << e.what();
+    if (too_large != 0) {
+      bad[(70 * 2) * 128 + 3] = too_large;
+      keys.upload(bad);
+      try {
+        dev.append_device(ds, kLayer, keys.data(), values.data(), n);
+        ADD_FAILURE() << "a value beyond the codec's range must be rejected";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("beyond"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find(spec), std::string::npos) << e.what();
+      }
     }
     EXPECT_EQ(dev.length(ds, kLayer), 40u);
     EXPECT_EQ(dev.free_pages(), free_before);
@@ -309,24 +382,18 @@ TEST(CudaAppend, RejectedTokensLeaveTheCacheUnchanged) {
   }
 }
 
-TEST(CudaAppend, CodecWithoutAppendKernelIsNamed) {
+// Every registered codec (codec_test_specs: each codec and bit width) has an append kernel that writes the CPU
+// encoder's bytes: a codec registered without one fails here, named, with the reason append_device gives.
+TEST(CudaAppend, EveryRegisteredCodecHasAnAppendKernel) {
   KVQ_REQUIRE_GPU();
   KVQ_FRESH_SEED();
-  AppendShape s;
-  const CacheConfig cfg = config_of(s, "turbo_prod:3", "turbo_prod:3", seed);
-  KVCache host = trained_cache(cfg, seed);
-  cuda::DeviceKVCache dev(host);
-  const SeqId ds = dev.add_sequence();
-  const test::Tokens t = test::make_tokens(cfg, 100, seed + 1, true);
-  cuda::DeviceFloats keys(t.keys.size()), values(t.values.size());
-  try {
-    dev.append_device(ds, kLayer, keys.data(), values.data(), 100);
-    ADD_FAILURE() << "turbo_prod has no append kernel";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("turbo_prod:3"), std::string::npos) << e.what();
+  for (const std::string& spec : codec_test_specs()) {
+    try {
+      expect_same_bytes(spec, AppendShape{}, seed, {1, 99}, 200);
+    } catch (const Error& e) {
+      ADD_FAILURE() << spec << ": " << e.what();
+    }
   }
-  dev.append(ds, kLayer, t.keys.data(), t.values.data(), 100);  // from the host: the CPU encoder
-  EXPECT_EQ(dev.length(ds, kLayer), 100u);
 }
 
 // ---- batched appends ---------------------------------------------------------------------------------------

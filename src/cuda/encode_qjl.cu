@@ -1,0 +1,77 @@
+// The append kernel of qjl:m (src/codec/qjl.cpp): no rotation; per token the norm (a sequential sum in double, as
+// the CPU) as fp16, and the m sign bits of S x (sketch_device.cuh: the CPU's float order) in layout::Qjl's sign
+// tiles ("tokens in lanes" for keys and values alike), one thread per (token, sketch row). Bit-exact with the CPU
+// encoder.
+#include <memory>
+#include <vector>
+
+#include "codec/turbo_mse.hpp"
+#include "cuda/device_half.cuh"
+#include "cuda/encode_kernel.cuh"
+#include "cuda/sketch_device.cuh"
+
+namespace kvq::cuda::detail {
+namespace {
+
+struct QjlEnc {
+  SketchView sketch;
+  uint32_t norms_offset = 0;
+
+  __host__ __device__ size_t scratch_floats(int, int) const { return 0; }
+
+  __device__ void encode(const EncodeContext& ctx, float* x, float*, uint32_t* block) const {
+    const int T = ctx.T, d = ctx.d, m = sketch.m;
+    for (int t = threadIdx.x; t < T; t += blockDim.x) {
+      double sum = 0;
+      for (int j = 0; j < d; ++j) {
+        const double v = x[t * d + j];
+        sum = __dadd_rn(sum, __dmul_rn(v, v));
+      }
+      const double norm = sqrt(sum);
+      if (!(norm <= 65504.0)) {
+        ctx.report(t, 0);
+        continue;
+      }
+      put_half(block, norms_offset + 2 * t, to_f16_bits(__double2float_rn(norm)));
+    }
+    const FastDiv md = FastDiv::of(m);
+    for (int k = threadIdx.x; k < T * m; k += blockDim.x) {  // a warp: consecutive rows of one token
+      const int t = md.div(k), i = md.mod(k);
+      const float* xt = x + t * d;
+      if (sketch_row_dot(sketch, i, d, [xt](int j) { return static_cast<double>(xt[j]); }) >= 0)
+        put_bits(block, sign_tiles_place(true, m, t, i), 1u);
+    }
+  }
+};
+
+/// S column-major (SketchView) from the codec's own map: to_space(e_j) = S e_j, the j-th column, exactly (one
+/// product by 1 in double, rounded to the float it came from).
+std::shared_ptr<float> upload_sketch_columns(const Codec& codec) {
+  const size_t d = static_cast<size_t>(codec.dim()), m = static_cast<size_t>(codec.space_dim());
+  std::vector<float> identity(d * d, 0.0f), columns(d * m);
+  for (size_t j = 0; j < d; ++j) identity[j * d + j] = 1.0f;
+  codec.to_space(identity.data(), static_cast<int>(d), columns.data());
+  return upload_floats(columns.data(), columns.size());
+}
+
+class QjlEncoder final : public EncoderOf<QjlEnc> {
+ public:
+  QjlEncoder(const Codec& codec, const QjlParams& p)
+      : EncoderOf(codec.spec().str()), columns_(upload_sketch_columns(codec)) {
+    enc_.sketch = {columns_.get(), static_cast<int>(p.layout.m)};
+    enc_.norms_offset = static_cast<uint32_t>(p.layout.norms_offset());
+  }
+
+ private:
+  std::shared_ptr<float> columns_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceEncoder> make_qjl_encoder(const Codec& codec) {
+  const auto p = qjl_params(codec);
+  if (!p) return nullptr;
+  return std::make_unique<QjlEncoder>(codec, *p);
+}
+
+}  // namespace kvq::cuda::detail
