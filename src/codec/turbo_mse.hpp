@@ -1,4 +1,5 @@
-// What a fused attention kernel needs to know of a turbo_mse, turbo_prod or qjl codec beyond its block layout.
+// What a fused attention kernel needs to know of a turbo_mse, turbo_prod, turbo_rvq or qjl codec beyond its block
+// layout.
 #pragma once
 
 #include <optional>
@@ -32,5 +33,14 @@ struct QjlParams {
 
 /// The parameters of a qjl codec; nullopt for any other codec (defined in qjl.cpp).
 std::optional<QjlParams> qjl_params(const Codec& codec);
+
+struct TurboRvqParams {
+  layout::TurboRvq layout;
+  /// Per stage, the levels of the values 0..15 of a b-bit index (level e % 2^b); they live with the codec.
+  const float* stage_levels[2];
+};
+
+/// The parameters of a turbo_rvq codec; nullopt for any other codec (defined in turbo_rvq.cpp).
+std::optional<TurboRvqParams> turbo_rvq_params(const Codec& codec);
 
 }  // namespace kvq
