@@ -9,8 +9,8 @@
 //
 // Keys: the two stages are two products on the same query fragments (kSplitB: stage 1 in bfrags, stage 2 in
 // bfrags_lo), so scores keep fp32 accuracy (c1 + c2 is not an fp16 number); the norm times 2^-12 scales the score
-// tile. Lane (n, i) reads, of each of its tokens 4n + jj, the quarter i of the row (channels (d/4) i ..) in one
-// or two vector loads. Values: value tile j, column n is channel 64 (j / 8) + 8n + field(j % 8): lane n reads the
+// tile. Lane (n, i) reads, of each of its tokens 4n + jj, the quarter i of the row (channels (d/4) i ..) in loads
+// of up to 16 bytes. Values: value tile j, column n is channel 64 (j / 8) + 8n + field(j % 8): lane n reads the
 // 8-index run (b bytes) of those channels for each of its 8 tokens and adds the two stages' levels in fp16 (one
 // rounding: the output's error budget); the norm times 2^-12 goes into the softmax weight.
 #pragma once
