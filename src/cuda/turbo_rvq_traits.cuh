@@ -182,9 +182,8 @@ struct TurboRvqTraits {
   };
 
   // ---- values: 8-index runs (b bytes) of channels 64 blk + 8n .. + 7, two nibble words each -----------------
-  /// The run of block blk, column n of a row, as the low 8 b bits.
-  KVQ_HD static uint32_t value_run(const uint8_t* row, int blk, int n) {
-    const uint8_t* p = row + (8 * blk + n) * kBits;
+  /// The run at p (b bytes: 8 fields) as the low 8 b bits.
+  KVQ_HD static uint32_t value_run(const uint8_t* p) {
     if constexpr (kBits == 4) return *reinterpret_cast<const uint32_t*>(p);
     else if constexpr (kBits == 2) return *reinterpret_cast<const uint16_t*>(p);
     else if constexpr (kBits == 1) return *p;
@@ -239,18 +238,21 @@ struct TurboRvqTraits {
     template <int D, int DP, int C>
     KVQ_HD static void bfrags(const uint4*, const uint8_t* const* prm, const CodecArgs&, int lane, int j, int pc,
                               uint32_t (&b)[C / 16][2]) {
-      const int blk = pc / 64 + (j >> 3), h = (j >> 2) & 1, e = j & 3, n = lane >> 2;
+      const int h = (j >> 2) & 1, e = j & 3;
       const uint32_t sel = e & 1 ? 0x7632u : 0x5410u;
       uint32_t t1[8], t2[8];
       stage_table(prm, 0, t1);
       stage_table(prm, 1, t2);
+      // The lane's first run (token 8i, channels pc + 8n ..), the same in every call: the calls' loads and lookups
+      // merge where they are equal; tile j adds its row and block as constants.
+      const int first = C / 4 * (lane & 3) * row_bytes<D>() + (pc / 8 + (lane >> 2)) * kBits;
       uint32_t level[C / 4];  // the lane's tokens: {field e - e % 2, field e - e % 2 + 1} of stage 1 + stage 2
       KVQ_UNROLL
       for (int x = 0; x < C / 4; ++x) {
-        const int row = (C / 4 * (lane & 3) + x) * row_bytes<D>();
+        const int at = first + x * row_bytes<D>() + 8 * kBits * (j >> 3);
         uint32_t a01, a23, b01, b23;
-        lookup<kBits>(value_nibbles(value_run(prm[0] + row, blk, n), h), t1, a01, a23);
-        lookup<kBits>(value_nibbles(value_run(prm[1] + row, blk, n), h), t2, b01, b23);
+        lookup<kBits>(value_nibbles(value_run(prm[0] + at), h), t1, a01, a23);
+        lookup<kBits>(value_nibbles(value_run(prm[1] + at), h), t2, b01, b23);
         level[x] = e >> 1 ? h2_fma(a23, 0x3C003C00u, b23) : h2_fma(a01, 0x3C003C00u, b01);
       }
       KVQ_UNROLL
