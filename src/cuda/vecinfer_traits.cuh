@@ -8,12 +8,15 @@
 // Where the codebook lies (vecinfer_table_in_shared): codebooks of up to 4096 floats (vecinfer:8/4, :10/4: 16 KB
 // of keys and 8 KB of values at most) in the block's shared memory (prm[kTableSlot]), copied once per block; larger
 // ones (vecinfer:12/8: 128 KB of keys + 64 KB of values) stay in global memory (CodecArgs::table) and are gathered
-// through the read-only path (L1, backed by L2, where the whole codebook stays resident). In shared memory they
-// would leave one 4-warp block per SM at d = 128 (214 KB of the 227 KB opt-in) and not fit at d = 256 (236 KB);
-// an fp16-only key codebook (64 KB) would cost each score term up to 2^-12 of itself, where every other key trait
-// keeps fp32 accuracy. In global memory the kernel keeps its usual 4-warp blocks, 3 per SM; the price is a divergent load per
-// gather (about one L1 cycle per distinct 128-byte line instead of 4-8 shared-memory wavefronts per warp) and the
-// L1 misses (the L1 holds what shared memory leaves of its 256 KB).
+// by plain loads, cached in L1 and backed by L2, where the whole codebook stays resident (plain rather than __ldg:
+// the compiler then narrows a value gather to the word a tile uses and reads the index rows half as often). In
+// shared memory they would leave one 4-warp block per SM at d = 128 (214 KB of the 227 KB opt-in) and not fit at
+// d = 256 (236 KB); an fp16-only key codebook (64 KB) would cost each score term up to 2^-12 of itself, where
+// every other key trait keeps fp32 accuracy. In global memory the kernel keeps its usual 4-warp blocks, 3 per SM;
+// the price is a divergent load per gather (about one L1 cycle per distinct 128-byte line instead of 4-8
+// shared-memory wavefronts per warp), the L1 misses (the L1 holds what shared memory leaves of its 256 KB), and
+// gathers the compiler does not merge between calls as it merges shared-memory ones (keys: hi and lo each load
+// the 16-byte entry, 64 per chunk step at d = 128; values: 128 4-byte loads).
 //
 // Keys: lane i of k step ks takes 4 channels of one codeword (one 16-byte gather: hi and lo words of the 4
 // channels), per token of its 4 score columns; norm=1's gamma multiplies the score tile. Values: lane n of value
@@ -40,11 +43,7 @@ struct VecInferTraits {
   template <class T>
   KVQ_HD static T table_entry(const uint8_t* const* prm, const CodecArgs& a, uint32_t e) {
     if constexpr (kSharedTable) return reinterpret_cast<const T*>(prm[kTableSlot])[e];
-#if defined(__CUDA_ARCH__)
-    else return __ldg(static_cast<const T*>(a.table) + e);
-#else
     else return static_cast<const T*>(a.table)[e];
-#endif
   }
 
   template <int D>
