@@ -2,9 +2,9 @@
 ptxas-report.sh), e.g. 'int4/turbo_mse:2 d=128 g=1'; None for other kernels."""
 import re
 
-_TRAITS = r"(Float|Int|Kivi|TurboMse|TurboProd|Qjl|VecInfer)TraitsIL[bi](\d+)E(?:Li(\d+)E)?E"
+_TRAITS = r"(Float|Int|Kivi|TurboMse|TurboProd|TurboRvq|Qjl|VecInfer)TraitsIL[bi](\d+)E(?:Li(\d+)E)?E"
 _NAMES = {"Float0": "f16", "Float1": "bf16", "Int4": "int4", "Int8": "int8", "Qjl0": "qjl"}
-_FAMILIES = {"TurboMse": "turbo_mse", "TurboProd": "turbo_prod", "VecInfer": "vecinfer"}
+_FAMILIES = {"TurboMse": "turbo_mse", "TurboProd": "turbo_prod", "TurboRvq": "turbo_rvq", "VecInfer": "vecinfer"}
 
 
 def _codec(family, arg, arg2=None):

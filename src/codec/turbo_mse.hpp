@@ -36,6 +36,8 @@ std::optional<QjlParams> qjl_params(const Codec& codec);
 
 struct TurboRvqParams {
   layout::TurboRvq layout;  ///< its bits: each stage's (the Lloyd–Max codebooks of lloyd_max.hpp, fp16-rounded)
+  /// Per stage, the levels of the values 0..15 of a b-bit index (level e % 2^b); they live with the codec.
+  const float* stage_levels[2];
 };
 
 /// The parameters of a turbo_rvq codec; nullopt for any other codec (defined in turbo_rvq.cpp).

@@ -4,6 +4,7 @@
 // rotated space. The two stages together form a 2^(2b)-level codebook that is not optimal (turbo_mse:2b is
 // better), but each stage stays a b-bit stream that a kernel can read separately.
 // Layout: layout::TurboRvq.
+#include <array>
 #include <memory>
 
 #include "codec/codec_factories.hpp"
@@ -26,12 +27,18 @@ class TurboRvqCodec final : public Codec {
     // levels_[i1 << b | i2] = c1[i1] + c2[i2] of the fp16-precision codebooks (the sum is exact in float).
     for (int i = 0; i < stage1_.size(); ++i)
       for (int j = 0; j < stage2_.size(); ++j) levels_.push_back(stage1_[i] + stage2_[j]);
+    for (int e = 0; e < 16; ++e) {
+      stage_levels_[0][e] = stage1_[e % stage1_.size()];
+      stage_levels_[1][e] = stage2_[e % stage2_.size()];
+    }
     rotation_ = rotation_from_spec(spec, params);
     set_layout(layout_.block_bytes(), params.dim);
   }
 
   const float* levels() const { return levels_.data(); }
   const layout::TurboRvq& layout() const { return layout_; }
+  /// Stage s's level of each value 0..15 of a b-bit index (e % 2^b), for the CUDA kernels' lookup tables.
+  const float* stage_levels(int s) const { return stage_levels_[s].data(); }
   /// Token t's combined level indices (i1 << b | i2, d bytes) and its stored norm.
   float unpack(const uint8_t* block, int t, uint8_t* level) const {
     uint8_t second[kMaxCodecDim];
@@ -78,6 +85,7 @@ class TurboRvqCodec final : public Codec {
   layout::TurboRvq layout_;
   FloatCodebook stage1_, stage2_;
   std::vector<float> levels_;  // 2^(2b) combined levels
+  std::array<std::array<float, 16>, 2> stage_levels_;
 };
 
 }  // namespace
@@ -85,7 +93,7 @@ class TurboRvqCodec final : public Codec {
 std::optional<TurboRvqParams> turbo_rvq_params(const Codec& codec) {
   const auto* c = dynamic_cast<const TurboRvqCodec*>(&codec);
   if (!c) return std::nullopt;
-  return TurboRvqParams{c->layout()};
+  return TurboRvqParams{c->layout(), {c->stage_levels(0), c->stage_levels(1)}};
 }
 
 std::unique_ptr<Codec> make_turbo_rvq_codec(const CodecSpec& spec, const CodecParams& params) {

@@ -36,11 +36,11 @@ struct CodecArgs {
   int group_shift = 0; ///< int8/int4 keys: log2(group / 16), the k steps of 16 channels per scale
   int group_log2 = 0;  ///< log2(group)
   int groups = 0;      ///< d / group
-  uint32_t sec0 = 0;   ///< int: scales; kivi: minima; turbo_mse, turbo_prod, qjl: norms (byte offset in the block)
-  uint32_t sec1 = 0;   ///< kivi: scales; turbo_prod: signs
+  uint32_t sec0 = 0;   ///< int: scales; kivi: minima; turbo_mse, turbo_prod, turbo_rvq, qjl: norms (byte offset)
+  uint32_t sec1 = 0;   ///< kivi: scales; turbo_prod: signs; turbo_rvq: stage-2 codes
   uint32_t sec2 = 0;   ///< turbo_prod: residual norms
-  const void* table = nullptr;  ///< vecinfer: the codebook the kernel copies into the block's shared memory
-  uint32_t table_bytes = 0;     ///< its size, a multiple of 16
+  const void* table = nullptr;  ///< vecinfer's codebook, turbo_rvq's level tables (codec_table)
+  uint32_t table_bytes = 0;     ///< what of it each block copies into shared memory (a multiple of 16; 0: none)
   /// turbo_mse: the 16 nibble levels * 2^12 as fp16: low bytes of levels 0-3, 4-7, high bytes of 0-3, 4-7, then
   /// the same for levels 8-15 (read by b = 4 alone: the nibbles of b <= 3 stay below 8)
   /// (exact: the codecs round their levels to fp16 precision, FloatCodebook)

@@ -172,7 +172,7 @@ int chunks_per_warp(int seq_chunks, long long units, int per_block, long long re
 // The kernels' codec identities: what the traits of codec_traits.cuh decode.
 std::string codec_id(const Codec& c) {
   const std::string& name = c.spec().name;
-  if (name == "kivi" || name == "turbo_mse" || name == "turbo_prod")
+  if (name == "kivi" || name == "turbo_mse" || name == "turbo_prod" || name == "turbo_rvq")
     return name + ":" + std::to_string(c.spec().arg(0, 0));
   if (name == "vecinfer")
     return name + ":" + std::to_string(c.spec().arg(0, 8)) + "/" + std::to_string(c.spec().arg(1, 4));
@@ -225,7 +225,31 @@ std::vector<float> space_sigma(const Codec& c) {
   return s;
 }
 
+// The byte tables of the 16 nibble levels * 2^12 as fp16 for the kernels' byte-permute lookups
+// (CodecArgs::table_hi): low bytes of levels 0-3, 4-7, high bytes of 0-3, 4-7, then the same for 8-15. The kernels
+// take the levels as exact fp16 operands: the codecs round them to fp16 precision (FloatCodebook), checked here.
+static void level_tables(const Codec& c, const float* levels, uint32_t (&hi)[8]) {
+  for (int e = 0; e < 16; ++e) {
+    const float x = levels[e] * 4096.0f;
+    const uint16_t h = f32_to_f16(x);
+    KVQ_CHECK(f16_to_f32(h) == x, "CUDA decode attention: codec '", c.spec().str(), "' has a level ", levels[e],
+              " that fp16 does not hold exactly");
+    const int word = 4 * (e / 8) + e % 8 / 4, shift = 8 * (e % 4);
+    hi[word] |= static_cast<uint32_t>(h & 0xff) << shift;
+    hi[2 + word] |= static_cast<uint32_t>(h >> 8) << shift;
+  }
+}
+
 std::vector<uint32_t> codec_table(const Codec& c, bool key) {
+  if (const auto tr = turbo_rvq_params(c)) {  // the two stages' level tables (CodecArgs::table_hi's layout)
+    std::vector<uint32_t> table;
+    for (const float* levels : tr->stage_levels) {
+      uint32_t hi[8] = {};
+      level_tables(c, levels, hi);
+      table.insert(table.end(), hi, hi + 8);
+    }
+    return table;
+  }
   const auto* vi = dynamic_cast<const VecInferCodec*>(&c);
   if (!vi) return {};
   // Per centroid and 4-channel group: the fp16 pairs (c0, c1), (c2, c3), then (keys) their remainders.
@@ -247,21 +271,6 @@ std::vector<uint32_t> codec_table(const Codec& c, bool key) {
     if (key) table.insert(table.end(), {lo[0], lo[1]});
   }
   return table;
-}
-
-// The byte tables of the 16 nibble levels * 2^12 as fp16 for the kernels' byte-permute lookups
-// (CodecArgs::table_hi): low bytes of levels 0-3, 4-7, high bytes of 0-3, 4-7, then the same for 8-15. The kernels
-// take the levels as exact fp16 operands: the codecs round them to fp16 precision (FloatCodebook), checked here.
-static void level_tables(const Codec& c, const float* levels, uint32_t (&hi)[8]) {
-  for (int e = 0; e < 16; ++e) {
-    const float x = levels[e] * 4096.0f;
-    const uint16_t h = f32_to_f16(x);
-    KVQ_CHECK(f16_to_f32(h) == x, "CUDA decode attention: codec '", c.spec().str(), "' has a level ", levels[e],
-              " that fp16 does not hold exactly");
-    const int word = 4 * (e / 8) + e % 8 / 4, shift = 8 * (e % 4);
-    hi[word] |= static_cast<uint32_t>(h & 0xff) << shift;
-    hi[2 + word] |= static_cast<uint32_t>(h >> 8) << shift;
-  }
 }
 
 // What the kernels read of a codec's blocks beyond the layout fixed at compile time; checks what they assume.
@@ -295,6 +304,10 @@ CodecArgs host_codec_args(const Codec& c, bool key) {
     a.sec1 = static_cast<uint32_t>(tp->layout.signs_offset());
     a.sec2 = static_cast<uint32_t>(tp->layout.residual_norms_offset());
     level_tables(c, tp->nibble_levels, a.table_hi);
+  } else if (const auto tr = turbo_rvq_params(c)) {
+    a.sec0 = static_cast<uint32_t>(tr->layout.norms_offset());
+    a.sec1 = static_cast<uint32_t>(tr->layout.stage2_offset());
+    a.table_bytes = 2 * 8 * sizeof(uint32_t);  // codec_table: both stages' level tables
   } else if (const auto qp = qjl_params(c)) {
     a.sec0 = static_cast<uint32_t>(qp->layout.norms_offset());
   } else if (const auto* vi = dynamic_cast<const VecInferCodec*>(&c)) {
@@ -303,7 +316,10 @@ CodecArgs host_codec_args(const Codec& c, bool key) {
     KVQ_CHECK(key || !l.norm, "CUDA decode attention: value codec '", c.spec().str(),
               "' stores gammas (norm=1); the kernels take vecinfer values without them");
     a.sec1 = l.norm ? static_cast<uint32_t>(l.norms_offset()) : 0u;
-    a.table_bytes = static_cast<uint32_t>(vi->codebook().size() * (key ? 4 : 2));  // fp16 hi (+ lo) per float
+    // fp16 hi (+ lo) per float, copied into each block's shared memory, or gathered from global memory
+    // (vecinfer_traits.cuh says when and why)
+    if (vecinfer_table_in_shared(vi->codeword_bits(), vi->sub_dim()))
+      a.table_bytes = static_cast<uint32_t>(vi->codebook().size() * (key ? 4 : 2));
   }
   return a;
 }

@@ -7,12 +7,13 @@
 
 # The traits of codec_traits.cuh (aliases in decode_pairs.hpp), each usable for keys and for values.
 set(KVQ_CUDA_CODECS F16 Bf16 Int4 Int8 Kivi2 Kivi4 TurboMse1 TurboMse2 TurboMse3 TurboMse4)
-# The sketch and codebook codecs (qjl_traits.cuh, turbo_prod_traits.cuh, vecinfer_traits.cuh): their pairs, in every
-# build, outside the cross product of KVQ_CUDA_ALL_PAIRS.
+# The sketch, residual and codebook codecs (qjl_traits.cuh, turbo_prod_traits.cuh, turbo_rvq_traits.cuh,
+# vecinfer_traits.cuh): their pairs, in every build, outside the cross product of KVQ_CUDA_ALL_PAIRS.
 set(KVQ_CUDA_SKETCH_PAIRS
     Qjl/Qjl Qjl/Int4 Qjl256/Qjl256 Qjl256/Int4 TurboProd4/TurboProd4 TurboProd4/Int4 TurboProd4/TurboMse3
     TurboProd2/TurboProd2 TurboProd3/TurboProd3 TurboProd3/Int4
-    VecInfer8x4/VecInfer8x4 VecInfer10x4/VecInfer10x4)
+    TurboRvq1/TurboRvq1 TurboRvq2/TurboRvq2 TurboRvq3/TurboRvq3 TurboRvq4/TurboRvq4 TurboRvq2/Int4
+    VecInfer8x4/VecInfer8x4 VecInfer10x4/VecInfer10x4 VecInfer12x8/VecInfer12x8)
 # The default build: every codec with itself, the mixed pairs docs/quality.md finds best per bit budget (kivi:4 /
 # int4 at 4.5 bits, int8 / int4, int8 / turbo_mse:3, int4 / turbo_mse:2 and turbo_mse:4 / turbo_mse:2 at 3.25-3.4,
 # kivi:4 / kivi:2), and f16 keys with int4 values (the keys carry the loss: +0.11 %; f16 codes by the copy engine

@@ -11,6 +11,7 @@
 #include "cuda/decode_pair_list.hpp"
 #include "cuda/qjl_traits.cuh"
 #include "cuda/turbo_prod_traits.cuh"
+#include "cuda/turbo_rvq_traits.cuh"
 #include "cuda/vecinfer_traits.cuh"
 #include "kvq/codec.hpp"
 
@@ -38,8 +39,9 @@ CodecArgs host_codec_args(const Codec& c, bool key);
 /// sketch factor of qjl), applied to the query map (keys) or the output map (values) instead.
 std::vector<float> space_sigma(const Codec& c);
 
-/// The table a codec's kernel keeps in the block's shared memory (CodecArgs::table), empty for most codecs:
-/// vecinfer's codebook as fp16 pairs per centroid and 4-channel group, keys with the fp16 remainders after them.
+/// The table a codec's kernel reads (CodecArgs::table, in the block's shared memory where table_bytes says so),
+/// empty for most codecs: vecinfer's codebook as fp16 pairs per centroid and 4-channel group, keys with the fp16
+/// remainders after them; turbo_rvq's two stages' level tables (8 words each, CodecArgs::table_hi's layout).
 std::vector<uint32_t> codec_table(const Codec& c, bool key);
 
 using F16 = FloatTraits<false>;
@@ -81,8 +83,13 @@ using Qjl256 = QjlTraits<256>;
 using TurboProd2 = TurboProdTraits<2>;
 using TurboProd3 = TurboProdTraits<3>;
 using TurboProd4 = TurboProdTraits<4>;
+using TurboRvq1 = TurboRvqTraits<1>;
+using TurboRvq2 = TurboRvqTraits<2>;
+using TurboRvq3 = TurboRvqTraits<3>;
+using TurboRvq4 = TurboRvqTraits<4>;
 using VecInfer8x4 = VecInferTraits<8, 4>;
 using VecInfer10x4 = VecInferTraits<10, 4>;
+using VecInfer12x8 = VecInferTraits<12, 8>;
 template <>
 inline constexpr const char* kCodecId<Qjl> = "qjl";
 template <>
@@ -94,9 +101,19 @@ inline constexpr const char* kCodecId<TurboProd3> = "turbo_prod:3";
 template <>
 inline constexpr const char* kCodecId<TurboProd4> = "turbo_prod:4";
 template <>
+inline constexpr const char* kCodecId<TurboRvq1> = "turbo_rvq:1";
+template <>
+inline constexpr const char* kCodecId<TurboRvq2> = "turbo_rvq:2";
+template <>
+inline constexpr const char* kCodecId<TurboRvq3> = "turbo_rvq:3";
+template <>
+inline constexpr const char* kCodecId<TurboRvq4> = "turbo_rvq:4";
+template <>
 inline constexpr const char* kCodecId<VecInfer8x4> = "vecinfer:8/4";
 template <>
 inline constexpr const char* kCodecId<VecInfer10x4> = "vecinfer:10/4";
+template <>
+inline constexpr const char* kCodecId<VecInfer12x8> = "vecinfer:12/8";
 
 #define KVQ_DECODE_PAIR(K, V) \
   template SplitKernel split_kernel<K::Key, V::Value>(int, const CodecArgs&, const CodecArgs&)

@@ -1,9 +1,22 @@
 // vecinfer:c/s in the decode kernel (decode_kernel.cuh): each token row holds d/s codeword indices of c bits (LSB
-// first); the codebook (2^c centroids of s channels) sits in the block's shared memory (prm[kTableSlot]), and the
-// fragments are gathered from it: no per-query lookup table, whose G x d/s x 2^c fp32 entries would not fit (256 KB
-// at vecinfer:8/4, d = 128, G = 8; 16x that at c = 12), where the codebook takes 2^c x s x 4 bytes (keys: fp16 hi
-// + lo, so that scores keep fp32 accuracy) or x 2 (values: fp16, the output's error budget). The index rows of a
-// chunk come as a parameter range (C x row bytes, read by any lane); no lane slots.
+// first), and the fragments are gathered from the codebook (2^c centroids of s channels): no per-query lookup table,
+// whose G x d/s x 2^c fp32 entries would not fit (256 KB at vecinfer:8/4, d = 128, G = 8; 16x that at c = 12), where
+// the codebook takes 2^c x s x 4 bytes (keys: fp16 hi + lo, so that scores keep fp32 accuracy) or x 2 (values: fp16,
+// the output's error budget). The index rows of a chunk come as a parameter range (C x row bytes, read by any
+// lane); no lane slots.
+//
+// Where the codebook lies (vecinfer_table_in_shared): codebooks of up to 4096 floats (vecinfer:8/4, :10/4: 16 KB
+// of keys and 8 KB of values at most) in the block's shared memory (prm[kTableSlot]), copied once per block; larger
+// ones (vecinfer:12/8: 128 KB of keys + 64 KB of values) stay in global memory (CodecArgs::table) and are gathered
+// by plain loads, cached in L1 and backed by L2, where the whole codebook stays resident (plain rather than __ldg:
+// the compiler then narrows a value gather to the word a tile uses and reads the index rows half as often). In
+// shared memory they would leave one 4-warp block per SM at d = 128 (214 KB of the 227 KB opt-in) and not fit at
+// d = 256 (236 KB); an fp16-only key codebook (64 KB) would cost each score term up to 2^-12 of itself, where
+// every other key trait keeps fp32 accuracy. In global memory the kernel keeps its usual 4-warp blocks, 3 per SM;
+// the price is a divergent load per gather (about one L1 cycle per distinct 128-byte line instead of 4-8
+// shared-memory wavefronts per warp), the L1 misses (the L1 holds what shared memory leaves of its 256 KB), and
+// gathers the compiler does not merge between calls as it merges shared-memory ones (keys: hi and lo each load
+// the 16-byte entry, 64 per chunk step at d = 128; values: 128 4-byte loads).
 //
 // Keys: lane i of k step ks takes 4 channels of one codeword (one 16-byte gather: hi and lo words of the 4
 // channels), per token of its 4 score columns; norm=1's gamma multiplies the score tile. Values: lane n of value
@@ -17,10 +30,21 @@
 
 namespace kvq::cuda::detail {
 
+/// Whether vecinfer:c/s's kernels keep its codebook in shared memory (else they gather from global memory).
+KVQ_HD constexpr bool vecinfer_table_in_shared(int bits, int sub) { return (1 << bits) * sub <= 4096; }
+
 template <int kBits, int kSub>
 struct VecInferTraits {
   static_assert(kBits >= 8 && kBits <= 12 && (kSub == 4 || kSub == 8), "vecinfer: c in 8..12, s = 4 or 8");
   static constexpr int kQuads = kSub / 4;  // 4-channel groups per codeword
+  static constexpr bool kSharedTable = vecinfer_table_in_shared(kBits, kSub);
+
+  /// Entry e of the codebook table (T: uint4 for keys, uint2 for values), from shared or from global memory.
+  template <class T>
+  KVQ_HD static T table_entry(const uint8_t* const* prm, const CodecArgs& a, uint32_t e) {
+    if constexpr (kSharedTable) return reinterpret_cast<const T*>(prm[kTableSlot])[e];
+    else return static_cast<const T*>(a.table)[e];
+  }
 
   template <int D>
   KVQ_HD static constexpr int row_bytes() {
@@ -74,20 +98,19 @@ struct VecInferTraits {
     }
     /// The 16-byte table entries (hi c0 c1, hi c2 c3, lo c0 c1, lo c2 c3) of the lane's 4 tokens 4n + jj.
     template <int D, int C>
-    KVQ_HD static void gather(const uint8_t* const* prm, int ks, int lane, uint4 (&e)[C / 8]) {
-      const uint4* table = reinterpret_cast<const uint4*>(prm[kTableSlot]);
+    KVQ_HD static void gather(const uint8_t* const* prm, const CodecArgs& a, int ks, int lane, uint4 (&e)[C / 8]) {
       const int q = quad(ks, lane & 3);
 KVQ_UNROLL
       for (int jj = 0; jj < C / 8; ++jj) {
         const uint8_t* row = prm[0] + (C / 8 * (lane >> 2) + jj) * row_bytes<D>();
-        e[jj] = table[index(row, q / kQuads) * kQuads + q % kQuads];
+        e[jj] = table_entry<uint4>(prm, a, index(row, q / kQuads) * kQuads + q % kQuads);
       }
     }
     template <int D, int C>
-    KVQ_HD static void bfrags(const uint4*, const uint8_t* const* prm, int ks, const CodecArgs&, int lane,
+    KVQ_HD static void bfrags(const uint4*, const uint8_t* const* prm, int ks, const CodecArgs& a, int lane,
                               uint32_t (&b)[C / 8][2]) {
       uint4 e[C / 8];
-      gather<D, C>(prm, ks, lane, e);
+      gather<D, C>(prm, a, ks, lane, e);
 KVQ_UNROLL
       for (int jj = 0; jj < C / 8; ++jj) {
         b[jj][0] = e[jj].x;
@@ -95,10 +118,10 @@ KVQ_UNROLL
       }
     }
     template <int D, int C>
-    KVQ_HD static void bfrags_lo(const uint4*, const uint8_t* const* prm, int ks, const CodecArgs&, int lane,
+    KVQ_HD static void bfrags_lo(const uint4*, const uint8_t* const* prm, int ks, const CodecArgs& a, int lane,
                                  uint32_t (&b)[C / 8][2]) {
       uint4 e[C / 8];
-      gather<D, C>(prm, ks, lane, e);
+      gather<D, C>(prm, a, ks, lane, e);
 KVQ_UNROLL
       for (int jj = 0; jj < C / 8; ++jj) {
         b[jj][0] = e[jj].z;
@@ -149,9 +172,8 @@ KVQ_UNROLL
     /// Tile j: channel pc + 32 (j / 4) + 4n + j % 4 of the lane's tokens 8i + 4vs + q, from one 8-byte gather
     /// (the 4 channels) per token.
     template <int D, int DP, int C>
-    KVQ_HD static void bfrags(const uint4*, const uint8_t* const* prm, const CodecArgs&, int lane, int j, int pc,
+    KVQ_HD static void bfrags(const uint4*, const uint8_t* const* prm, const CodecArgs& a, int lane, int j, int pc,
                               uint32_t (&b)[C / 16][2]) {
-      const uint2* table = reinterpret_cast<const uint2*>(prm[kTableSlot]);
       const int q = (pc + 32 * (j >> 2)) / 4 + (lane >> 2), e = j & 3;
       const uint32_t sel = e & 1 ? 0x7632u : 0x5410u;
 KVQ_UNROLL
@@ -160,7 +182,7 @@ KVQ_UNROLL
 KVQ_UNROLL
         for (int x = 0; x < 4; ++x) {
           const uint8_t* row = prm[0] + (C / 4 * (lane & 3) + 4 * vs + x) * row_bytes<D>();
-          const uint2 c = table[index(row, q / kQuads) * kQuads + q % kQuads];
+          const uint2 c = table_entry<uint2>(prm, a, index(row, q / kQuads) * kQuads + q % kQuads);
           w[x] = e >> 1 ? c.y : c.x;
         }
         b[vs][0] = prmt(w[0], w[1], sel);

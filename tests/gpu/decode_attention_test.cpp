@@ -50,9 +50,16 @@ const std::vector<std::pair<std::string, std::string>> kPairs = {
     {"turbo_prod:2", "turbo_prod:2"},
     {"turbo_prod:3", "turbo_prod:3"},
     {"turbo_prod:3", "int4"},
+    {"turbo_rvq:1", "turbo_rvq:1"},
+    {"turbo_rvq:2", "turbo_rvq:2"},
+    {"turbo_rvq:3", "turbo_rvq:3"},
+    {"turbo_rvq:4", "turbo_rvq:4"},
+    {"turbo_rvq:2", "int4"},
     {"vecinfer:8/4", "vecinfer:8/4"},
     {"vecinfer:10/4", "vecinfer:10/4"},
+    {"vecinfer:12/8", "vecinfer:12/8"},
     {"vecinfer:8/4,norm=1", "vecinfer:8/4"},
+    {"vecinfer:12/8,norm=1", "vecinfer:12/8"},
 };
 
 // Runs the device kernel on the scenario's cache (layer 1) and returns its output.

@@ -15,6 +15,7 @@
 #include "codec/int_group.hpp"
 #include "codec/kivi.hpp"
 #include "codec/turbo_mse.hpp"
+#include "codec/turbo_parts.hpp"
 #include "cuda/codec_traits.cuh"
 #include "cuda/decode_kernel.cuh"
 #include "cuda/decode_pairs.hpp"
@@ -92,14 +93,16 @@ Block encode(const std::string& spec, int d, int T, bool key, uint64_t seed) {
     for (size_t c = 0; c < m; ++c) b.y[t * m + c] /= sigma[c];
   b.args = host_codec_args(*b.codec, key);
   b.table = codec_table(*b.codec, key);
-  EXPECT_EQ(b.args.table_bytes, b.table.size() * sizeof(uint32_t));
+  // The kernel copies table_bytes of it into shared memory, or (0) its traits read it from global memory.
+  EXPECT_TRUE(b.args.table_bytes == 0 || b.args.table_bytes == b.table.size() * sizeof(uint32_t));
+  b.args.table = b.table.data();
   return b;
 }
 
 // The lane's pieces (slot k at [32 k + lane]) and the parameter ranges of chunk cc, as the kernel copies them.
 struct Stage {
   std::vector<uint4> codes;
-  alignas(16) uint8_t params[8192];
+  alignas(16) uint8_t params[16384];
   const uint8_t* prm[kTableSlot + 1] = {params, params, params, params};
 };
 
@@ -316,6 +319,69 @@ void check_values(const Block& b, int T, uint64_t seed) {
     }
 }
 
+// Every element of every key B fragment (hi + lo for the kSplitB traits) against the codec's decode: element *
+// factor(t) must be y[t][channel(ks, k)] of the lane's token to `rel` of itself (plus `abs`).
+template <class K, int D, int C, class Factor>
+void check_key_elements(const Block& b, int T, Factor factor, double rel, double abs) {
+  constexpr int KD = key_space<K, D>(), NT = C / 8, KS = KD / 16;
+  size_t bad = 0;
+  for (int cc = 0; cc < T / C; ++cc) {
+    Stage st;
+    key_stage<K, D, C>(b, cc, st);
+    for (int ks = 0; ks < KS; ++ks)
+      for (int lane = 0; lane < 32; ++lane) {
+        const int n = lane >> 2, i = lane & 3;
+        uint32_t hi[NT][2], lo[NT][2] = {};
+        key_bfrags<K, D, C>(st.codes.data(), st.prm, ks, b.args, lane, hi);
+        if constexpr (K::kSplitB) key_bfrags_lo<K, D, C>(st.codes.data(), st.prm, ks, b.args, lane, lo);
+        for (int jj = 0; jj < NT; ++jj)
+          for (int q = 0; q < 4; ++q) {
+            const int t = C * cc + C / 8 * n + jj, c = K::template channel<D>(ks, frag_k(i, q));
+            const double got = (operand<K::kBf16>(hi[jj][q >> 1], q & 1) + operand<K::kBf16>(lo[jj][q >> 1], q & 1)) *
+                               factor(t);
+            const double want = b.y[static_cast<size_t>(t) * KD + static_cast<size_t>(c)];
+            if (std::fabs(got - want) > rel * std::fabs(want) + abs && bad++ < 5)
+              ADD_FAILURE() << "chunk " << cc << " k step " << ks << " lane " << lane << " token " << t << " channel "
+                            << c << ": fragment gives " << got << ", the codec " << want;
+          }
+      }
+  }
+  EXPECT_EQ(bad, 0u);
+}
+
+// Every element of every value B fragment, times the lane's weight (value_weights), against the codec's decode:
+// lane (n, i) half q of step vs is token (C / 4) i + token_at(vs, q), channel pc + channel(j, n).
+template <class V, int D, int C>
+void check_value_elements(const Block& b, int T, double rel, double abs) {
+  constexpr int VD = value_space<V, D>(), DP = value_part<V, D>(), kParts = VD / DP, VS = C / 16, NJ = DP / 8;
+  size_t bad = 0;
+  for (int cc = 0; cc < T / C; ++cc)
+    for (int part = 0; part < kParts; ++part) {
+      const int pc = part * DP;
+      Stage st;
+      value_stage<V, D, DP, C>(b, cc, pc, st);
+      for (int lane = 0; lane < 32; ++lane) {
+        const int n = lane >> 2, i = lane & 3;
+        float w[C / 4];
+        value_weights<V, D, C>(st.prm, lane, pc, w);
+        for (int j = 0; j < NJ; ++j) {
+          uint32_t bf[VS][2];
+          V::template bfrags<D, DP, C>(st.codes.data(), st.prm, b.args, lane, j, pc, bf);
+          for (int vs = 0; vs < VS; ++vs)
+            for (int q = 0; q < 4; ++q) {
+              const int u = V::token_at(vs, q), t = C * cc + C / 4 * i + u, c = pc + V::channel(j, n);
+              const double got = operand<V::kBf16>(bf[vs][q >> 1], q & 1) * w[u];
+              const double want = b.y[static_cast<size_t>(t) * VD + static_cast<size_t>(c)];
+              if (std::fabs(got - want) > rel * std::fabs(want) + abs && bad++ < 5)
+                ADD_FAILURE() << "chunk " << cc << " tile " << j << " lane " << lane << " token " << t << " channel "
+                              << c << ": fragment gives " << got << ", the codec " << want;
+            }
+        }
+      }
+    }
+  EXPECT_EQ(bad, 0u);
+}
+
 // Keys of KeyTraits and values of ValueTraits at the chunk size of their pair (a key trait meets C = 64 beside
 // kivi:2 values, a value trait C = 32 beside keys of 32-token chunks).
 template <class KeyTraits, class ValueTraits, int D>
@@ -417,6 +483,29 @@ TEST(CudaFragments, VecInferPairsMatchTheCodec) {
   check_every_dim_keys<VecInferTraits<8, 4>::Key>("vecinfer:8/4,norm=1", seed + 2);
 }
 
+// vecinfer:12/8: the codebook gathered from global memory (no shared-memory table), keys with and without gammas;
+// every fragment element is the codebook's centroid coordinate (keys: hi + lo to fp32 accuracy; values: fp16).
+TEST(CudaFragments, VecInfer12x8PairsMatchTheCodec) {
+  KVQ_FRESH_SEED();
+  using VI = VecInferTraits<12, 8>;
+  static_assert(!VI::kSharedTable && VecInferTraits<10, 4>::kSharedTable && VecInferTraits<8, 4>::kSharedTable);
+  check_every_dim<VI>("vecinfer:12/8", seed);
+  check_every_dim_keys<VI::Key>("vecinfer:12/8,norm=1", seed + 1);
+  const auto at = [&]<int D>(uint64_t s) {
+    SCOPED_TRACE("vecinfer:12/8 elements d=" + std::to_string(D));
+    const Block kb = encode("vecinfer:12/8", D, 64, true, s);
+    EXPECT_EQ(kb.args.table_bytes, 0u);
+    EXPECT_EQ(kb.table.size(), size_t{4096} * 8);  // 4096 centroids x 8 channels, fp16 hi + lo
+    check_key_elements<VI::Key, D, 32>(kb, 64, [](int) { return 1.0; }, 1e-6, 1e-7);
+    const Block vb = encode("vecinfer:12/8", D, 64, false, s + 1);
+    EXPECT_EQ(vb.args.table_bytes, 0u);
+    check_value_elements<VI::Value, D, 32>(vb, 64, 4.9e-4, 1e-7);  // fp16: 2^-11
+  };
+  at.template operator()<64>(seed + 2);
+  at.template operator()<128>(seed + 3);
+  at.template operator()<256>(seed + 4);
+}
+
 // vecinfer values with gammas (norm=1) have no kernel: the plan's codec arguments refuse them by name.
 TEST(CudaFragments, VecInferValuesWithGammasAreRefused) {
   KVQ_FRESH_SEED();
@@ -429,6 +518,44 @@ TEST(CudaFragments, VecInferValuesWithGammasAreRefused) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("norm=1"), std::string::npos) << e.what();
   }
+}
+
+// turbo_rvq:b: the chunk's token-major rows as parameter ranges, each lane extracting its indices. Scores and value
+// sums per chunk as for every codec, then every fragment element against the codec's decode: a key element (stage
+// 1 in bfrags + stage 2 in bfrags_lo, levels times 2^12) times norm * 2^-12 is the decoded coordinate exactly (to
+// float rounding); a value element (the stages added in fp16) times its weight is it to fp16 rounding.
+template <int kBits>
+void check_turbo_rvq(uint64_t seed) {
+  using R = TurboRvqTraits<kBits>;
+  const std::string spec = "turbo_rvq:" + std::to_string(kBits);
+  check_every_dim<R>(spec, seed);
+  const auto at = [&]<int D>(uint64_t s) {
+    for (int T : {64, 128}) {
+      SCOPED_TRACE(spec + " elements d=" + std::to_string(D) + " T=" + std::to_string(T));
+      const Block kb = encode(spec, D, T, true, s + static_cast<uint64_t>(T));
+      const auto tr = turbo_rvq_params(*kb.codec);
+      ASSERT_TRUE(tr.has_value());
+      EXPECT_EQ(kb.args.table_bytes, kb.table.size() * sizeof(uint32_t));
+      const auto norm = [&](int t) {
+        return static_cast<double>(load_f16(kb.bytes.data() + tr->layout.norms_offset(), static_cast<size_t>(t)));
+      };
+      check_key_elements<typename R::Key, D, 32>(kb, T, [&](int t) { return norm(t) * 0x1p-12; }, 1e-6, 1e-9);
+      const Block vb = encode(spec, D, T, false, s + static_cast<uint64_t>(T) + 1);
+      check_value_elements<typename R::Value, D, 32>(vb, T, 4.9e-4, 1e-9);  // fp16: 2^-11
+    }
+  };
+  at.template operator()<64>(seed + 1);
+  at.template operator()<128>(seed + 2);
+  at.template operator()<256>(seed + 3);
+}
+
+TEST(CudaFragments, TurboRvqPairsMatchTheCodec) {
+  KVQ_FRESH_SEED();
+  check_turbo_rvq<1>(seed);
+  check_turbo_rvq<2>(seed + 10);
+  check_turbo_rvq<3>(seed + 20);
+  check_turbo_rvq<4>(seed + 30);
+  check_every_dim<TurboRvqTraits<2>, IntTraits<4>>("turbo_rvq:2", seed + 40, "int4");
 }
 
 TEST(CudaFragments, TurboProdPairsMatchTheCodec) {
