@@ -3,7 +3,7 @@
 # every kvq CUDA kernel over batch {1, 8, 32} x ctx {4096, 32768, 131072} with the device's copy bandwidth, time the
 # append kernels per codec (append.jsonl), run the GPU tests under compute-sanitizer memcheck and racecheck, and
 # print the tables last. Everything it prints is also written under $OUT (run.log, kvq.jsonl, hot.jsonl, append.jsonl,
-# sdpa.jsonl, summary.json, ptxas.log, sanitizer logs).
+# sdpa.jsonl, summary.json; build.log, sass.txt, the sanitizer and ncu logs in logs.tar.gz).
 #   here:     bash bench/gpu/pack-deps.sh
 #   device:   run(command="bash bench/gpu/run.sh", carry=[".gpu-deps"])
 # KVQ_GPU_QUICK=1 times two shapes only (1 x 4096, 32 x 131072); KVQ_CUDA_ALL_PAIRS=1 builds (and tests) every
@@ -84,3 +84,6 @@ if [ "${KVQ_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
 fi
 echo "kvq-gpu: done in $(( $(date +%s) - start )) s"
 python3 bench/gpu/summarize.py "$OUT"
+# A device call returns at most 8 files: the logs go back as one archive beside run.log and the JSON files.
+(cd "$OUT" && shopt -s nullglob && logs=(build.log sass.txt sanitizer-*.log ncu-*.txt) &&
+  [ ${#logs[@]} -gt 0 ] && tar czf logs.tar.gz --remove-files -- "${logs[@]}")
