@@ -14,16 +14,20 @@ std::shared_ptr<float> upload_floats(const float* host, size_t n) {
   return dev;
 }
 
-DeviceRotation upload_rotation(const Codec& codec) {
-  const int d = codec.dim();
+namespace {
+
+// The device state of a rotation R of R^d from how it maps vectors: `inverse(x, y)` y = R^T x for one vector,
+// `forward(rows, out, n)` out = R x for each of n rows.
+template <class Inverse, class Forward>
+DeviceRotation upload_rotation_of(int d, bool hadamard, Inverse inverse, Forward forward) {
   const size_t n = static_cast<size_t>(d);
   DeviceRotation r;
-  r.hadamard = codec.spec().option("rot", default_rotation(d)) == "hadamard";
+  r.hadamard = hadamard;
   if (r.hadamard) {
     // R = H diag(s) / sqrt(d): row 0 of R, R^T e_0, is s / sqrt(d).
     std::vector<float> e0(n, 0.0f), row(n);
     e0[0] = 1.0f;
-    codec.from_space(e0.data(), 1, row.data());
+    inverse(e0.data(), row.data());
     std::vector<float> signs(n);
     for (size_t j = 0; j < n; ++j) signs[j] = row[j] < 0 ? -1.0f : 1.0f;
     r.signs = upload_floats(signs.data(), n);
@@ -32,32 +36,26 @@ DeviceRotation upload_rotation(const Codec& codec) {
   }
   std::vector<float> identity(n * n, 0.0f), columns(n * n);
   for (size_t i = 0; i < n; ++i) identity[i * n + i] = 1.0f;
-  codec.to_space(identity.data(), d, columns.data());  // row i: R e_i
+  forward(identity.data(), columns.data(), n);  // row i: R e_i
   r.columns = upload_floats(columns.data(), n * n);
   return r;
 }
 
+}  // namespace
+
+DeviceRotation upload_rotation(const Codec& codec) {
+  const int d = codec.dim();
+  return upload_rotation_of(
+      d, codec.spec().option("rot", default_rotation(d)) == "hadamard",
+      [&](const float* x, float* y) { codec.from_space(x, 1, y); },
+      [&](const float* x, float* y, size_t n) { codec.to_space(x, static_cast<int>(n), y); });
+}
+
 DeviceRotation upload_rotation(const Rotation& rotation) {
-  const int d = rotation.dim();
-  const size_t n = static_cast<size_t>(d);
-  DeviceRotation r;
-  r.hadamard = rotation.kind() == RotationKind::hadamard;
-  if (r.hadamard) {
-    // Row 0 of R = H diag(s) / sqrt(d) is R^T e_0 = s / sqrt(d).
-    std::vector<float> e0(n, 0.0f), row(n);
-    e0[0] = 1.0f;
-    rotation.apply_inverse(e0.data(), row.data(), 1);
-    std::vector<float> signs(n);
-    for (size_t j = 0; j < n; ++j) signs[j] = row[j] < 0 ? -1.0f : 1.0f;
-    r.signs = upload_floats(signs.data(), n);
-    r.scale = 1.0f / std::sqrt(static_cast<float>(d));  // as src/rotation/hadamard.cpp
-    return r;
-  }
-  std::vector<float> identity(n * n, 0.0f), columns(n * n);
-  for (size_t i = 0; i < n; ++i) identity[i * n + i] = 1.0f;
-  rotation.apply(identity.data(), columns.data(), n);  // row i: R e_i
-  r.columns = upload_floats(columns.data(), n * n);
-  return r;
+  return upload_rotation_of(
+      rotation.dim(), rotation.kind() == RotationKind::hadamard,
+      [&](const float* x, float* y) { rotation.apply_inverse(x, y, 1); },
+      [&](const float* x, float* y, size_t n) { rotation.apply(x, y, n); });
 }
 
 DeviceInverseRotation upload_inverse_rotation(const Rotation& rotation) {

@@ -57,30 +57,12 @@ struct IntEnc {
     __syncthreads();
     const uint32_t mask = (1u << (1 << lb)) - 1;
     const float lim = static_cast<float>(qmax);
-    const FastDiv row_tiles = FastDiv::of(key ? d >> (5 - lb) : d >> 4);
     auto code = [&](int t, int c, float v) {
       const float s = scales[t * groups + (c >> lg)];
       const int q = s > 0 ? static_cast<int>(fminf(fmaxf(rintf(__fdiv_rn(v, s)), -lim), lim)) : 0;
       return static_cast<uint32_t>(q) & mask;
     };
-    for (int i = threadIdx.x; i < code_words; i += blockDim.x) {
-      const int w = lane_tile_word(key, row_tiles, i);
-      uint32_t word = 0;
-      int t = 0, c = 0;
-      lane_tile_element(key, lb, row_tiles, w, 0, &t, &c);
-      if (key) {  // the word's 32 >> lb (4 or 8) channels of token t, contiguous in the tile
-        if (t < T) {  // else padding tokens
-          for (int j = 0; j < (32 >> lb); j += 4) {
-            const float4 v = *reinterpret_cast<const float4*>(x + t * d + c + j);
-            word |= code(t, c + j, v.x) << (j << lb) | code(t, c + j + 1, v.y) << ((j + 1) << lb) |
-                    code(t, c + j + 2, v.z) << ((j + 2) << lb) | code(t, c + j + 3, v.w) << ((j + 3) << lb);
-          }
-        }
-      } else {  // the word's tokens t + j of channel c
-        for (int j = 0; j < (32 >> lb) && t + j < T; ++j) word |= code(t + j, c, x[(t + j) * d + c]) << (j << lb);
-      }
-      block[w] = word;
-    }
+    pack_lane_tile_words(key, lb, T, d, code_words, x, block, code);
   }
 };
 

@@ -65,7 +65,6 @@ struct KiviEnc {
       steps[r] = s;
     }
     __syncthreads();
-    const FastDiv row_tiles = FastDiv::of(key ? d >> (5 - lb) : d >> 4);
     const float top = static_cast<float>(levels);
     auto code = [&](int t, int c, float v) {
       const int r = key ? c : t * groups + (c >> lg);
@@ -73,24 +72,7 @@ struct KiviEnc {
       if (s == 0) return 0u;  // a constant range: every value equals m
       return static_cast<uint32_t>(fminf(fmaxf(rintf(__fdiv_rn(__fsub_rn(v, mins[r]), s)), 0.0f), top));
     };
-    for (int i = threadIdx.x; i < code_words; i += blockDim.x) {
-      const int w = lane_tile_word(key, row_tiles, i);
-      uint32_t word = 0;
-      int t = 0, c = 0;
-      lane_tile_element(key, lb, row_tiles, w, 0, &t, &c);
-      if (key) {  // the word's 32 >> lb (8 or 16) channels of token t, contiguous in the tile
-        if (t < T) {  // else padding tokens
-          for (int j = 0; j < (32 >> lb); j += 4) {
-            const float4 v = *reinterpret_cast<const float4*>(x + t * d + c + j);
-            word |= code(t, c + j, v.x) << (j << lb) | code(t, c + j + 1, v.y) << ((j + 1) << lb) |
-                    code(t, c + j + 2, v.z) << ((j + 2) << lb) | code(t, c + j + 3, v.w) << ((j + 3) << lb);
-          }
-        }
-      } else {  // the word's tokens t + j of channel c
-        for (int j = 0; j < (32 >> lb) && t + j < T; ++j) word |= code(t + j, c, x[(t + j) * d + c]) << (j << lb);
-      }
-      block[w] = word;
-    }
+    pack_lane_tile_words(key, lb, T, d, code_words, x, block, code);
   }
 };
 
