@@ -101,6 +101,7 @@ struct VecInferEnc {
           __syncthreads();
         }
         if (first >= items) continue;  // none of this thread's sub-vectors is in the pass
+#pragma unroll 4  // independent distance chains of consecutive centroids interleave
         for (int k = 0; k < held; ++k) {
           float c[S];
 #pragma unroll
