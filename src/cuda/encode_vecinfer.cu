@@ -4,12 +4,11 @@
 // CentroidTable does, then + (-2 x_i) c_i for i = 0..s-1, each product and sum rounded on its own, as the CPU's
 // clones do, built without contraction) and a running argmin in registers, each thread several sub-vectors against
 // every centroid it reads, strictly smaller replacing (the lowest index of a tie, as the CPU's lanes and their merge
-// give). Nothing of size
-// sub-vectors x centroids is formed: the codebook lies in shared memory where it fits beside the page, else it is
-// streamed through shared memory in tiles of kCodebookTile centroids. The codes are packed per token as bitpack.hpp
-// streams; with norm=1 the chosen centroids are rotated back (unrotate_device.cuh), times lambda, and
-// gamma = |x|^2 / <x, x^> (in double, capped at 2) is stored as fp16. Bit-exact with the CPU encoder under the
-// Hadamard rotation (every power-of-two d); srft (other d) and householder differ in float order (dense matrix).
+// give). Nothing of size sub-vectors x centroids is formed: the codebook lies in shared memory where it fits beside
+// the page, else it is streamed through shared memory in tiles of kCodebookTile centroids. The codes are packed per
+// token as bitpack.hpp streams; with norm=1 the chosen centroids are rotated back (unrotate_device.cuh), times
+// lambda, and gamma = |x|^2 / <x, x^> (in double, capped at 2) is stored as fp16. Bit-exact with the CPU encoder under
+// the Hadamard rotation (every power-of-two d); srft (other d) and householder differ in float order (dense matrix).
 #include <memory>
 
 #include "codec/codec_factories.hpp"
@@ -101,7 +100,8 @@ struct VecInferEnc {
           __syncthreads();
         }
         if (first >= items) continue;  // none of this thread's sub-vectors is in the pass
-#pragma unroll 4  // independent distance chains of consecutive centroids interleave
+        // Unrolled so that the independent distance chains of consecutive centroids interleave.
+#pragma unroll 4
         for (int k = 0; k < held; ++k) {
           float c[S];
 #pragma unroll
