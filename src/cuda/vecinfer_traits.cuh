@@ -14,9 +14,8 @@
 // d = 256 (236 KB); an fp16-only key codebook (64 KB) would cost each score term up to 2^-12 of itself, where
 // every other key trait keeps fp32 accuracy. In global memory the kernel keeps its usual 4-warp blocks, 3 per SM;
 // the price is a divergent load per gather (about one L1 cycle per distinct 128-byte line instead of 4-8
-// shared-memory wavefronts per warp), the L1 misses (the L1 holds what shared memory leaves of its 256 KB), and
-// gathers the compiler does not merge between calls as it merges shared-memory ones (keys: hi and lo each load
-// the 16-byte entry, 64 per chunk step at d = 128; values: 128 4-byte loads).
+// shared-memory wavefronts per warp) and the L1 misses (the L1 holds what shared memory leaves of its 256 KB); per
+// chunk at d = 128 (SASS) 32 16-byte key gathers (hi and lo from one load) and 64 4-byte value loads.
 //
 // By count the kernels are bound by shared-memory wavefronts rather than instructions (vecinfer:8/4, d = 128: about
 // 870 wavefronts a chunk with a byte load per index, for 720 instructions): the lanes' rows of one load lie 4 or 8
@@ -46,6 +45,7 @@ struct VecInferTraits {
   static_assert(kBits >= 8 && kBits <= 12 && (kSub == 4 || kSub == 8), "vecinfer: c in 8..12, s = 4 or 8");
   static constexpr int kQuads = kSub / 4;  // 4-channel groups per codeword
   static constexpr bool kSharedTable = vecinfer_table_in_shared(kBits, kSub);
+
   /// Entry e of the codebook table (T: uint4 for keys, uint2 for values), from shared or from global memory. A
   /// value entry in shared memory comes by one 8-byte load kept whole: the compiler would split it into the two
   /// words the tiles use, two loads meeting the bank conflicts of one (the load needs no ordering: the codebook is
@@ -99,9 +99,8 @@ struct VecInferTraits {
     return at < last ? at : last;
   }
   /// Index j of a token row (c bits at bit j c, LSB first) from the window of its run that starts at byte at: the
-  /// window comes by whole aligned loads (a lane's calls in a chunk take the same window, loaded once; one wide load
-  /// where a byte load per index meets the same bank conflict: the lanes' rows lie 128-320 bytes apart), and the
-  /// index is shifted out of the pair of words that holds it.
+  /// window comes by whole aligned loads (the same for a lane's calls of a chunk: loaded once), and the index is
+  /// shifted out of the pair of words that holds it.
   template <int D, int L>
   KVQ_HD static uint32_t index(const uint8_t* row, int at, int j) {
     constexpr int A = row_align<D>(), NW = window_words<D, L>();
