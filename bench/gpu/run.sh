@@ -7,8 +7,9 @@
 #   here:     bash bench/gpu/pack-deps.sh
 #   device:   run(command="bash bench/gpu/run.sh", carry=[".gpu-deps"])
 # KVQ_GPU_QUICK=1 times two shapes only (1 x 4096, 32 x 131072); KVQ_CUDA_ALL_PAIRS=1 builds (and tests) every
-# key codec with every value codec (src/cuda/decode_pairs.cmake); KVQ_SANITIZE_FILTER picks the sanitized tests,
-# KVQ_SANITIZE=0 skips them; KVQ_NCU="batch ctx codec kernel-regex[;...]" adds an ncu profile of one launch of each
+# key codec with every value codec (src/cuda/decode_pairs.cmake); KVQ_MEMCHECK_FILTER and KVQ_RACECHECK_FILTER pick
+# the sanitized tests (racecheck by default only the decode tests: the append tests take over 7 minutes under it,
+# run 13), KVQ_SANITIZE=0 skips them; KVQ_NCU="batch ctx codec kernel-regex[;...]" adds an ncu profile of one launch of each
 # pair's split kernel (ncu-<codec>.txt; the regex matches the mangled name, e.g. "32 32768 int4 IntTraitsILi4EE3Key").
 # The split kernels' SASS opcode counts go to sass.txt (bench/gpu/sass_stats.py).
 set -uo pipefail
@@ -75,9 +76,11 @@ command -v cuobjdump >/dev/null &&
   cuobjdump -sass build/cuda-device/tests/kvq_gpu_tests | python3 bench/gpu/sass_stats.py >"$OUT/sass.txt"
 
 if [ "${KVQ_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+  declare -A filter=([memcheck]="${KVQ_MEMCHECK_FILTER:-*}"
+    [racecheck]="${KVQ_RACECHECK_FILTER:-CudaDecodeAttention.*:CudaDeviceCache.*}")
   for tool in memcheck racecheck; do
-    timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 1 build/cuda-device/tests/kvq_gpu_tests \
-      --gtest_brief=1 --gtest_filter="${KVQ_SANITIZE_FILTER:-*}" >"$OUT/sanitizer-$tool.log" 2>&1 &&
+    timeout 180 compute-sanitizer --tool "$tool" --error-exitcode 1 build/cuda-device/tests/kvq_gpu_tests \
+      --gtest_brief=1 --gtest_filter="${filter[$tool]}" >"$OUT/sanitizer-$tool.log" 2>&1 &&
       echo "kvq-gpu: compute-sanitizer $tool: clean" ||
       { echo "kvq-gpu: compute-sanitizer $tool FAILED or timed out"; tail -15 "$OUT/sanitizer-$tool.log"; }
   done
