@@ -16,16 +16,12 @@
 
 #include <cstdint>
 
+#include "cuda/unroll.cuh"
+
 #if defined(__CUDACC__)
 #define KVQ_HD __host__ __device__ __forceinline__
 #else
 #define KVQ_HD inline
-#endif
-// Loop unrolling in code that also compiles for the host.
-#if defined(__CUDA_ARCH__)
-#define KVQ_UNROLL _Pragma("unroll")
-#else
-#define KVQ_UNROLL
 #endif
 
 namespace kvq::cuda::detail {

@@ -7,13 +7,7 @@
 #pragma once
 
 #include "cuda/encode_layout.cuh"
-
-// Loops unrolled on the device, where v must stay in registers (the host compiler knows no such pragma).
-#if defined(__CUDA_ARCH__)
-#define KVQ_UNROLL _Pragma("unroll")
-#else
-#define KVQ_UNROLL
-#endif
+#include "cuda/unroll.cuh"
 
 namespace kvq::cuda::detail {
 
