@@ -56,13 +56,15 @@ std::vector<float> run_tokens(LlamaRunner& runner, const std::vector<int>& ids) 
   return logits;
 }
 
-void expect_chunks_match_tokens(const LlamaModel& model, const std::vector<int>& ids, const KvCacheSpec& cache) {
+// `tolerance`: of the logits' range; the chunked projections sum in another order than the token-by-token ones.
+void expect_chunks_match_tokens(const LlamaModel& model, const std::vector<int>& ids, const KvCacheSpec& cache,
+                                double tolerance = 1e-4) {
   LlamaRunner runner(model, static_cast<int>(ids.size()), 2, cache);
   const std::vector<float> one_by_one = run_tokens(runner, ids);
   for (int chunk : {1, 7, 64}) {
     const std::vector<float> chunked = run(runner, ids, chunk);
     ASSERT_EQ(chunked.size(), one_by_one.size());
-    EXPECT_LT(relative_error(chunked, one_by_one, model.config().vocab_size), 1e-4)
+    EXPECT_LT(relative_error(chunked, one_by_one, model.config().vocab_size), tolerance)
         << cache.label() << ", chunks of " << chunk;
   }
 }
@@ -117,7 +119,9 @@ TEST(ModelCacheChunks, SmolLM2ChunkedEqualsTokenByToken) {
   Rng rng(seed);
   std::vector<int> ids;
   while (ids.size() < 16) ids.push_back(static_cast<int>(rng.next_u64() % 49152));
-  expect_chunks_match_tokens(m, ids, {"f32", "f32"});
+  // 30 layers carry the summation-order difference further than the small models' 2-5: over 210 draws the error
+  // was 4.5e-6 at the median, 5.6e-5 at the 99th percentile and 3.1e-4 at most (1e-4 failed about 1 draw in 50).
+  expect_chunks_match_tokens(m, ids, {"f32", "f32"}, 2e-3);
 }
 
 TEST(ModelCache, F32CacheEqualsTheFloatStore) {
