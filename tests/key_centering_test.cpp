@@ -120,7 +120,10 @@ TEST(KeyCentering, ChunkSizesGiveTheSameCache) {
 }
 
 // The kernels score the centered keys; the result is attention over the keys themselves (offset added back), in
-// double, to fp32 accuracy.
+// double, to fp32 accuracy: a score carries the rounding of its fp32 sum, u * sum_c |q_c k_c| / sqrt(d), which moves
+// the output by at most twice that times the largest value; the tolerance is 4x that bound (the few roundings
+// around it). Measured over 2400 query rows: error / max|out| 4e-7 at the median, 9e-6 at most, 1.4e-5 once
+// (scores to 320, softmax on a few tokens), below a fixed 1e-5 x max|out| that failed that once.
 TEST(KeyCentering, AttentionIsThatOfTheKeysThemselves) {
   KVQ_FRESH_SEED();
   const CacheConfig cfg = config("int4", 64, true);
@@ -145,13 +148,21 @@ TEST(KeyCentering, AttentionIsThatOfTheKeysThemselves) {
         mx = std::max(mx, w[i] = dot / std::sqrt(double{kDim}));
       }
       for (double& x : w) sum += (x = std::exp(x - mx));
-      double scale = 0;
+      double magnitude = 0, vmax = 0;
+      for (size_t i = 0; i < n; ++i) {
+        double m = 0;
+        for (int c = 0; c < kDim; ++c) {
+          m += std::abs(static_cast<double>(qr[c]) * kv.keys[i * kDim + c]);
+          vmax = std::max(vmax, static_cast<double>(std::abs(kv.values[i * kDim + c])));
+        }
+        magnitude = std::max(magnitude, m / std::sqrt(double{kDim}));
+      }
       std::vector<double> want(kDim, 0.0);
       for (size_t i = 0; i < n; ++i)
         for (int c = 0; c < kDim; ++c) want[c] += w[i] / sum * kv.values[i * kDim + c];
-      for (double x : want) scale = std::max(scale, std::abs(x));
+      const double tolerance = 4 * 2 * std::ldexp(1.0, -24) * magnitude * vmax;
       for (int c = 0; c < kDim; ++c)
-        EXPECT_NEAR(out[(h * kGroup + g) * kDim + c], want[c], 1e-5 * scale) << "head " << h << " query " << g;
+        EXPECT_NEAR(out[(h * kGroup + g) * kDim + c], want[c], tolerance) << "head " << h << " query " << g;
     }
   }
 }
