@@ -33,8 +33,12 @@ struct Avx512Vnni : Avx512 {
 }  // namespace
 
 namespace avx512vnni {
+// Only the int keys are instantiated: the other pairs' code would be kernels_avx512.cpp's again (select_page_kernel
+// falls back to it), and compiling it twice cost a minute of every build.
 KernelFn fused_kernel(BlockFormat key, BlockFormat value) {
-  return key == BlockFormat::int4 || key == BlockFormat::int8 ? fused_kernel_for<Avx512Vnni>(key, value) : nullptr;
+  if (key == BlockFormat::int4) return fused_kernel_with_keys<Avx512Vnni, BlockFormat::int4>(value);
+  if (key == BlockFormat::int8) return fused_kernel_with_keys<Avx512Vnni, BlockFormat::int8>(value);
+  return nullptr;
 }
 }  // namespace avx512vnni
 }  // namespace kvq::detail
