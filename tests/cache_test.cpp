@@ -183,6 +183,10 @@ TEST(CachePaging, PagesAreAlignedSharedAndReturnedToThePool) {
   for (int l = 0; l < cfg.n_layers; ++l) append_range(cache, again, l, t, 0, 500);
   EXPECT_EQ(cache.free_pages(), before);
   EXPECT_EQ(cache.sequences().size(), lengths.size());
+  // Ids are never reused, the newest one's neither.
+  cache.remove_sequence(again);
+  EXPECT_EQ(cache.next_sequence_id(), again + 1);
+  EXPECT_EQ(cache.add_sequence(), again + 1);
 }
 
 TEST(CachePool, ExhaustionThrowsBeforeModifyingAndTheCacheStaysUsable) {

@@ -117,6 +117,8 @@ class KVCache {
   bool has_sequence(SeqId seq) const;
   /// Live sequences in increasing id order.
   std::vector<SeqId> sequences() const;
+  /// The id the next add_sequence returns: ids are never reused, also after the newest sequence is removed.
+  SeqId next_sequence_id() const { return next_id_; }
 
   /// Appends n_tokens tokens to one layer of a sequence. keys and values: [n_tokens][n_kv_heads][head_dim].
   /// One token (decode) or a chunk (prefill). On any error (unknown sequence, non-finite input, untrained codec,

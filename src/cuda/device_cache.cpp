@@ -201,9 +201,9 @@ DeviceKVCache::DeviceKVCache(const KVCache& host, size_t capacity_pages, int dev
   KVQ_CHECK(needed <= m.free.size(), "DeviceKVCache: the host cache holds ", needed, " pages but the device pool has ",
             m.free.size());
   const size_t d = static_cast<size_t>(m.config.head_dim), H = static_cast<size_t>(m.config.n_kv_heads);
+  m.next_id = host.next_sequence_id();
   for (SeqId id : host.sequences()) {
     Impl::Sequence& s = m.insert(id);
-    m.next_id = std::max(m.next_id, id + 1);
     for (int l = 0; l < m.config.n_layers; ++l) {
       const LayerView v = host.view(id, l);
       Impl::Layer& dl = s.layers[static_cast<size_t>(l)];

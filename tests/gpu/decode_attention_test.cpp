@@ -230,6 +230,18 @@ TEST(CudaDeviceCache, RepeatedSequenceIsTheTokensRepeated) {
   EXPECT_LE(test::worst(got, ref.out, ref, d, 1e-3, true), 1.0);
 }
 
+// The device cache goes on with the host cache's ids, also where the newest sequence was removed.
+TEST(CudaDeviceCache, SequenceIdsContinueTheHostCache) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  const Shape shape{128, 64, 0, 2, 4, {128}, true};
+  test::Scenario sc = test::build(shape, "int4", "int4", seed);
+  sc.cache.remove_sequence(sc.cache.add_sequence());
+  cuda::DeviceKVCache dev(sc.cache, 64);
+  EXPECT_EQ(dev.to_host().next_sequence_id(), sc.cache.next_sequence_id());
+  EXPECT_EQ(dev.add_sequence(), sc.cache.add_sequence());
+}
+
 TEST(CudaDeviceCache, ErrorsNameTheProblem) {
   KVQ_REQUIRE_GPU();
   KVQ_FRESH_SEED();
