@@ -43,9 +43,11 @@ TEST(CodecsAtHeadDim256, DecodeAndScoresHold) {
         err += (xhat[i] - x[i]) * (xhat[i] - x[i]);
         norm += static_cast<double>(x[i]) * x[i];
       }
-      // A coarse picture of the input: QJL's 1-bit sketch of m = d rows decodes with relative error pi/2 in
-      // expectation, every other codec far below 1.
-      EXPECT_LT(err / norm, spec.starts_with("qjl") ? 1.7 : 1.0);
+      // A coarse picture of the input: every codec far below 1 but QJL, whose 1-bit sketch of m = d rows decodes
+      // with relative error (pi/2) d/m - 1/m = 1.567 in expectation. Its 64 tokens share one sketch matrix, so the
+      // ratio spreads: over 148 draws mean 1.564, sd 0.066, max 1.739 (a bound of 1.7 failed 2 of them); the
+      // bound is the expectation plus 6 sd.
+      EXPECT_LT(err / norm, spec.starts_with("qjl") ? 1.97 : 1.0);
       auto scorer = codec->prepare(q.data(), kQ);
       std::vector<float> s(static_cast<size_t>(kQ) * T);
       scorer->scores(block.data(), T, s.data());
