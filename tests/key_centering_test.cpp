@@ -141,25 +141,24 @@ TEST(KeyCentering, AttentionIsThatOfTheKeysThemselves) {
     for (int g = 0; g < kGroup; ++g) {
       const float* qr = q.data() + (h * kGroup + g) * kDim;
       std::vector<double> w(n);
-      double mx = -1e300, sum = 0;
+      double mx = -1e300, sum = 0, magnitude = 0, vmax = 0;  // magnitude: the largest sum |q_c k_c| / sqrt(d)
       for (size_t i = 0; i < n; ++i) {
-        double dot = 0;
-        for (int c = 0; c < kDim; ++c) dot += static_cast<double>(qr[c]) * kv.keys[i * kDim + c];
+        double dot = 0, abs_sum = 0;
+        for (int c = 0; c < kDim; ++c) {
+          const double p = static_cast<double>(qr[c]) * kv.keys[i * kDim + c];
+          dot += p;
+          abs_sum += std::abs(p);
+        }
         mx = std::max(mx, w[i] = dot / std::sqrt(double{kDim}));
+        magnitude = std::max(magnitude, abs_sum / std::sqrt(double{kDim}));
       }
       for (double& x : w) sum += (x = std::exp(x - mx));
-      double magnitude = 0, vmax = 0;
-      for (size_t i = 0; i < n; ++i) {
-        double m = 0;
-        for (int c = 0; c < kDim; ++c) {
-          m += std::abs(static_cast<double>(qr[c]) * kv.keys[i * kDim + c]);
-          vmax = std::max(vmax, static_cast<double>(std::abs(kv.values[i * kDim + c])));
-        }
-        magnitude = std::max(magnitude, m / std::sqrt(double{kDim}));
-      }
       std::vector<double> want(kDim, 0.0);
       for (size_t i = 0; i < n; ++i)
-        for (int c = 0; c < kDim; ++c) want[c] += w[i] / sum * kv.values[i * kDim + c];
+        for (int c = 0; c < kDim; ++c) {
+          want[c] += w[i] / sum * kv.values[i * kDim + c];
+          vmax = std::max(vmax, static_cast<double>(std::abs(kv.values[i * kDim + c])));
+        }
       const double tolerance = 4 * 2 * std::ldexp(1.0, -24) * magnitude * vmax;
       for (int c = 0; c < kDim; ++c)
         EXPECT_NEAR(out[(h * kGroup + g) * kDim + c], want[c], tolerance) << "head " << h << " query " << g;

@@ -34,7 +34,7 @@ struct Avx512Vnni : Avx512 {
 
 namespace avx512vnni {
 // Only the int keys are instantiated: the other pairs' code would be kernels_avx512.cpp's again (select_page_kernel
-// falls back to it), and compiling it twice cost a minute of every build.
+// falls back to it), and compiling it twice took this file from 26 s to 109 s of a release build.
 KernelFn fused_kernel(BlockFormat key, BlockFormat value) {
   if (key == BlockFormat::int4) return fused_kernel_with_keys<Avx512Vnni, BlockFormat::int4>(value);
   if (key == BlockFormat::int8) return fused_kernel_with_keys<Avx512Vnni, BlockFormat::int8>(value);
