@@ -29,14 +29,14 @@ CacheConfig config(uint64_t seed) {
   return c;
 }
 
-// The window [keys H][slots][d] then values of a view, unused slots zero.
+// The window of a view, compacted: [keys H][count][d] then values.
 std::vector<float> window_of(const KVCache& c, const LayerView& v) {
   const size_t H = static_cast<size_t>(c.config().n_kv_heads), d = static_cast<size_t>(c.config().head_dim);
-  const size_t slots = v.residual_stride / d;
-  std::vector<float> w(2 * H * slots * d, 0.0f);
-  for (size_t h = 0; h < H; ++h) {
-    std::memcpy(&w[h * slots * d], v.residual_key(static_cast<int>(h)), v.residual_count * d * 4);
-    std::memcpy(&w[(H + h) * slots * d], v.residual_value(static_cast<int>(h)), v.residual_count * d * 4);
+  const size_t n = static_cast<size_t>(v.residual_count) * d;
+  std::vector<float> w(2 * H * n);
+  for (size_t h = 0; h < H && n > 0; ++h) {
+    std::memcpy(w.data() + h * n, v.residual_key(static_cast<int>(h)), n * 4);
+    std::memcpy(w.data() + (H + h) * n, v.residual_value(static_cast<int>(h)), n * 4);
   }
   return w;
 }
@@ -50,7 +50,8 @@ KVCache rebuilt(const KVCache& from) {
       const LayerView v = from.view(id, l);
       std::vector<uint8_t> pages;
       for (const PageId p : v.pages) pages.insert(pages.end(), from.page(p), from.page(p) + from.page_bytes());
-      b.fill_layer(id, l, pages.data(), v.pages.size(), window_of(from, v).data(), v.residual_count, v.key_offset);
+      b.fill_layer(id, l, pages.data(), v.pages.size(), window_of(from, v).data(),
+                   static_cast<size_t>(v.residual_count), v.residual_count, v.key_offset);
     }
   }
   return b.finish();
@@ -111,9 +112,9 @@ TEST(CacheBuilder, RejectsPartsTheConfigurationCannotHold) {
   EXPECT_THROW(b.add_sequence(3), Error);
   const std::vector<float> window(2 * 2 * 127 * 64, 0.0f);
   std::vector<uint8_t> pages(a.page_bytes() * 41, 0);
-  EXPECT_THROW(b.fill_layer(3, 0, pages.data(), 1, window.data(), 0, nullptr), Error);  // centered, no offset
-  EXPECT_THROW(b.fill_layer(3, 0, pages.data(), 41, window.data(), 0, window.data()), Error);  // pool too small
-  EXPECT_THROW(b.fill_layer(3, 0, pages.data(), 0, window.data(), 128, nullptr), Error);  // window too long
+  EXPECT_THROW(b.fill_layer(3, 0, pages.data(), 1, window.data(), 127, 0, nullptr), Error);  // centered, no offset
+  EXPECT_THROW(b.fill_layer(3, 0, pages.data(), 41, window.data(), 127, 0, window.data()), Error);  // pool too small
+  EXPECT_THROW(b.fill_layer(3, 0, pages.data(), 0, window.data(), 127, 128, nullptr), Error);  // window too long
   EXPECT_THROW(b.set_next_id(2), Error);
 }
 

@@ -300,8 +300,16 @@ TEST(CacheMemory, AccountingEqualsTheHandCount) {
       entries += p;
     }
   }
+  // Windows are allocated as they fill: each holds its tokens, in at most R + T - 1 slots per head.
+  size_t residual = 0;
+  for (const SeqId s : cache.sequences())
+    for (int l = 0; l < 2; ++l) {
+      const LayerView v = cache.view(s, l);
+      EXPECT_GE(v.residual_stride, static_cast<size_t>(v.residual_count) * d);
+      EXPECT_LE(v.residual_stride, (R + T - 1) * d);
+      residual += 2 /*k, v*/ * H * v.residual_stride * 4;
+    }
   const CacheMemory m = cache.memory();
-  const size_t residual = lengths.size() * 2 /*layers*/ * 2 /*k, v*/ * H * (R + T - 1) * d * 4;
   EXPECT_EQ(m.page_bytes, page);
   EXPECT_EQ(m.pages_in_use, pages);
   EXPECT_EQ(m.pages_capacity, 30u);

@@ -3,6 +3,7 @@
 // (the outlier channels of real keys); and a byte tokenizer with BOS for it.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -24,7 +25,9 @@ class SyntheticLlama {
   static constexpr int kDim = 256, kHidden = 384, kLayers = 2, kHeads = 4, kKvHeads = 2, kVocab = 64;
   static constexpr int kHeadDim = kDim / kHeads;
 
-  explicit SyntheticLlama(uint64_t seed, int context = 512) : file_("synthetic_cache_llama.gguf") {
+  /// poisoned: the name of a tensor whose bytes are all 0xFF (NaN in every F16 entry and block scale), or empty.
+  explicit SyntheticLlama(uint64_t seed, int context = 512, const std::string& poisoned = "")
+      : file_("synthetic_cache_llama.gguf") {
     Rng rng(seed);
     GgufWriter w;
     w.kv_string("general.architecture", "llama");
@@ -40,7 +43,9 @@ class SyntheticLlama {
                          bool outlier_keys = false) {
       std::vector<uint64_t> shape = {static_cast<uint64_t>(cols)};
       if (rows > 0) shape.push_back(static_cast<uint64_t>(rows));
-      w.tensor(name, shape, type, tensor(rng, type, std::max(rows, 1), cols, scale, outlier_keys));
+      std::vector<uint8_t> data = tensor(rng, type, std::max(rows, 1), cols, scale, outlier_keys);
+      if (name == poisoned) std::fill(data.begin(), data.end(), uint8_t{0xFF});
+      w.tensor(name, shape, type, std::move(data));
     };
     add("token_embd.weight", GgmlType::F16, kVocab, kDim, 1.0);
     add("output.weight", GgmlType::F16, kVocab, kDim, 3.0 / std::sqrt(kDim));

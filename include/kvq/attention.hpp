@@ -47,6 +47,10 @@ struct AttentionOptions {
   /// Sliding-window attention: the query at position p sees only positions p - window + 1 .. p (Gemma's local
   /// layers, Mistral); 0 means every position up to p.
   size_t window = 0;
+
+  /// The softmax scale of a call with head dimension d, after checking the options (kvq::Error for a NaN, Inf or
+  /// negative scale, or negative splits). Both back ends take their scale from here.
+  float resolved_scale(int head_dim) const;
 };
 
 /// Decode attention of one query token per sequence. q: [seqs.size()][n_q_heads][head_dim], n_q_heads a multiple

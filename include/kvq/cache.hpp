@@ -60,7 +60,8 @@ struct CacheMemory {
   size_t pages_capacity = 0;
   size_t encoded_bytes = 0;      ///< pages_in_use * page_bytes
   size_t pool_bytes = 0;         ///< pages_capacity * page_bytes
-  size_t residual_bytes = 0;     ///< fp32 windows: sequences * layers * 2 * kv heads * (R + T - 1) * d * 4
+  size_t residual_bytes = 0;     ///< fp32 windows as allocated: each grows with use, to 2 * kv heads * (R + T - 1) * d
+                                 ///< * 4 bytes per (sequence, layer)
   size_t block_table_bytes = 0;  ///< block table entries * sizeof(PageId)
   size_t codec_state_bytes = 0;  ///< trained codec state (Codec::state()) of every layer
   size_t key_offset_bytes = 0;   ///< centered keys: one fp32 offset per (sequence, layer, kv head) that has pages
@@ -136,7 +137,7 @@ class KVCache {
   const uint8_t* page(PageId id) const;
   const uint8_t* key_block(PageId id, int head) const { return page(id) + key_block_offset(head); }
   const uint8_t* value_block(PageId id, int head) const { return page(id) + value_block_offset(head); }
-  size_t free_pages() const { return free_.size(); }
+  size_t free_pages() const { return free_.size() + (config_.capacity_pages - fresh_); }
   size_t capacity_pages() const { return config_.capacity_pages; }
 
   CacheMemory memory() const;
@@ -151,7 +152,8 @@ class KVCache {
   struct LayerState {
     std::vector<PageId> pages;
     int residual_count = 0;
-    std::vector<float> residual;    // keys [H][R+T-1][d], then values [H][R+T-1][d]
+    size_t window_slots = 0;        // tokens per head `residual` has room for: grows with use, up to R + T - 1
+    std::vector<float> residual;    // keys [H][window_slots][d], then values [H][window_slots][d]
     std::vector<float> key_offset;  // [H][d] once the first page is encoded (center_keys), else empty
   };
   struct Sequence {
@@ -168,6 +170,11 @@ class KVCache {
   Sequence& sequence(SeqId seq);
   Sequence& insert_sequence(SeqId id);  // with an empty window per layer
   size_t residual_slots() const;        // R + T - 1
+  void reserve_window(LayerState& layer, size_t tokens) const;  // room for `tokens` per head, the held ones kept
+  PageId next_free_page(size_t j) const;                          // the j-th page (from 0) take_pages hands out
+  /// Moves the next n free pages to the end of `into` (its capacity reserved by the caller); throws, if at all,
+  /// before it changes anything.
+  void take_pages(size_t n, std::vector<PageId>& into);
   uint8_t* page_mut(PageId id);
   void zero_page_padding(uint8_t* page) const;
 
@@ -175,7 +182,10 @@ class KVCache {
   std::vector<std::unique_ptr<Codec>> key_codecs_, value_codecs_;
   size_t key_stride_ = 0, value_stride_ = 0, page_bytes_ = 0;  // block strides inside a page
   std::unique_ptr<uint8_t[], PoolDeleter> pool_;
-  std::vector<PageId> free_;  // stack; the next page to hand out is at the back
+  // Free pages: those given back (a stack, the next one handed out at the back), then [fresh_, capacity) that were
+  // never handed out. Nothing here grows with the capacity: a pool is only address space until pages are used.
+  std::vector<PageId> free_;
+  size_t fresh_ = 0;
   std::map<SeqId, Sequence> sequences_;
   SeqId next_id_ = 0;
 };

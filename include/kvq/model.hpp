@@ -212,7 +212,7 @@ class LlamaRunner {
   /// out_k[i] = W_k x[i] for the n rows of x (out_k: [n][W_k.rows]); all products share x and their column count.
   void project(std::initializer_list<Product> products, const float* x, int n);
   void attention_block(const LlamaLayerWeights& w, int layer, int pos, int n);
-  void ffn_block(const LlamaLayerWeights& w, int n);
+  void ffn_block(const LlamaLayerWeights& w, int layer, int n);
   void reserve_chunk(int n);
 
   const LlamaModel& model_;

@@ -2,6 +2,7 @@
 #include "kvq/attention.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -29,6 +30,14 @@ int query_heads(const KVCache& cache, size_t rows, std::span<const float> q, std
 }
 
 }  // namespace
+
+float AttentionOptions::resolved_scale(int head_dim) const {
+  KVQ_CHECK(std::isfinite(scale) && scale >= 0, "attention: scale ", scale,
+            " (need a finite value >= 0; 0 means 1/sqrt(d))");
+  KVQ_CHECK(splits >= 0, "attention: splits = ", splits, " (need >= 0)");
+  KVQ_CHECK(head_dim > 0, "attention: head dimension ", head_dim);
+  return scale > 0 ? scale : 1.f / std::sqrt(static_cast<float>(head_dim));
+}
 
 void decode_attention(const KVCache& cache, int layer, std::span<const SeqId> seqs, std::span<const float> q,
                       std::span<float> out, const AttentionOptions& options, ThreadPool* pool) {

@@ -95,10 +95,7 @@ void run_attention(const KVCache& cache, int layer, std::span<const QueryGroup> 
   const Codec& vc = cache.value_codec(layer);
   const int d = cfg.head_dim, G = group_size, m = vc.space_dim();
   const size_t T = static_cast<size_t>(cfg.block_tokens), ud = static_cast<size_t>(d);
-  KVQ_CHECK(std::isfinite(options.scale) && options.scale >= 0, "attention: scale ", options.scale,
-            " (need a finite value >= 0; 0 means 1/sqrt(d))");
-  KVQ_CHECK(options.splits >= 0, "attention: splits = ", options.splits, " (need >= 0)");
-  const float scale = options.scale > 0 ? options.scale : 1.f / std::sqrt(static_cast<float>(d));
+  const float scale = options.resolved_scale(d);
   const PageKernel kernel = select_page_kernel(kc, vc, cfg.block_tokens, active_isa());
 
   // Plan: gather the queries (scaled) and their causal limits (and window starts), count the pages each group sees.
@@ -247,6 +244,10 @@ void run_attention(const KVCache& cache, int layer, std::span<const QueryGroup> 
       for (int j = 0; j < G; ++j) {
         AttnState& st = states[pos * G + j];
         st.normalize();
+        // Finite queries and cache can still overflow a score (magnitudes near 1e19); say so rather than return NaN.
+        KVQ_CHECK(std::all_of(st.o.begin(), st.o.end(), [](float x) { return std::isfinite(x); }),
+                  "attention: the output of sequence ", qg.seq, " kv head ", qg.kv_head, " layer ", layer,
+                  " is not finite (a score overflowed: queries or cached keys of extreme magnitude)");
         std::copy(st.o.begin(), st.o.end(),
                   qg.out + static_cast<size_t>(pos) * qg.pos_stride + static_cast<size_t>(j) * ud);
       }

@@ -29,7 +29,7 @@ void CacheBuilder::add_sequence(SeqId id) {
 }
 
 void CacheBuilder::fill_layer(SeqId id, int layer, const uint8_t* pages, size_t n_pages, const float* window,
-                              int window_count, const float* key_offset) {
+                              size_t window_slots, int window_count, const float* key_offset) {
   cache_.check_layer(layer);
   KVCache::LayerState& ls = cache_.sequence(id).layers[static_cast<size_t>(layer)];
   const CacheConfig& c = cache_.config_;
@@ -37,22 +37,21 @@ void CacheBuilder::fill_layer(SeqId id, int layer, const uint8_t* pages, size_t 
   const size_t slots = cache_.residual_slots();
   KVQ_CHECK(ls.pages.empty() && ls.residual_count == 0, "CacheBuilder: sequence ", id, " layer ", layer,
             " filled twice");
-  KVQ_CHECK(window_count >= 0 && static_cast<size_t>(window_count) <= slots, "CacheBuilder: a window of ",
-            window_count, " tokens (at most ", slots, ")");
-  KVQ_CHECK(n_pages <= cache_.free_.size(), "CacheBuilder: sequence ", id, " layer ", layer, " holds ", n_pages,
-            " pages, only ", cache_.free_.size(), " of the pool's ", c.capacity_pages, " are left");
+  KVQ_CHECK(window_count >= 0 && static_cast<size_t>(window_count) <= std::min(slots, window_slots),
+            "CacheBuilder: a window of ", window_count, " tokens (at most ", slots, ", in ", window_slots, " slots)");
+  KVQ_CHECK(n_pages <= cache_.free_pages(), "CacheBuilder: sequence ", id, " layer ", layer, " holds ", n_pages,
+            " pages, only ", cache_.free_pages(), " of the pool's ", c.capacity_pages, " are left");
   KVQ_CHECK((key_offset != nullptr) == (centers_keys(c) && n_pages > 0), "CacheBuilder: sequence ", id, " layer ",
             layer, key_offset != nullptr ? " has a key offset without centered keys and pages"
                                          : " has centered keys in pages but no key offset");
-  for (size_t j = 0; j < n_pages; ++j) {
-    const PageId p = cache_.free_.back();
-    cache_.free_.pop_back();
-    ls.pages.push_back(p);
-    std::memcpy(cache_.page_mut(p), pages + j * cache_.page_bytes_, cache_.page_bytes_);
-  }
+  ls.pages.reserve(n_pages);
+  cache_.take_pages(n_pages, ls.pages);
+  for (size_t j = 0; j < n_pages; ++j)
+    std::memcpy(cache_.page_mut(ls.pages[j]), pages + j * cache_.page_bytes_, cache_.page_bytes_);
+  cache_.reserve_window(ls, static_cast<size_t>(window_count));
   const size_t used = static_cast<size_t>(window_count) * d;
-  for (size_t row = 0; row < 2 * H; ++row)  // keys, then values
-    std::memcpy(ls.residual.data() + row * slots * d, window + row * slots * d, used * sizeof(float));
+  for (size_t row = 0; row < 2 * H && used > 0; ++row)  // keys, then values
+    std::memcpy(ls.residual.data() + row * ls.window_slots * d, window + row * window_slots * d, used * sizeof(float));
   ls.residual_count = window_count;
   if (key_offset != nullptr) ls.key_offset.assign(key_offset, key_offset + H * d);
 }

@@ -20,10 +20,10 @@ class CacheBuilder {
   /// A new, empty sequence `id` (not present yet); the cache's next id becomes at least id + 1.
   void add_sequence(SeqId id);
   /// Fills one layer of a sequence added above and still empty: n_pages pages of page_bytes() each, back to back;
-  /// the window [keys H][slots][d] then values, slots = R + T - 1, its first window_count slots of each head used;
-  /// the key offset [H][d] (centered keys with pages; else null).
-  void fill_layer(SeqId id, int layer, const uint8_t* pages, size_t n_pages, const float* window, int window_count,
-                  const float* key_offset);
+  /// the window [keys H][window_slots][d] then values, its first window_count slots of each head used (at most
+  /// R + T - 1); the key offset [H][d] (centered keys with pages; else null).
+  void fill_layer(SeqId id, int layer, const uint8_t* pages, size_t n_pages, const float* window, size_t window_slots,
+                  int window_count, const float* key_offset);
   /// The next sequence id add_sequence of the finished cache hands out (at least every id added + 1).
   void set_next_id(SeqId next);
 

@@ -16,6 +16,7 @@
 // before reading or allocating: a damaged file raises kvq::Error, never a crash.
 #include <array>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -101,10 +102,48 @@ class Reader {
   uint64_t left_;
 };
 
+// The least a layer's codec takes in the payload: u8 trained flag, u64 state size.
+constexpr uint64_t kMinCodecBytes = 1 + 8;
+
+void check_finite(const float* x, size_t n, const char* what, SeqId seq, int layer) {
+  for (size_t i = 0; i < n; ++i)
+    KVQ_CHECK(std::isfinite(x[i]), "corrupt cache file: sequence ", seq, " layer ", layer, " holds ", x[i], " in its ",
+              what, " (NaN and Inf are rejected)");
+}
+
 int to_int(uint32_t v, const char* what) {
   KVQ_CHECK(v <= static_cast<uint32_t>(std::numeric_limits<int>::max()), "corrupt cache file: ", what, " = ", v);
   return static_cast<int>(v);
 }
+
+// Decodes every block of a loaded page: bytes that decode to NaN or Inf (a crafted scale, say) would poison every
+// attention over them, so load refuses them. A decode per block costs about what encoding it did.
+class PageChecker {
+ public:
+  explicit PageChecker(const KVCache& cache)
+      : cache_(cache),
+        tokens_(static_cast<size_t>(cache.config().block_tokens)),
+        decoded_(tokens_ * static_cast<size_t>(cache.config().head_dim)) {}
+
+  void check(PageId page, int layer, SeqId seq) {
+    for (int h = 0; h < cache_.config().n_kv_heads; ++h) {
+      check_block(cache_.key_codec(layer), cache_.key_block(page, h), "key", h, layer, seq);
+      check_block(cache_.value_codec(layer), cache_.value_block(page, h), "value", h, layer, seq);
+    }
+  }
+
+ private:
+  void check_block(const Codec& codec, const uint8_t* block, const char* what, int head, int layer, SeqId seq) {
+    codec.decode(block, static_cast<int>(tokens_), decoded_.data());
+    for (const float x : decoded_)
+      KVQ_CHECK(std::isfinite(x), "corrupt cache file: sequence ", seq, " layer ", layer, " kv head ", head,
+                " has a ", what, " block that decodes to ", x, " (NaN and Inf are rejected)");
+  }
+
+  const KVCache& cache_;
+  size_t tokens_;
+  std::vector<float> decoded_;
+};
 
 }  // namespace
 
@@ -118,7 +157,6 @@ class CacheFile {
 void CacheFile::write(const KVCache& cache, std::ofstream& out) {
   const CacheConfig& c = cache.config_;
   const size_t H = static_cast<size_t>(c.n_kv_heads), d = static_cast<size_t>(c.head_dim);
-  const size_t slots = cache.residual_slots();
   out.write(std::string(kHeaderBytes, '\0').data(), kHeaderBytes);  // filled in at the end
   Writer w(out);
   for (int v : {c.n_layers, c.n_kv_heads, c.head_dim, c.block_tokens, c.residual_tokens})
@@ -146,9 +184,8 @@ void CacheFile::write(const KVCache& cache, std::ofstream& out) {
       w.num(static_cast<uint64_t>(layer.pages.size()));
       w.num(static_cast<uint32_t>(layer.residual_count));
       for (PageId p : layer.pages) w.bytes(cache.page(p), cache.page_bytes_);
-      const size_t r = static_cast<size_t>(layer.residual_count);
-      for (size_t half = 0; half < 2; ++half)  // keys, then values
-        for (size_t h = 0; h < H; ++h) w.bytes(layer.residual.data() + (half * H + h) * slots * d, r * d * 4);
+      const size_t r = static_cast<size_t>(layer.residual_count), slots = layer.window_slots;
+      for (size_t row = 0; row < 2 * H && r > 0; ++row) w.bytes(layer.residual.data() + row * slots * d, r * d * 4);
       w.num(static_cast<uint8_t>(!layer.key_offset.empty()));
       if (!layer.key_offset.empty()) w.bytes(layer.key_offset.data(), layer.key_offset.size() * 4);
     }
@@ -184,6 +221,9 @@ KVCache CacheFile::read(std::ifstream& in, uint64_t payload_bytes, uint32_t vers
   }
   const auto key_block = r.num<uint64_t>("key block bytes"), value_block = r.num<uint64_t>("value block bytes");
   const auto page_bytes = r.num<uint64_t>("page bytes");
+  // Every layer takes at least the flag and size of its two codecs' states: a file that claims more layers than
+  // its bytes can describe is refused before the codecs of each layer are built.
+  r.need(static_cast<uint64_t>(c.n_layers) * 2 * kMinCodecBytes, "the layers' codec states");
 
   KVCache cache(c);
   KVQ_CHECK(key_block == cache.key_codecs_[0]->block_bytes() && value_block == cache.value_codecs_[0]->block_bytes() &&
@@ -212,6 +252,9 @@ KVCache CacheFile::read(std::ifstream& in, uint64_t payload_bytes, uint32_t vers
   cache.next_id_ = r.num<uint64_t>("next sequence id");
   const uint64_t n_seqs = r.num<uint64_t>("sequence count");
   KVQ_CHECK(n_seqs <= cache.next_id_, "corrupt cache file: ", n_seqs, " sequences but next id ", cache.next_id_);
+  const uint64_t layer_bytes = 8 + 4 + (version >= 3 ? 1 : 0);  // page count, window count, key offset flag
+  r.need(n_seqs * (8 + static_cast<uint64_t>(c.n_layers) * layer_bytes), "the sequences");
+  PageChecker checker(cache);
   for (uint64_t s = 0; s < n_seqs; ++s) {
     const SeqId id = r.num<uint64_t>("sequence id");
     KVQ_CHECK(id < cache.next_id_ && !cache.has_sequence(id), "corrupt cache file: sequence id ", id,
@@ -222,25 +265,33 @@ KVCache CacheFile::read(std::ifstream& in, uint64_t payload_bytes, uint32_t vers
       const uint64_t n_pages = r.num<uint64_t>("page count");
       const uint32_t count = r.num<uint32_t>("residual token count");
       KVQ_CHECK(count <= slots, "corrupt cache file: a residual window of ", count, " tokens (at most ", slots, ")");
-      KVQ_CHECK(n_pages <= cache.free_.size(), "corrupt cache file: sequence ", id, " layer ", l, " holds ", n_pages,
-                " pages, only ", cache.free_.size(), " of the pool's ", c.capacity_pages, " are left");
+      KVQ_CHECK(n_pages <= cache.free_pages(), "corrupt cache file: sequence ", id, " layer ", l, " holds ", n_pages,
+                " pages, only ", cache.free_pages(), " of the pool's ", c.capacity_pages, " are left");
+      KVQ_CHECK(n_pages == 0 || cache.ready(l), "corrupt cache file: sequence ", id, " layer ", l,
+                " holds pages but its codecs were never trained");
       r.need(n_pages * cache.page_bytes_, "pages");
       layer.pages.reserve(static_cast<size_t>(n_pages));
-      for (uint64_t j = 0; j < n_pages; ++j) {
-        const PageId p = cache.free_.back();
-        cache.free_.pop_back();
-        layer.pages.push_back(p);
+      cache.take_pages(static_cast<size_t>(n_pages), layer.pages);
+      for (const PageId p : layer.pages) {
         r.bytes(cache.page_mut(p), cache.page_bytes_, "page");
+        checker.check(p, l, id);
       }
+      const size_t window_floats = count * d;
+      r.need(2 * H * window_floats * 4, "residual tokens");
+      cache.reserve_window(layer, count);
       layer.residual_count = static_cast<int>(count);
-      for (size_t half = 0; half < 2; ++half)
-        for (size_t h = 0; h < H; ++h)
-          r.bytes(layer.residual.data() + (half * H + h) * slots * d, count * d * 4, "residual tokens");
+      for (size_t row = 0; row < 2 * H && count > 0; ++row) {  // keys, then values
+        float* window = layer.residual.data() + row * layer.window_slots * d;
+        r.bytes(window, window_floats * 4, "residual tokens");
+        check_finite(window, window_floats, row < H ? "residual keys" : "residual values", id, l);
+      }
       if (version >= 3 && r.num<uint8_t>("key offset flag") != 0) {
         KVQ_CHECK(detail::centers_keys(c) && n_pages > 0, "corrupt cache file: sequence ", id, " layer ", l,
                   " has a key offset without centered keys and pages");
+        r.need(H * d * 4, "key offset");
         layer.key_offset.resize(H * d);
         r.bytes(layer.key_offset.data(), H * d * 4, "key offset");
+        check_finite(layer.key_offset.data(), H * d, "key offset", id, l);
       } else {
         KVQ_CHECK(!detail::centers_keys(c) || n_pages == 0, "corrupt cache file: sequence ", id, " layer ", l,
                   " has centered keys in pages but no key offset");
@@ -271,6 +322,10 @@ void KVCache::save(const std::string& path) const {
 
 KVCache KVCache::load(const std::string& path) {
   std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(path, ec);
+  KVQ_CHECK(!ec, "KVCache::load: cannot read '", path, "': ", ec.message());
+  // Before opening: a FIFO would block the open, a device would never end.
+  KVQ_CHECK(std::filesystem::is_regular_file(status), "KVCache::load: '", path, "' is not a regular file");
   const uint64_t size = std::filesystem::file_size(path, ec);
   KVQ_CHECK(!ec, "KVCache::load: cannot read '", path, "': ", ec.message());
   std::ifstream in(path, std::ios::binary);

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -6,6 +7,7 @@
 
 #if defined(__linux__)
 #include <sys/mman.h>
+#include <unistd.h>
 #endif
 
 #include "cache/key_offset.hpp"
@@ -33,6 +35,16 @@ void advise_huge_pages(uint8_t* p, size_t bytes) {
 #else
   (void)p, (void)bytes;
 #endif
+}
+
+// The machine's memory, or 0 where unknown. A pool larger than it could never be filled: such a capacity is a
+// mistake or a crafted file, refused before the allocation (which would fail late, or abort under a sanitizer).
+size_t physical_memory_bytes() {
+#if defined(__linux__)
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) return static_cast<size_t>(pages) * static_cast<size_t>(page);
+#endif
+  return 0;
 }
 
 void validate(const CacheConfig& c) {
@@ -68,12 +80,17 @@ KVCache::KVCache(const CacheConfig& config) : config_(config) {
   KVQ_CHECK(config_.capacity_pages <= std::numeric_limits<size_t>::max() / page_bytes_,
             "KVCache: ", config_.capacity_pages, " pages of ", page_bytes_, " bytes overflow the address space");
   if (config_.capacity_pages > 0) {
-    const size_t bytes = config_.capacity_pages * page_bytes_;
-    pool_.reset(static_cast<uint8_t*>(::operator new[](bytes, std::align_val_t{kPageAlign})));
+    const size_t bytes = config_.capacity_pages * page_bytes_, memory = physical_memory_bytes();
+    KVQ_CHECK(memory == 0 || bytes <= memory, "KVCache: ", config_.capacity_pages, " pages of ", page_bytes_,
+              " bytes (", bytes, " bytes) exceed this machine's memory of ", memory, " bytes");
+    try {
+      pool_.reset(static_cast<uint8_t*>(::operator new[](bytes, std::align_val_t{kPageAlign})));
+    } catch (const std::bad_alloc&) {
+      throw Error(detail::concat("KVCache: cannot allocate ", config_.capacity_pages, " pages of ", page_bytes_,
+                                 " bytes (", bytes, " bytes)"));
+    }
     advise_huge_pages(pool_.get(), bytes);
   }
-  free_.reserve(config_.capacity_pages);  // remove_sequence never reallocates
-  for (size_t p = config_.capacity_pages; p-- > 0;) free_.push_back(static_cast<PageId>(p));
 }
 
 KVCache::~KVCache() = default;
@@ -126,9 +143,34 @@ size_t KVCache::residual_slots() const {
 KVCache::Sequence& KVCache::insert_sequence(SeqId id) {
   Sequence seq;
   seq.layers.resize(static_cast<size_t>(config_.n_layers));
-  const size_t window = 2 * static_cast<size_t>(config_.n_kv_heads) * residual_slots() * config_.head_dim;
-  for (auto& layer : seq.layers) layer.residual.assign(window, 0.f);
   return sequences_.emplace(id, std::move(seq)).first->second;
+}
+
+void KVCache::reserve_window(LayerState& ls, size_t tokens) const {
+  if (tokens <= ls.window_slots) return;
+  const size_t H = static_cast<size_t>(config_.n_kv_heads), d = static_cast<size_t>(config_.head_dim);
+  const size_t slots = std::min(residual_slots(), std::max(tokens, 2 * ls.window_slots));
+  KVQ_CHECK(tokens <= slots, "KVCache: a window of ", tokens, " tokens (at most ", residual_slots(), ")");
+  std::vector<float> grown(2 * H * slots * d, 0.f);
+  for (size_t row = 0; row < 2 * H; ++row)  // keys, then values
+    std::copy_n(ls.residual.data() + row * ls.window_slots * d, static_cast<size_t>(ls.residual_count) * d,
+                grown.data() + row * slots * d);
+  ls.residual = std::move(grown);
+  ls.window_slots = slots;
+}
+
+PageId KVCache::next_free_page(size_t j) const {
+  return j < free_.size() ? free_[free_.size() - 1 - j] : static_cast<PageId>(fresh_ + (j - free_.size()));
+}
+
+void KVCache::take_pages(size_t n, std::vector<PageId>& into) {
+  KVQ_CHECK(n <= free_pages(), "KVCache: ", n, " pages asked for, ", free_pages(), " free");
+  const size_t given_back = std::min(n, free_.size()), fresh = fresh_ + (n - given_back);
+  // Room for every page ever handed out to come back: remove_sequence then never allocates.
+  if (free_.capacity() < fresh) free_.reserve(std::max(fresh, 2 * free_.capacity()));
+  for (size_t j = 0; j < n; ++j) into.push_back(next_free_page(j));
+  free_.resize(free_.size() - given_back);
+  fresh_ = fresh;
 }
 
 SeqId KVCache::add_sequence() {
@@ -209,12 +251,13 @@ void KVCache::append(SeqId seq, int layer, const float* keys, const float* value
   // until fewer than R + T remain.
   const size_t u = static_cast<size_t>(ls.residual_count), total = u + n_tokens;
   const size_t n_pages = total >= R + T ? (total - R - T) / T + 1 : 0;
-  KVQ_CHECK(n_pages <= free_.size(), "KV cache pool exhausted: appending ", n_tokens, " tokens to sequence ", seq,
-            " layer ", layer, " needs ", n_pages, " new pages but ", free_.size(), " of ", config_.capacity_pages,
+  KVQ_CHECK(n_pages <= free_pages(), "KV cache pool exhausted: appending ", n_tokens, " tokens to sequence ", seq,
+            " layer ", layer, " needs ", n_pages, " new pages but ", free_pages(), " of ", config_.capacity_pages,
             " are free (remove sequences or configure more capacity_pages)");
   ls.pages.reserve(ls.pages.size() + n_pages);
+  reserve_window(ls, total - n_pages * T);  // keeps the window's tokens where they are in the stream
 
-  const size_t slots = residual_slots();
+  const size_t slots = ls.window_slots;
   float* window_k = ls.residual.data();
   float* window_v = window_k + H * slots * d;
   detail::CenteredKeys centered(detail::centers_keys(config_), ls.key_offset, window_k, H, slots, d, u, keys, n_tokens, T,
@@ -225,7 +268,7 @@ void KVCache::append(SeqId seq, int layer, const float* keys, const float* value
   // Encode into free pages while they are still on the free list: if an encoder throws, nothing has changed.
   std::vector<float> block(T * d);
   for (size_t j = 0; j < n_pages; ++j) {
-    uint8_t* p = page_mut(free_[free_.size() - 1 - j]);
+    uint8_t* p = page_mut(next_free_page(j));
     zero_page_padding(p);
     for (size_t h = 0; h < H; ++h) {
       const int head = static_cast<int>(h);
@@ -239,9 +282,8 @@ void KVCache::append(SeqId seq, int layer, const float* keys, const float* value
     }
   }
 
-  // Commit (nothing below throws).
-  for (size_t j = 0; j < n_pages; ++j) ls.pages.push_back(free_[free_.size() - 1 - j]);
-  free_.resize(free_.size() - n_pages);
+  // Commit (nothing below throws once take_pages has).
+  take_pages(n_pages, ls.pages);
   const size_t encoded = n_pages * T;
   centered.commit(window_k, ls.key_offset);
   detail::advance_window(window_k, H, slots, d, u, encoded, centered.fresh(), n_tokens);
@@ -267,13 +309,16 @@ size_t KVCache::length(SeqId seq) const {
 LayerView KVCache::view(SeqId seq, int layer) const {
   check_layer(layer);
   const LayerState& ls = sequence(seq).layers[static_cast<size_t>(layer)];
-  const size_t head_stride = residual_slots() * static_cast<size_t>(config_.head_dim);
+  const size_t head_stride = ls.window_slots * static_cast<size_t>(config_.head_dim);
   LayerView v;
   v.pages = ls.pages;
   v.block_tokens = config_.block_tokens;
   v.residual_count = ls.residual_count;
-  v.residual_keys = ls.residual.data();
-  v.residual_values = ls.residual.data() + static_cast<size_t>(config_.n_kv_heads) * head_stride;
+  // A window not allocated yet reads as empty at a valid address: copies of its zero tokens stay well-defined.
+  static constexpr float kNoTokens[1] = {};
+  v.residual_keys = ls.residual.empty() ? kNoTokens : ls.residual.data();
+  v.residual_values = ls.residual.empty() ? kNoTokens
+                                          : ls.residual.data() + static_cast<size_t>(config_.n_kv_heads) * head_stride;
   v.residual_stride = head_stride;
   if (!ls.key_offset.empty()) v.key_offset = ls.key_offset.data();
   return v;
@@ -283,7 +328,7 @@ CacheMemory KVCache::memory() const {
   CacheMemory m;
   m.page_bytes = page_bytes_;
   m.pages_capacity = config_.capacity_pages;
-  m.pages_in_use = config_.capacity_pages - free_.size();
+  m.pages_in_use = config_.capacity_pages - free_pages();
   m.encoded_bytes = m.pages_in_use * page_bytes_;
   m.pool_bytes = m.pages_capacity * page_bytes_;
   for (const auto& [id, seq] : sequences_)

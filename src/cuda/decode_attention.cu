@@ -387,6 +387,9 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
                        const AttentionOptions& options)
     : impl_(std::make_unique<Impl>()) {
   Impl& p = *impl_;
+  options.resolved_scale(cache.config().head_dim);  // the checks the CPU makes, before anything is allocated
+  KVQ_CHECK(options.window == 0, "CUDA decode attention: sliding-window attention (window = ", options.window,
+            ") has no device kernel yet; attend this layer on the CPU (decode_attention over a KVCache)");
   const std::string kernel = decode_kernel(cache, layer);
   const CacheConfig& cfg = cache.config();
   p.device = cache.device();
@@ -488,7 +491,7 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   a.chunks_per_warp = per_warp;
   for (int c = T / k.chunk; c > 1; c /= 2) ++a.page_shift;
   a.seqs = p.seqs.get();
-  const float scale = options.scale > 0 ? options.scale : 1.0f / std::sqrt(static_cast<float>(d));
+  const float scale = options.resolved_scale(d);
   a.scale_log2 = scale * std::numbers::log2e_v<float>;
 
   const size_t rows = static_cast<size_t>(p.n_seqs) * n_q_heads;

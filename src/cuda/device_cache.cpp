@@ -643,7 +643,7 @@ KVCache DeviceKVCache::to_host(size_t capacity_pages) const {
       const std::vector<float> window = m.download_window(dl);
       if (dl.has_offset)
         KVQ_CUDA_CHECK(cudaMemcpy(offset.data(), dl.key_offset_dev.get(), hd * sizeof(float), cudaMemcpyDeviceToHost));
-      builder.fill_layer(id, l, pages.data(), dl.pages.size(), window.data(), dl.window_count,
+      builder.fill_layer(id, l, pages.data(), dl.pages.size(), window.data(), m.slots(), dl.window_count,
                          dl.has_offset ? offset.data() : nullptr);
     }
   }

@@ -2,6 +2,7 @@
 // the file before anything is allocated for it.
 #include "kvq/gguf.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
@@ -287,6 +288,21 @@ class GgufParser {
       KVQ_CHECK(t.offset <= data_size && t.bytes <= data_size - t.offset, where(), ": tensor ", t.name,
                 " data [", t.offset, ", +", t.bytes, ") lies outside the ", data_size, " bytes of tensor data");
       t.data = bytes_.data() + data_start + t.offset;
+    }
+    reject_overlaps();
+  }
+
+  // Writers lay tensors out one after another; two tensors sharing bytes are a crafted file (one tensor's data
+  // read as another type's).
+  void reject_overlaps() const {
+    std::vector<const GgufTensorInfo*> by_offset;
+    for (const auto& t : f_.tensors_) by_offset.push_back(&t);
+    std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+    for (size_t i = 1; i < by_offset.size(); ++i) {
+      const GgufTensorInfo &prev = *by_offset[i - 1], &t = *by_offset[i];
+      KVQ_CHECK(prev.offset + prev.bytes <= t.offset || prev.bytes == 0 || t.bytes == 0, where(), ": tensor ",
+                t.name, " data [", t.offset, ", +", t.bytes, ") overlaps tensor ", prev.name, " [", prev.offset, ", +",
+                prev.bytes, ")");
     }
   }
 

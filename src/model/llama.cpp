@@ -17,6 +17,17 @@
 namespace kvq {
 namespace {
 
+// Non-finite activations come from the weights (a damaged or crafted file) or from an overflow. The forward pass
+// stops at the first stage that produces one and names it, rather than print NaN logits: one pass over the stage's
+// n x width outputs, against the n x width x width of its products.
+template <class... Where>
+void check_finite(const float* x, size_t n, const Where&... where) {
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i]))
+      throw Error(detail::concat(where..., " produced ", x[i],
+                                 ": the model's weights hold NaN or Inf, or its activations overflow"));
+}
+
 // out = x / rms(x) * weight, rms(x) = sqrt(mean(x^2) + eps). out may alias x.
 void rmsnorm(float* out, const float* x, const float* weight, int n, float eps) {
   double ss = 0;
@@ -94,6 +105,7 @@ LlamaRunner::LlamaRunner(const LlamaModel& model, int context, int threads, cons
   const LlamaConfig& c = model.config();
   KVQ_CHECK(context > 0 && context <= c.max_seq_len, "context ", context, " must be in [1, ", c.max_seq_len,
             "] (the model's max_seq_len)");
+  KVQ_CHECK(threads >= 0, "threads = ", threads, " (need >= 0; 0 means one per core)");
   kv_ = make_kv_store(c, context, cache, pool_.get());
   scratch_.resize(static_cast<size_t>(pool_->size()));
   const int pairs = c.rope_dim / 2;
@@ -203,6 +215,9 @@ void LlamaRunner::attention_block(const LlamaLayerWeights& w, int layer, int pos
     rope(&q_[static_cast<size_t>(i) * c.q_dim()], c.n_heads, c.head_dim(), cs, pairs, c.rope_style);
     rope(&k_[static_cast<size_t>(i) * c.kv_dim()], c.n_kv_heads, c.head_dim(), cs, pairs, c.rope_style);
   }
+  check_finite(q_.data(), static_cast<size_t>(n) * c.q_dim(), "layer ", layer, "'s query projection");
+  check_finite(k_.data(), static_cast<size_t>(n) * c.kv_dim(), "layer ", layer, "'s key projection");
+  check_finite(v_.data(), static_cast<size_t>(n) * c.kv_dim(), "layer ", layer, "'s value projection");
   if (capture_) {
     const auto floats = static_cast<std::ptrdiff_t>(n) * c.kv_dim();
     capture_->keys[layer].insert(capture_->keys[layer].end(), k_.begin(), k_.begin() + floats);
@@ -212,9 +227,10 @@ void LlamaRunner::attention_block(const LlamaLayerWeights& w, int layer, int pos
   project({{&w.wo, proj_.data()}}, att_.data(), n);
   rmsnorm_rows(proj_.data(), w.post_attn_norm, n, c.dim, c.norm_eps);
   for (size_t i = 0; i < static_cast<size_t>(n) * c.dim; ++i) x_[i] += proj_[i];
+  check_finite(x_.data(), static_cast<size_t>(n) * c.dim, "layer ", layer, "'s attention output");
 }
 
-void LlamaRunner::ffn_block(const LlamaLayerWeights& w, int n) {
+void LlamaRunner::ffn_block(const LlamaLayerWeights& w, int layer, int n) {
   const LlamaConfig& c = model_.config();
   for (int i = 0; i < n; ++i)
     rmsnorm(&xb_[static_cast<size_t>(i) * c.dim], &x_[static_cast<size_t>(i) * c.dim], w.ffn_norm, c.dim,
@@ -225,6 +241,7 @@ void LlamaRunner::ffn_block(const LlamaLayerWeights& w, int n) {
   project({{&w.w_down, proj_.data()}}, gate_.data(), n);
   rmsnorm_rows(proj_.data(), w.post_ffn_norm, n, c.dim, c.norm_eps);
   for (size_t i = 0; i < static_cast<size_t>(n) * c.dim; ++i) x_[i] += proj_[i];
+  check_finite(x_.data(), static_cast<size_t>(n) * c.dim, "layer ", layer, "'s feed-forward network");
 }
 
 std::span<const float> LlamaRunner::forward(int token, int pos) { return forward_chunk({&token, 1}, pos); }
@@ -245,15 +262,19 @@ std::span<const float> LlamaRunner::forward_chunk(std::span<const int> tokens, i
                    c.dim);
   if (c.embedding_scale != 1.0f)
     for (size_t i = 0; i < static_cast<size_t>(n) * c.dim; ++i) x_[i] *= c.embedding_scale;
+  for (int i = 0; i < n; ++i)
+    check_finite(&x_[static_cast<size_t>(i) * c.dim], static_cast<size_t>(c.dim), "the token embedding of token ",
+                 tokens[i]);
   for (int l = 0; l < c.n_layers; ++l) {
     attention_block(w.layers[l], l, pos, n);
-    ffn_block(w.layers[l], n);
+    ffn_block(w.layers[l], l, n);
   }
   const int first = all_logits ? 0 : n - 1, rows = n - first;
   float* x = &x_[static_cast<size_t>(first) * c.dim];
   for (int i = 0; i < rows; ++i)
     rmsnorm(x + static_cast<size_t>(i) * c.dim, x + static_cast<size_t>(i) * c.dim, w.final_norm, c.dim, c.norm_eps);
   project({{&w.classifier, logits_.data()}}, x, rows);
+  check_finite(logits_.data(), static_cast<size_t>(rows) * c.vocab_size, "the classifier");
   return {logits_.data(), static_cast<size_t>(rows) * c.vocab_size};
 }
 

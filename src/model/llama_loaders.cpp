@@ -1,6 +1,8 @@
 // Checkpoint loading: the config from the file's header or metadata, the weights as views into the mapping.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "kvq/error.hpp"
 #include "kvq/model.hpp"
@@ -47,7 +49,9 @@ void load_llama2c(const MappedFile& file, LlamaConfig& c, LlamaWeights& w) {
   std::memcpy(h, b.data(), sizeof h);
   c.dim = h[0], c.hidden_dim = h[1], c.n_layers = h[2], c.n_heads = h[3], c.n_kv_heads = h[4];
   const bool shared_classifier = h[5] > 0;
-  c.vocab_size = h[5] > 0 ? h[5] : -h[5];
+  // A negative vocab_size says the classifier is stored apart; widened so that INT_MIN cannot overflow.
+  const int64_t vocab_size = h[5] > 0 ? int64_t{h[5]} : -int64_t{h[5]};
+  c.vocab_size = static_cast<int>(std::min<int64_t>(vocab_size, std::numeric_limits<int>::max()));
   c.max_seq_len = h[6];
   c.rope_theta = 10000.0f;
   c.norm_eps = 1e-5f;
@@ -197,6 +201,9 @@ void load_gguf_llama(const GgufFile& g, LlamaConfig& c, LlamaWeights& w) {
   c.validate();
 
   w.token_embedding = r.matrix("token_embd.weight", c.vocab_size, c.dim);
+  // Every layer has tensors of its own: checked before the layers are allocated (a missing one is named below).
+  KVQ_CHECK(static_cast<size_t>(c.n_layers) <= g.tensors().size(), g.path().string(), ": ", r.arch(),
+            ".block_count = ", c.n_layers, " but the file holds only ", g.tensors().size(), " tensors");
   w.layers.resize(c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {
     const auto name = [i](const char* what, const char* kind = "weight") {

@@ -64,4 +64,4 @@ expect_error("residual" ppl --model ${model} --text ${text} --max-tokens 64 --k 
 expect_error("head dimension 8" ppl --model ${stories}/stories260K.bin --tokenizer ${stories}/tok512.bin
              --text ${text} --max-tokens 64 --k f16 --v f16)
 expect_error("fewer than the" ppl --model ${model} --text ${text} --max-tokens 64 --k int8 --v int8
-             --calib-tokens 100000000)
+             --calib-tokens 16000000)

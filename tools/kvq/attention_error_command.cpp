@@ -20,14 +20,15 @@ void add_attention_error_command(CLI::App& app) {
       "attention-error", "decode attention over a compressed cache against fp32 attention, on outlier-heavy data");
   cmd->add_option("--k", *keys, "key codec spec (repeatable, paired with --v in order)")->required();
   cmd->add_option("--v", *values, "value codec spec (repeatable)")->required();
-  cmd->add_option("--dim", opts->dim, "head dimension")->capture_default_str();
-  cmd->add_option("--ctx", opts->ctx, "tokens in the cache")->capture_default_str();
-  cmd->add_option("--q-heads", opts->q_heads, "query heads")->capture_default_str();
-  cmd->add_option("--kv-heads", opts->kv_heads, "kv heads")->capture_default_str();
-  cmd->add_option("--queries", opts->queries, "decode calls with fresh queries")->capture_default_str();
+  cmd->add_option("--dim", opts->dim, "head dimension")->check(CLI::Range(16, 512))->capture_default_str();
+  cmd->add_option("--ctx", opts->ctx, "tokens in the cache")->check(CLI::Range(1, 1 << 22))->capture_default_str();
+  cmd->add_option("--q-heads", opts->q_heads, "query heads")->check(CLI::Range(1, 1024))->capture_default_str();
+  cmd->add_option("--kv-heads", opts->kv_heads, "kv heads")->check(CLI::Range(1, 1024))->capture_default_str();
+  cmd->add_option("--queries", opts->queries, "decode calls with fresh queries")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
   cmd->add_option("--logit-std", opts->logit_std, "spread of each query's logits over the context")
-      ->capture_default_str();
-  cmd->add_option("--seed", opts->seed, "random seed")->capture_default_str();
+      ->check(CLI::Range(0.0, 1000.0))->capture_default_str();
+  cmd->add_option("--seed", opts->seed, "random seed")->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_flag("--json", *json, "print one JSON object per pair");
   cmd->callback([opts, keys, values, json] {
     KVQ_CHECK(keys->size() == values->size(), "give as many --k as --v (", keys->size(), " and ", values->size(), ")");

@@ -282,41 +282,40 @@ void add_bench_command(CLI::App& app) {
   bench->require_subcommand(1);
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd = bench->add_subcommand("attention", "decode attention per codec pair vs f16 and the read bandwidth");
-  cmd->add_option("--ctx", o->ctx, "tokens per sequence")->capture_default_str();
-  cmd->add_option("--batch", o->batch, "sequences per call")->capture_default_str();
-  cmd->add_option("--q-heads", o->q_heads, "query heads")->capture_default_str();
-  cmd->add_option("--kv-heads", o->kv_heads, "kv heads")->capture_default_str();
-  cmd->add_option("--dim", o->dim, "head dimension")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "worker threads")->capture_default_str();
+  cmd->add_option("--ctx", o->ctx, "tokens per sequence")->check(CLI::Range(1, 1 << 22))->capture_default_str();
+  cmd->add_option("--batch", o->batch, "sequences per call")->check(CLI::Range(1, 4096))->capture_default_str();
+  cmd->add_option("--q-heads", o->q_heads, "query heads")->check(CLI::Range(1, 1024))->capture_default_str();
+  cmd->add_option("--kv-heads", o->kv_heads, "kv heads")->check(CLI::Range(1, 1024))->capture_default_str();
+  cmd->add_option("--dim", o->dim, "head dimension")->check(CLI::Range(16, 512))->capture_default_str();
+  cmd->add_option("--threads", o->threads, "worker threads")->check(CLI::Range(1, 1024))->capture_default_str();
   cmd->add_option("--k", o->keys, "key codec spec, once per pair (repeat with --v)");
   cmd->add_option("--v", o->values, "value codec spec, once per pair");
   cmd->add_option("--block", o->block, "tokens per page")->check(CLI::IsMember({64, 128}))->capture_default_str();
-  cmd->add_option("--reps", o->reps, "timed calls per pair")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "random seed")->capture_default_str();
+  cmd->add_option("--reps", o->reps, "timed calls per pair")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  cmd->add_option("--seed", o->seed, "random seed")->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_flag("--hot", o->hot,
                 "one cache per pair, reused: with a small --ctx, the compute time alone (cuda: one sequence's pages "
                 "for the whole batch)");
   cmd->add_flag("--json", o->json, "print one JSON object");
   cmd->add_option("--device", o->device, "cpu, or cuda (device 0, against the bf16/bf16 kernel)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->capture_default_str();
+      ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   cmd->callback([o] { run_bench(*o); });
 
   auto a = std::make_shared<AppendBenchOptions>();
   CLI::App* append = bench->add_subcommand("append", "the CUDA append kernels per codec vs the copy bandwidth");
-  append->add_option("--batch", a->batch, "sequences")->capture_default_str();
-  append->add_option("--chunk", a->chunk, "prefill tokens per sequence")->capture_default_str();
-  append->add_option("--kv-heads", a->kv_heads, "kv heads")->capture_default_str();
-  append->add_option("--dim", a->dim, "head dimension")->capture_default_str();
-  append->add_option("--block", a->block, "tokens per page")->capture_default_str();
+  append->add_option("--batch", a->batch, "sequences")->check(CLI::Range(1, 4096))->capture_default_str();
+  append->add_option("--chunk", a->chunk, "prefill tokens per sequence")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  append->add_option("--kv-heads", a->kv_heads, "kv heads")->check(CLI::Range(1, 1024))->capture_default_str();
+  append->add_option("--dim", a->dim, "head dimension")->check(CLI::Range(16, 512))->capture_default_str();
+  append->add_option("--block", a->block, "tokens per page")->check(CLI::IsMember({64, 128}))->capture_default_str();
   append->add_option("--codec", a->codecs, "codec spec (keys and values), repeatable; default: every codec with "
                                            "append kernels");
-  append->add_option("--reps", a->reps, "timed calls per row")->capture_default_str();
-  append->add_option("--seed", a->seed, "random seed")->capture_default_str();
+  append->add_option("--reps", a->reps, "timed calls per row")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  append->add_option("--seed", a->seed, "random seed")->check(CLI::NonNegativeNumber)->capture_default_str();
   append->add_flag("--json", a->json, "print one JSON object");
   append->add_option("--device", a->device, "cuda (the append kernels run on device 0)")
-      ->check(CLI::IsMember({"cuda"}))
-      ->capture_default_str();
+      ->check(CLI::IsMember({"cuda"}))->capture_default_str();
   append->callback([a] { run_cuda_append_bench(*a); });
 }
 

@@ -1,9 +1,7 @@
 #include "cache_options.hpp"
 
-#include <fstream>
-#include <sstream>
-
 #include "kvq/error.hpp"
+#include "kvq/mapped_file.hpp"
 
 namespace kvq::cli {
 
@@ -16,14 +14,17 @@ const char* const kValueHelp = "value codec spec, e.g. f16, int4, kivi:2, turbo_
 
 void add_layout_options(CLI::App& cmd, KvCacheSpec& spec) {
   cmd.add_option("--residual", spec.residual_tokens, "newest tokens kept in fp32 (a multiple of the block size)")
-      ->capture_default_str();
-  cmd.add_option("--block-tokens", spec.block_tokens, "tokens per cache page: 64 or 128")->capture_default_str();
-  cmd.add_option("--cache-seed", spec.seed, "seed of the codecs' rotations and sketches")->capture_default_str();
+      ->check(CLI::Range(0, 65536))->capture_default_str();
+  cmd.add_option("--block-tokens", spec.block_tokens, "tokens per cache page: 64 or 128")
+      ->check(CLI::IsMember({64, 128}))->capture_default_str();
+  cmd.add_option("--cache-seed", spec.seed, "seed of the codecs' rotations and sketches")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd.add_flag("--center-keys", spec.center_keys,
                "store quantized keys minus their first-page mean (attention is the same either way; the codecs "
                "quantize the per-token part more finely: Gemma 3 gains, SmolLM2 loses, docs/quality.md)");
   cmd.add_option("--layers", spec.layers,
-                 "compress only these layers (e.g. --layers 0 5), the others f16: which layers a codec hurts");
+                 "compress only these layers (e.g. --layers 0 5), the others f16: which layers a codec hurts")
+                     ->check(CLI::Range(0, 4095));
 }
 
 }  // namespace
@@ -55,11 +56,8 @@ std::vector<KvCacheSpec> CacheListOptions::specs() const {
 }
 
 std::string read_text_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  KVQ_CHECK(f.good(), "cannot open ", path);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
+  const MappedFile file(path);  // only regular files: a FIFO or a device would block or never end
+  return {reinterpret_cast<const char*>(file.bytes().data()), file.bytes().size()};
 }
 
 KvCacheSpec f16_cache_like(const KvCacheSpec& like) {

@@ -206,10 +206,13 @@ void add_demo_command(CLI::App& app) {
   cmd->add_option("--model", o->model, std::string("checkpoint; default ") + kSmolLM2 + ", else stories260K");
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file for a llama2.c checkpoint");
   cmd->add_option("--text", o->text, std::string("text for perplexity; default ") + kTinyStories);
-  cmd->add_option("--tokens", o->tokens, "tokens of the text to score")->capture_default_str();
-  cmd->add_option("--ctx", o->ctx, "tokens per perplexity window")->capture_default_str();
-  cmd->add_option("-n,--steps", o->steps, "tokens to generate")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--tokens", o->tokens, "tokens of the text to score")
+      ->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  cmd->add_option("--ctx", o->ctx, "tokens per perplexity window")
+      ->check(CLI::Range(2, 1 << 20))->capture_default_str();
+  cmd->add_option("-n,--steps", o->steps, "tokens to generate")->check(CLI::Range(0, 1 << 20))->capture_default_str();
+  cmd->add_option("--threads", o->threads, "threads (0 = all cores)")
+      ->check(CLI::Range(0, 1024))->capture_default_str();
   cmd->add_flag("--json", o->json, "print the table as a JSON array");
   cmd->callback([o] { run_demo(*o); });
 }

@@ -14,13 +14,14 @@ void add_distortion_command(CLI::App& app) {
   auto role = std::make_shared<std::string>("key");
   CLI::App* cmd = app.add_subcommand("distortion", "MSE and inner-product error of a codec on random unit vectors");
   cmd->add_option("--codec", opts->codec, "codec spec, e.g. turbo_mse:3, int4:16, vecinfer:10/4")->required();
-  cmd->add_option("--dim", opts->dim, "vector dimension")->capture_default_str();
-  cmd->add_option("--n", opts->n, "vectors for the MSE and inner-product trials")->capture_default_str();
-  cmd->add_option("--seed", opts->seed, "random seed")->capture_default_str();
-  cmd->add_option("--block", opts->block_tokens, "tokens per encoded block")->capture_default_str();
+  cmd->add_option("--dim", opts->dim, "vector dimension")->check(CLI::Range(16, 512))->capture_default_str();
+  cmd->add_option("--n", opts->n, "vectors for the MSE and inner-product trials")
+      ->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  cmd->add_option("--seed", opts->seed, "random seed")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--block", opts->block_tokens, "tokens per encoded block")
+      ->check(CLI::Range(1, 1024))->capture_default_str();
   cmd->add_option("--role", *role, "key or value (codecs such as kivi lay them out differently)")
-      ->check(CLI::IsMember({"key", "value"}))
-      ->capture_default_str();
+      ->check(CLI::IsMember({"key", "value"}))->capture_default_str();
   cmd->add_flag("--json", *json, "print one JSON object");
   cmd->callback([opts, json, role] {
     opts->role = *role == "value" ? Role::value : Role::key;

@@ -37,9 +37,10 @@ void run_generate(const GenerateOptions& o) {
   for (int t : tokenizer->encode(o.prompt)) prompt.push_back(t);
   KVQ_CHECK(!prompt.empty(), "an empty prompt needs a tokenizer with a BOS token");
   KVQ_CHECK(o.steps >= 0, "-n ", o.steps, " must be >= 0");
+  KVQ_CHECK(prompt.size() + static_cast<size_t>(o.steps) <= static_cast<size_t>(model.config().max_seq_len),
+            "prompt (", prompt.size(), " tokens) + ", o.steps, " new tokens exceed the model's context of ",
+            model.config().max_seq_len);
   const int total = static_cast<int>(prompt.size()) + o.steps;
-  KVQ_CHECK(total <= model.config().max_seq_len, "prompt (", prompt.size(), " tokens) + ", o.steps,
-            " new tokens exceed the model's context of ", model.config().max_seq_len);
 
   LlamaRunner runner(model, total, o.threads, o.cache);
   if (runner.needs_calibration()) {
@@ -84,14 +85,15 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--model", o->model, "checkpoint: .gguf or llama2.c .bin")->required();
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file (llama2.c tokenizer.bin); default: the GGUF's own");
   cmd->add_option("--prompt", o->prompt, "text to continue")->capture_default_str();
-  cmd->add_option("-n,--steps", o->steps, "tokens to generate")->capture_default_str();
-  cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "random seed for sampling")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("-n,--steps", o->steps, "tokens to generate")->check(CLI::Range(0, 1 << 20))->capture_default_str();
+  cmd->add_option("--temperature", o->temperature, "0 = greedy")->check(CLI::Range(0.0, 1000.0))->capture_default_str();
+  cmd->add_option("--seed", o->seed, "random seed for sampling")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--threads", o->threads, "threads (0 = all cores)")
+      ->check(CLI::Range(0, 1024))->capture_default_str();
   add_cache_options(*cmd, o->cache);
   cmd->add_option("--calib-text", o->calib_text, "text whose keys and values train codecs that need training");
   cmd->add_option("--calib-tokens", o->calib_tokens, "calibration tokens taken from the start of --calib-text")
-      ->capture_default_str();
+      ->check(CLI::Range(1, 1 << 24))->capture_default_str();
   cmd->callback([o] { run_generate(*o); });
 }
 

@@ -120,20 +120,23 @@ void add_ppl_command(CLI::App& app) {
   cmd->add_option("--model", o->model, "checkpoint: .gguf or llama2.c .bin")->required();
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file (llama2.c tokenizer.bin); default: the GGUF's own");
   cmd->add_option("--text", o->text, "UTF-8 text file")->required();
-  cmd->add_option("--ctx", o->ctx, "tokens per window")->capture_default_str();
-  cmd->add_option("--max-tokens", o->max_tokens, "score the first N tokens of the text")->capture_default_str();
+  cmd->add_option("--ctx", o->ctx, "tokens per window")->check(CLI::Range(2, 1 << 20))->capture_default_str();
+  cmd->add_option("--max-tokens", o->max_tokens, "score the first N tokens of the text")
+      ->check(CLI::Range(1, 1 << 30))->capture_default_str();
   cmd->add_option("--skip-tokens", o->skip_tokens,
                   "start after the first N tokens (a multiple of --ctx): a long run evaluated in pieces")
-      ->capture_default_str();
-  cmd->add_option("--chunk", o->chunk, "positions per forward pass (1 = token by token)")->capture_default_str();
+                      ->check(CLI::Range(0, 1 << 30))->capture_default_str();
+  cmd->add_option("--chunk", o->chunk, "positions per forward pass (1 = token by token)")
+      ->check(CLI::Range(1, 1 << 16))->capture_default_str();
   cmd->add_option("--calib-tokens", o->calib_tokens,
                   "train the codecs (vecinfer needs it; int8/int4 set channel scales) on the keys and values of the "
-                  "last N tokens of the text, never among the scored ones")
+                  "last N tokens of the text, never among the scored ones")->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
   add_cache_list_options(*cmd, o->caches);
   cmd->add_flag("--sweep-layers", o->sweep_layers,
                 "measure every cache once per layer, with only that layer compressed (the others f16)");
-  cmd->add_option("--threads", o->threads, "threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "threads (0 = all cores)")
+      ->check(CLI::Range(0, 1024))->capture_default_str();
   cmd->add_flag("--json", o->json, "print one JSON object per cache (one line each)");
   cmd->callback([o] { run_ppl(*o); });
 }

@@ -1,0 +1,23 @@
+# Integer and real arguments are range-checked when the command line is parsed, before any arithmetic: an absurd
+# value is a clear error naming the option, never a wrapped size, an overflow or a silent default.
+function(expect_refused)
+  execute_process(COMMAND ${KVQ} ${ARGN} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(rc EQUAL 0 OR NOT "${out}${err}" MATCHES "not in range|not in {|is not in|Value")
+    message(FATAL_ERROR "kvq ${ARGN}: expected a range error, got rc=${rc}: ${out}${err}")
+  endif()
+endfunction()
+
+expect_refused(generate --model absent.gguf -n 2147483647)
+expect_refused(generate --model absent.gguf -n -5)
+expect_refused(generate --model absent.gguf --threads -1)
+expect_refused(generate --model absent.gguf --temperature -1)
+expect_refused(generate --model absent.gguf --seed -3)
+expect_refused(distortion --codec int4 --n -5)
+expect_refused(distortion --codec int4 --dim 100000)
+expect_refused(ppl --model absent.gguf --text absent.txt --ctx 0)
+expect_refused(ppl --model absent.gguf --text absent.txt --max-tokens -1)
+expect_refused(ppl --model absent.gguf --text absent.txt --residual -64)
+expect_refused(ppl --model absent.gguf --text absent.txt --block-tokens 96)
+expect_refused(attention-error --k int4 --v int4 --ctx 99999999999)
+expect_refused(bench attention --threads 0)
+expect_refused(demo --steps -1)
