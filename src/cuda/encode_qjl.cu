@@ -1,13 +1,15 @@
-// The append kernel of qjl:m (src/codec/qjl.cpp): no rotation; per token the norm (a sequential sum in double, as
-// the CPU) as fp16, and the m sign bits of S x (sketch_device.cuh: the CPU's float order) in layout::Qjl's sign
-// tiles ("tokens in lanes" for keys and values alike), one thread per (token, sketch row). Bit-exact with the CPU
-// encoder.
+// The append kernel of qjl:m (src/codec/qjl.cpp): no rotation; per token the norm (row_norm.cuh: a sequential sum
+// in double, as the CPU) as fp16, and the m sign bits of S x (sketch_device.cuh: the CPU's float order) in
+// layout::Qjl's sign tiles ("tokens in lanes" for keys and values alike), the tokens widened to double in passes of a
+// few rows (encode_passes.cuh). Bit-exact with the CPU encoder.
 #include <memory>
 #include <vector>
 
 #include "codec/turbo_mse.hpp"
 #include "cuda/device_half.cuh"
 #include "cuda/encode_kernel.cuh"
+#include "cuda/encode_passes.cuh"
+#include "cuda/row_norm.cuh"
 #include "cuda/sketch_device.cuh"
 
 namespace kvq::cuda::detail {
@@ -17,29 +19,33 @@ struct QjlEnc {
   SketchView sketch;
   uint32_t norms_offset = 0;
 
-  __host__ __device__ size_t scratch_floats(int, int) const { return 0; }
+  // A pass's rows as doubles.
+  __host__ __device__ size_t scratch_floats(int T, int d) const {
+    return 2 * sketch_buffer_doubles(encode_pass_rows(T, d), d);
+  }
 
-  __device__ void encode(const EncodeContext& ctx, float* x, float*, uint32_t* block) const {
-    const int T = ctx.T, d = ctx.d, m = sketch.m;
+  __device__ void encode(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {
+    const int T = ctx.T, d = ctx.d, m = sketch.m, P = encode_pass_rows(T, d), stride = sketch_row_stride(d);
+    double* v = reinterpret_cast<double*>(scratch);
     for (int t = threadIdx.x; t < T; t += blockDim.x) {
-      double sum = 0;
-      for (int j = 0; j < d; ++j) {
-        const double v = x[t * d + j];
-        sum = __dadd_rn(sum, __dmul_rn(v, v));
-      }
-      const double norm = sqrt(sum);
+      const double norm = row_norm(x + t * d, d);
       if (!(norm <= 65504.0)) {
         ctx.report(t, 0);
         continue;
       }
       put_half(block, norms_offset + 2 * t, to_f16_bits(__double2float_rn(norm)));
     }
-    const FastDiv md = FastDiv::of(m);
-    for (int k = threadIdx.x; k < T * m; k += blockDim.x) {  // a warp: consecutive rows of one token
-      const int t = md.div(k), i = md.mod(k);
-      const float* xt = x + t * d;
-      if (sketch_row_dot(sketch, i, d, [xt](int j) { return static_cast<double>(xt[j]); }) >= 0)
-        put_bits(block, sign_tiles_place(true, m, t, i), 1u);
+    for (int t0 = 0; t0 < T; t0 += P) {
+      const int rows = P < T - t0 ? P : T - t0;
+      for (int i = threadIdx.x; i < rows * d; i += blockDim.x) {
+        const int tl = ctx.dd.div(i);
+        v[tl * stride + (i - tl * d)] = static_cast<double>(x[t0 * d + i]);
+      }
+      __syncthreads();
+      sketch_signs<true>(sketch, v, rows, d, [block, m, t0](int t, int i) {
+        put_bits(block, sign_tiles_place(true, m, t0 + t, i), 1u);
+      });
+      __syncthreads();  // the next pass overwrites v
     }
   }
 };

@@ -1,8 +1,8 @@
 // The append kernel of turbo_prod:b (src/codec/turbo_prod.cpp): the turbo_mse stage with b - 1 bits
 // (turbo_mse_device.cuh) into layout::TurboProd's LaneCodes and norms, then the residual r = x - x^mse against the
-// MSE stage as decode produces it (fp16 norm times float centroid, inverse rotation: unrotate_device.cuh), its norm
-// (a sequential sum in double) as fp16 and the sign bits of S r (sketch_device.cuh) in the role's sign tiles, in
-// passes of a few rows (encode_passes.cuh).
+// MSE stage as decode produces it (fp16 norm times float centroid, inverse rotation: unrotate_device.cuh), held as
+// doubles, its norm (row_norm.cuh: a sequential sum in double) as fp16 and the sign bits of S r (sketch_device.cuh)
+// in the role's sign tiles, in passes of a few rows (encode_passes.cuh).
 // Bit-exact with the CPU encoder under the Hadamard rotation; other rotations differ in float order (dense matrix).
 #include <algorithm>
 #include <memory>
@@ -14,6 +14,7 @@
 #include "codec/turbo_parts.hpp"
 #include "cuda/encode_kernel.cuh"
 #include "cuda/encode_passes.cuh"
+#include "cuda/row_norm.cuh"
 #include "cuda/sketch_device.cuh"
 #include "cuda/turbo_mse_device.cuh"
 #include "cuda/unrotate_device.cuh"
@@ -31,21 +32,22 @@ struct TurboProdEnc {
   bool key = true;
   uint32_t signs_offset = 0, residual_norms_offset = 0;
 
-  // The token norms (T doubles), a pass's rows (the unit vectors, then the decoded MSE stage), the dense
-  // rotations' spare rows.
+  // A pass's residual rows (doubles), the token norms (T doubles), a pass's rows (the unit vectors, then the
+  // decoded MSE stage), the dense rotations' spare rows.
   __host__ __device__ size_t scratch_floats(int T, int d) const {
-    const size_t pass = static_cast<size_t>(encode_pass_rows(T, d)) * d;
-    return 2 * static_cast<size_t>(T) + pass + (mse.rot.hadamard() ? 0 : pass);
+    const int P = encode_pass_rows(T, d);
+    const size_t pass = static_cast<size_t>(P) * d;
+    return 2 * sketch_buffer_doubles(P, d) + 2 * static_cast<size_t>(T) + pass + (mse.rot.hadamard() ? 0 : pass);
   }
 
   __device__ void encode(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {
-    const int T = ctx.T, d = ctx.d, m = sketch.m, P = encode_pass_rows(T, d);
-    double* norms = reinterpret_cast<double*>(scratch);
-    float* u = scratch + 2 * T;
+    const int T = ctx.T, d = ctx.d, m = sketch.m, P = encode_pass_rows(T, d), stride = sketch_row_stride(d);
+    double* r = reinterpret_cast<double*>(scratch);
+    double* norms = r + sketch_buffer_doubles(P, d);
+    float* u = reinterpret_cast<float*>(norms + T);
     float* spare = u + P * d;
     mse.store_norms(ctx, x, norms, block);
     __syncthreads();
-    const FastDiv md = FastDiv::of(m);
     for (int t0 = 0; t0 < T; t0 += P) {
       const int rows = P < T - t0 ? P : T - t0, n = rows * d;
       const float* xp = x + t0 * d;
@@ -60,30 +62,24 @@ struct TurboProdEnc {
       }
       __syncthreads();
       unrotate_rows(unrot, u, spare, rows, d, ctx.dd);  // u: x^mse of the pass's rows
-      auto residual = [xp, u, d](int tl, int j) {
-        return __dsub_rn(static_cast<double>(xp[tl * d + j]), static_cast<double>(u[tl * d + j]));
-      };
-      for (int k = threadIdx.x; k < rows * m; k += blockDim.x) {  // a warp: consecutive rows of one token
-        const int tl = md.div(k), i = md.mod(k);
-        if (sketch_row_dot(sketch, i, d, [&residual, tl](int j) { return residual(tl, j); }) >= 0) {
-          const CodePlace at = sign_tiles_place(key, m, t0 + tl, i);
-          put_bits(block, {signs_offset + at.byte, at.shift, at.width}, 1u);
-        }
+      for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const int tl = ctx.dd.div(i);
+        r[tl * stride + (i - tl * d)] = __dsub_rn(static_cast<double>(xp[i]), static_cast<double>(u[i]));
       }
+      __syncthreads();
+      sketch_signs<false>(sketch, r, rows, d, [key = key, base = signs_offset, block, m, t0](int t, int i) {
+        const CodePlace at = sign_tiles_place(key, m, t0 + t, i);
+        put_bits(block, {base + at.byte, at.shift, at.width}, 1u);
+      });
       for (int tl = threadIdx.x; tl < rows; tl += blockDim.x) {
-        double sum = 0;
-        for (int j = 0; j < d; ++j) {
-          const double r = residual(tl, j);
-          sum = __dadd_rn(sum, __dmul_rn(r, r));
-        }
-        const double norm = sqrt(sum);
+        const double norm = row_norm(r + tl * stride, d);
         if (!(norm <= 65504.0)) {
           ctx.report(t0 + tl, 0);
           continue;
         }
         put_half(block, residual_norms_offset + 2 * (t0 + tl), to_f16_bits(__double2float_rn(norm)));
       }
-      __syncthreads();  // the next pass overwrites u
+      __syncthreads();  // the next pass overwrites u and r
     }
   }
 };

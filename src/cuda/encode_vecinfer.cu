@@ -2,13 +2,13 @@
 // smoothed (x / lambda) and rotated, then each sub-vector's nearest centroid as src/codec/nearest_centroid.cpp
 // finds it: distances in the CPU's form ||c||^2 - 2 <x, c> with the CPU's float order (||c||^2 summed as
 // CentroidTable does, then + (-2 x_i) c_i for i = 0..s-1, each product and sum rounded on its own, as the CPU's
-// clones do, built without contraction) and a running argmin in registers, one thread per sub-vector, strictly
-// smaller replacing (the lowest index of a tie, as the CPU's lanes and their merge give). Nothing of size
-// sub-vectors x centroids is formed: the codebook lies in shared memory where it fits beside the page, else it is
-// streamed through shared memory in tiles of kCodebookTile centroids. The codes are packed per token as bitpack.hpp
-// streams; with norm=1 the chosen centroids are rotated back (unrotate_device.cuh), times lambda, and
-// gamma = |x|^2 / <x, x^> (in double, capped at 2) is stored as fp16. Bit-exact with the CPU encoder under the
-// Hadamard rotation (every power-of-two d); srft (other d) and householder differ in float order (dense matrix).
+// clones do, built without contraction) and a running argmin in registers, each thread several sub-vectors against
+// every centroid it reads, strictly smaller replacing (the lowest index of a tie, as the CPU's lanes and their merge
+// give). Nothing of size sub-vectors x centroids is formed: the codebook lies in shared memory where it fits beside
+// the page, else it is streamed through shared memory in tiles of kCodebookTile centroids. The codes are packed per
+// token as bitpack.hpp streams; with norm=1 the chosen centroids are rotated back (unrotate_device.cuh), times
+// lambda, and gamma = |x|^2 / <x, x^> (in double, capped at 2) is stored as fp16. Bit-exact with the CPU encoder under
+// the Hadamard rotation (every power-of-two d); srft (other d) and householder differ in float order (dense matrix).
 #include <memory>
 
 #include "codec/codec_factories.hpp"
@@ -68,43 +68,73 @@ struct VecInferEnc {
   }
 
   // The nearest centroid of each of the pass's `items` sub-vectors (u: rows x d, sub-vector `item` at u + item S),
-  // its code written for token t0 + item / (d / S); with norm=1 the sub-vector replaced by its centroid.
-  template <int S>
+  // its code written for token t0 + item / (d / S); with norm=1 the sub-vector replaced by its centroid. A thread
+  // takes V sub-vectors (item, item + blockDim, ...), so that each centroid it reads from shared memory (a broadcast:
+  // every lane reads the same one) feeds V distances.
+  template <int S, int V>
   __device__ void assign(int t0, int items, int n_sub, float* u, float* coords, float* norms, bool resident,
                          uint32_t* block) const {
     const FastDiv sd = FastDiv::of(n_sub);
     const int held = resident ? K : kCodebookTile;
-    for (int base = 0; base < items; base += blockDim.x) {
-      const int item = base + static_cast<int>(threadIdx.x);
-      const bool active = item < items;
-      float minus_2x[S];
+    for (int base = 0; base < items; base += V * static_cast<int>(blockDim.x)) {
+      const int first = base + static_cast<int>(threadIdx.x);
+      float minus_2x[V][S];
 #pragma unroll
-      for (int i = 0; i < S; ++i) minus_2x[i] = active ? __fadd_rn(0.0f, __fmul_rn(-2.0f, u[item * S + i])) : 0.0f;
-      float best = __int_as_float(0x7f800000);  // +inf
-      int arg = 0;
+      for (int v = 0; v < V; ++v) {
+        const int item = first + v * static_cast<int>(blockDim.x);
+#pragma unroll
+        for (int i = 0; i < S; ++i)
+          minus_2x[v][i] = item < items ? __fadd_rn(0.0f, __fmul_rn(-2.0f, u[item * S + i])) : 0.0f;
+      }
+      float best[V];
+      int arg[V];
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        best[v] = __int_as_float(0x7f800000);  // +inf
+        arg[v] = 0;
+      }
       for (int k0 = 0; k0 < K; k0 += held) {
         if (!resident) {
           __syncthreads();  // every thread is done with the previous tile
           load_centroids(k0, held, coords, norms);
           __syncthreads();
         }
-        if (!active) continue;
+        if (first >= items) continue;  // none of this thread's sub-vectors is in the pass
+        // Unrolled so that the independent distance chains of consecutive centroids interleave.
+#pragma unroll 4
         for (int k = 0; k < held; ++k) {
-          float value = norms[k];
+          float c[S];
 #pragma unroll
-          for (int i = 0; i < S; ++i) value = __fadd_rn(value, __fmul_rn(minus_2x[i], coords[k * S + i]));
-          if (value < best) {
-            best = value;
-            arg = k0 + k;
+          for (int q = 0; q < S / 4; ++q) {  // coords is 16-byte aligned, S a multiple of 4
+            const float4 c4 = reinterpret_cast<const float4*>(coords + k * S)[q];
+            c[4 * q] = c4.x;
+            c[4 * q + 1] = c4.y;
+            c[4 * q + 2] = c4.z;
+            c[4 * q + 3] = c4.w;
+          }
+          const float norm_k = norms[k];
+#pragma unroll
+          for (int v = 0; v < V; ++v) {
+            float value = norm_k;
+#pragma unroll
+            for (int i = 0; i < S; ++i) value = __fadd_rn(value, __fmul_rn(minus_2x[v][i], c[i]));
+            if (value < best[v]) {
+              best[v] = value;
+              arg[v] = k0 + k;
+            }
           }
         }
       }
-      if (!active) continue;
-      put_stream_bits(block, stream_code_bit(0, row_bytes, t0 + sd.div(item), sd.mod(item), bits),
-                      static_cast<uint32_t>(arg), static_cast<uint32_t>(bits));
-      if (norm) {
 #pragma unroll
-        for (int i = 0; i < S; ++i) u[item * S + i] = __ldg(codebook + arg * S + i);
+      for (int v = 0; v < V; ++v) {
+        const int item = first + v * static_cast<int>(blockDim.x);
+        if (item >= items) continue;
+        put_stream_bits(block, stream_code_bit(0, row_bytes, t0 + sd.div(item), sd.mod(item), bits),
+                        static_cast<uint32_t>(arg[v]), static_cast<uint32_t>(bits));
+        if (norm) {
+#pragma unroll
+          for (int i = 0; i < S; ++i) u[item * S + i] = __ldg(codebook + arg[v] * S + i);
+        }
       }
     }
   }
@@ -124,10 +154,10 @@ struct VecInferEnc {
       for (int i = threadIdx.x; i < n; i += blockDim.x) u[i] = __fdiv_rn(xp[i], lambda[ctx.dd.mod(i)]);
       __syncthreads();
       rotate_rows(rot, u, spare, rows, d, ctx.dd);
-      if (s == 4)
-        assign<4>(t0, rows * n_sub, n_sub, u, coords, norms, resident, block);
+      if (s == 4)  // a pass holds kPassFloats / s sub-vectors: V of them for each of the block's threads
+        assign<4, 4>(t0, rows * n_sub, n_sub, u, coords, norms, resident, block);
       else
-        assign<8>(t0, rows * n_sub, n_sub, u, coords, norms, resident, block);
+        assign<8, 2>(t0, rows * n_sub, n_sub, u, coords, norms, resident, block);
       if (norm) {
         __syncthreads();
         unrotate_rows(unrot, u, spare, rows, d, ctx.dd);

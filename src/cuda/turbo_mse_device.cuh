@@ -12,6 +12,7 @@
 #include "cuda/encode_kernel.cuh"
 #include "cuda/encode_passes.cuh"
 #include "cuda/rotate_device.cuh"
+#include "cuda/row_norm.cuh"
 
 namespace kvq::cuda::detail {
 
@@ -43,19 +44,8 @@ struct TurboMseStage {
 
   /// norms[t] = ||x_t|| in double for the T rows of x, its fp16 into the block; a norm beyond fp16 is reported.
   __device__ void store_norms(const EncodeContext& ctx, const float* x, double* norms, uint32_t* block) const {
-    const int d = ctx.d;
     for (int t = threadIdx.x; t < ctx.T; t += blockDim.x) {
-      // In the CPU's order, each lane one step behind the previous: the rows of a warp start in one shared-memory
-      // bank, so in step s lane l reads channel s - l.
-      const int lag = static_cast<int>(threadIdx.x) & 31;
-      double sum = 0;
-      for (int step = 0; step < d + lag; ++step) {
-        const int j = step - lag;
-        if (j < 0) continue;
-        const double v = x[t * d + j];
-        sum = __dadd_rn(sum, __dmul_rn(v, v));
-      }
-      const double norm = sqrt(sum);
+      const double norm = row_norm(x + t * ctx.d, ctx.d);
       norms[t] = norm;
       if (!(norm <= 65504.0)) {
         ctx.report(t, 0);
