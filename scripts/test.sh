@@ -11,6 +11,12 @@ start=$(date +%s)
 cmake --preset release >/dev/null
 cmake --build --preset release
 ctest --preset release
+# The installed package as a user's project sees it: examples/cpp built with find_package(kvq) and run.
+rm -rf build/install build/example
+cmake --install build/release --prefix build/install >/dev/null
+cmake -S examples/cpp -B build/example -DCMAKE_PREFIX_PATH="$PWD/build/install" >/dev/null
+cmake --build build/example
+(cd build/example && ./cache_example)
 echo "kvq: release tests done in $(( $(date +%s) - start )) s"
 # -O1 -g1 (CMakePresets.json): the instrumented build compiles in about 0.6 of the time of -O2 -g, with line numbers
 # in the reports. The gtest suite runs as two shard processes rather than a thousand ctest processes (an instrumented

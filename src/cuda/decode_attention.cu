@@ -26,7 +26,6 @@ namespace {
 struct WindowDesc {
   const float* window;  // keys [H][slots][D], then values [H][slots][D]
   int count;
-  int first;  // tokens before it lie outside a sliding window (0: none)
 };
 
 struct MergeArgs {
@@ -120,7 +119,7 @@ __global__ void merge_kernel(const MergeArgs a) {
   const float* values = win.window + static_cast<size_t>(a.n_kv_heads + kvh) * a.slots * D;
   qv[c] = a.q[(static_cast<size_t>(s) * a.n_q_heads + qh) * D + c] * a.scale_log2;
   __syncthreads();
-  for (int t0 = win.first; t0 < win.count; t0 += kWindowChunk) {
+  for (int t0 = 0; t0 < win.count; t0 += kWindowChunk) {
     const int n = min(kWindowChunk, win.count - t0);
     for (int t = warp; t < n; t += n_warps) {
       float part = 0;
@@ -389,6 +388,10 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
     : impl_(std::make_unique<Impl>()) {
   Impl& p = *impl_;
   options.resolved_scale(cache.config().head_dim);  // the checks the CPU makes, before anything is allocated
+  // Hiding the older tokens of the chunk a window starts in takes a register the int4, kivi:2 and vecinfer:10/4
+  // kernels do not have (docs/perf/h200.md, run 14): refused, not ignored, until it fits.
+  KVQ_CHECK(options.window == 0, "CUDA decode attention: sliding-window attention (window = ", options.window,
+            ") has no device kernel yet; attend this layer on the CPU (decode_attention over a KVCache)");
   const std::string kernel = decode_kernel(cache, layer);
   const CacheConfig& cfg = cache.config();
   p.device = cache.device();
@@ -435,22 +438,15 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   if (!is_identity(kt, d)) p.key_map = upload(kt, "the key codec's query map");
   if (!is_identity(vt, d)) p.value_map = upload(vt, "the value codec's output map");
 
-  // Block tables and windows of the batch. A sliding window (the query at position p sees p - window + 1 .. p)
-  // drops the pages wholly before it here; the kernels hide the older tokens of the page or fp32 window it starts in.
+  // Block tables and windows of the batch.
   std::vector<SeqPages> pages;
   std::vector<WindowDesc> windows;
   int max_pages = 0;
   for (SeqId id : seqs) {
     const DeviceLayerView v = cache.view(id, layer);
-    const size_t encoded = v.n_pages * static_cast<size_t>(T), length = encoded + static_cast<size_t>(v.window_count);
-    const size_t first = options.window > 0 && length > options.window ? length - options.window : 0;
-    const size_t hidden_pages = std::min(first / static_cast<size_t>(T), v.n_pages);
-    const int n_pages = static_cast<int>(v.n_pages - hidden_pages);
-    const int first_token = first < encoded ? static_cast<int>(first - hidden_pages * static_cast<size_t>(T)) : 0;
-    const int first_window = first > encoded ? static_cast<int>(first - encoded) : 0;
-    pages.push_back({v.pages + hidden_pages, n_pages, first_token});
-    windows.push_back({v.window, v.window_count, first_window});
-    max_pages = std::max(max_pages, n_pages);
+    pages.push_back({v.pages, static_cast<int>(v.n_pages)});
+    windows.push_back({v.window, v.window_count});
+    max_pages = std::max(max_pages, static_cast<int>(v.n_pages));
   }
   p.seqs = upload(pages, "the batch's block tables");
   p.windows = upload(windows, "the batch's windows");

@@ -26,11 +26,10 @@
 
 namespace kvq::cuda::detail {
 
-/// One sequence of a batch: its device block table, from the first page a sliding window sees.
+/// One sequence of a batch: its device block table.
 struct SeqPages {
   const uint32_t* pages;
   int n_pages;
-  int first_token;  // tokens of the first page before it lie outside the window (0: none)
 };
 
 struct SplitArgs {
@@ -192,9 +191,8 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
   }
 
   const SeqPages sp = a.seqs[s];
-  const int range0 = range * a.chunks_per_warp;
-  const int q0 = max(range0, sp.first_token / C);  // chunks wholly before a sliding window are skipped
-  const int q1 = min(sp.n_pages << a.page_shift, range0 + a.chunks_per_warp);
+  const int q0 = range * a.chunks_per_warp;
+  const int q1 = min(sp.n_pages << a.page_shift, q0 + a.chunks_per_warp);
   const int chunk_mask = (1 << a.page_shift) - 1;
 
   // Where the chunk's parameters sit in a stage: the key ranges, then the value ranges, after the codes (their
@@ -347,15 +345,6 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
         for (int jj = 0; jj < NT; ++jj) mma<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);
       }
       if (ks % kGroupSteps == kGroupSteps - 1) K::template scale_group<D, C>(kprm, a.key, lane, ks >> GS, acc, sc);
-    }
-
-    if (q * C < sp.first_token) {  // the chunk a sliding window starts in (warp-uniform): hide its older tokens
-      const int t0 = q * C + (C / 4) * (lane & 3);
-#pragma unroll
-      for (int jj = 0; jj < NT; ++jj) {
-        if (t0 + jj < sp.first_token) sc[jj][0] = -INFINITY;
-        if (t0 + C / 8 + jj < sp.first_token) sc[jj][1] = -INFINITY;
-      }
     }
 
     // Online softmax over the chunk (row n's maximum shared by its 4 lanes).
