@@ -1,5 +1,6 @@
 #include "arrays.hpp"
 
+#include <cstdint>
 #include <sstream>
 
 #include "kvq/error.hpp"
@@ -61,6 +62,10 @@ void check_kind(const nb::ndarray<nb::ro>& a, const char* name, nb::dlpack::dtyp
   if (a.device_type() != nb::device::cpu::value)
     throw nb::type_error((std::string(name) + ": expected an array in CPU memory, got one on " +
                           device_name(a.device_type()) + " (device " + std::to_string(a.device_id()) + ")")
+                             .c_str());
+  if (reinterpret_cast<uintptr_t>(a.data()) % a.itemsize() != 0)
+    throw nb::type_error((std::string(name) + ": expected an array aligned to its elements (" +
+                          std::to_string(a.itemsize()) + " bytes); .copy() makes one")
                              .c_str());
   if (!c_contiguous(a))
     throw nb::type_error((std::string(name) + ": expected a C-contiguous array (strides of shape " + shape_text(a) +

@@ -29,7 +29,7 @@ struct Extent {
 };
 
 /// The element type, device and layout an argument must have: raises TypeError, naming the argument, for another
-/// dtype, a device other than the CPU, or an array that is not C-contiguous.
+/// dtype, a device other than the CPU, data not aligned to its elements, or an array that is not C-contiguous.
 void check_kind(const nb::ndarray<nb::ro>& a, const char* name, nb::dlpack::dtype dtype, const char* dtype_name);
 /// The shape an argument must have: raises kvq.Error naming the argument, the expected and the actual shape.
 void check_shape(const nb::ndarray<nb::ro>& a, const char* name, std::initializer_list<Extent> shape);

@@ -103,7 +103,7 @@ nb::object attend(PyKVCache& self, size_t rows, const char* rows_name, const Inp
   return out;
 }
 
-nb::object decode(PyKVCache& self, int layer, const std::vector<SeqId>& seqs, const InputArray& q,
+nb::object attend_decode(PyKVCache& self, int layer, const std::vector<SeqId>& seqs, const InputArray& q,
                   std::optional<float> scale, size_t window, const nb::object& out) {
   return attend(self, seqs.size(), "len(seqs)", q, scale, window, out,
                 [&](std::span<const float> qs, std::span<float> os, const AttentionOptions& options) {
@@ -111,7 +111,7 @@ nb::object decode(PyKVCache& self, int layer, const std::vector<SeqId>& seqs, co
                 });
 }
 
-nb::object prefill(PyKVCache& self, int layer, SeqId seq, size_t start, const InputArray& q,
+nb::object attend_prefill(PyKVCache& self, int layer, SeqId seq, size_t start, const InputArray& q,
                    std::optional<float> scale, size_t window, const nb::object& out) {
   const size_t n_queries = q.ndim() > 0 ? q.shape(0) : 0;
   return attend(self, n_queries, "n", q, scale, window, out,
@@ -210,13 +210,13 @@ void bind_cache(nb::module_& m) {
       .def(
           "ready", [](PyKVCache& self, int layer) { return without_gil(self.mutex, [&] { return self.cache.ready(layer); }); },
           nb::arg("layer"), "Whether both codecs of the layer can encode (trained, or needing no training).")
-      .def("decode_attention", &decode, nb::arg("layer"), nb::arg("seqs"), nb::arg("q"),
+      .def("decode_attention", &attend_decode, nb::arg("layer"), nb::arg("seqs"), nb::arg("q"),
            nb::arg("scale") = nb::none(), nb::arg("window") = 0, nb::arg("out") = nb::none(),
            "Attention of one query token per sequence over everything the sequence holds in `layer`: q float32 "
            "[len(seqs), n_q_heads, head_dim], n_q_heads a multiple of n_kv_heads (GQA). scale: None for "
            "1 / sqrt(head_dim); window: sliding window (0: none). Returns float32 [len(seqs), n_q_heads, "
            "head_dim], a new NumPy array or `out`.")
-      .def("prefill_attention", &prefill, nb::arg("layer"), nb::arg("seq"), nb::arg("start"), nb::arg("q"),
+      .def("prefill_attention", &attend_prefill, nb::arg("layer"), nb::arg("seq"), nb::arg("start"), nb::arg("q"),
            nb::arg("scale") = nb::none(), nb::arg("window") = 0, nb::arg("out") = nb::none(),
            "Causal attention of positions start .. start + n - 1 of a sequence whose tokens are appended: q "
            "float32 [n, n_q_heads, head_dim]; the query at position p sees tokens 0..p. Returns as "

@@ -50,8 +50,8 @@ nb::ndarray<nb::numpy, float> decode(PyCodec& self, const InputArray& blocks, si
   const size_t have = blocks.nbytes() / c.block_bytes();
   KVQ_CHECK(blocks.nbytes() % c.block_bytes() == 0, "blocks: ", blocks.nbytes(), " bytes, not whole blocks of ",
             c.block_bytes(), " bytes");
-  KVQ_CHECK(blocks_for(n, c) <= have, "blocks: ", n, " tokens need ", blocks_for(n, c), " blocks of ",
-            c.block_tokens(), " tokens, given ", have);
+  KVQ_CHECK(n <= have * T, "blocks: ", n, " tokens need ", blocks_for(n, c), " blocks of ", c.block_tokens(),
+            " tokens, given ", have);
   const auto* bytes = static_cast<const uint8_t*>(blocks.data());
   auto x = output_memory<float>(n * d);
   without_gil(self.mutex, [&] {

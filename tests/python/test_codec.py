@@ -150,6 +150,11 @@ def test_bad_specs_and_arguments_raise_clear_errors(rng):
         codec.encode(np.asfortranarray(x))
     with pytest.raises(TypeError, match="C-contiguous"):
         codec.encode(np.repeat(x, 2, axis=1)[:, ::2])
+    misaligned = np.zeros(10 * 64 * 4 + 1, dtype=np.uint8)[1:].view(np.float32).reshape(10, 64)
+    with pytest.raises(TypeError, match="aligned"):
+        codec.encode(misaligned)
+    with pytest.raises(kvq.Error, match="tokens need"):
+        codec.decode(codec.encode(x[:1]), 2**64 - 1)
     x[3, 7] = np.nan
     with pytest.raises(kvq.Error, match="row 3 channel 7 is -?nan"):
         codec.encode(x)
