@@ -104,7 +104,7 @@ nb::object attend(PyKVCache& self, size_t rows, const char* rows_name, const Inp
 }
 
 nb::object attend_decode(PyKVCache& self, int layer, const std::vector<SeqId>& seqs, const InputArray& q,
-                  std::optional<float> scale, size_t window, const nb::object& out) {
+                         std::optional<float> scale, size_t window, const nb::object& out) {
   return attend(self, seqs.size(), "len(seqs)", q, scale, window, out,
                 [&](std::span<const float> qs, std::span<float> os, const AttentionOptions& options) {
                   decode_attention(self.cache, layer, seqs, qs, os, options, &self.pool);
@@ -112,7 +112,7 @@ nb::object attend_decode(PyKVCache& self, int layer, const std::vector<SeqId>& s
 }
 
 nb::object attend_prefill(PyKVCache& self, int layer, SeqId seq, size_t start, const InputArray& q,
-                   std::optional<float> scale, size_t window, const nb::object& out) {
+                          std::optional<float> scale, size_t window, const nb::object& out) {
   const size_t n_queries = q.ndim() > 0 ? q.shape(0) : 0;
   return attend(self, n_queries, "n", q, scale, window, out,
                 [&](std::span<const float> qs, std::span<float> os, const AttentionOptions& options) {
@@ -181,8 +181,10 @@ void bind_cache(nb::module_& m) {
             without_gil(self.mutex, [&] { self.cache.save(path.string()); });
           },
           nb::arg("path"), "Writes the cache to path (through path + '.tmp' and a rename).")
-      .def("add_sequence", [](PyKVCache& self) { return without_gil(self.mutex, [&] { return self.cache.add_sequence(); }); },
-           "A new empty sequence's id (ids are never reused).")
+      .def(
+          "add_sequence",
+          [](PyKVCache& self) { return without_gil(self.mutex, [&] { return self.cache.add_sequence(); }); },
+          "A new empty sequence's id (ids are never reused).")
       .def(
           "remove_sequence",
           [](PyKVCache& self, SeqId seq) { without_gil(self.mutex, [&] { self.cache.remove_sequence(seq); }); },
@@ -208,7 +210,8 @@ void bind_cache(nb::module_& m) {
            "Trains the layer's codecs on float32 [n, head_dim] example keys and values, before the layer holds "
            "encoded tokens.")
       .def(
-          "ready", [](PyKVCache& self, int layer) { return without_gil(self.mutex, [&] { return self.cache.ready(layer); }); },
+          "ready",
+          [](PyKVCache& self, int layer) { return without_gil(self.mutex, [&] { return self.cache.ready(layer); }); },
           nb::arg("layer"), "Whether both codecs of the layer can encode (trained, or needing no training).")
       .def("decode_attention", &attend_decode, nb::arg("layer"), nb::arg("seqs"), nb::arg("q"),
            nb::arg("scale") = nb::none(), nb::arg("window") = 0, nb::arg("out") = nb::none(),
@@ -226,7 +229,8 @@ void bind_cache(nb::module_& m) {
           [](PyKVCache& self, int layer) {
             return without_gil(self.mutex, [&] { return attention_kernel(self.cache, layer); });
           },
-          nb::arg("layer"), "The page-loop kernel attention runs for the layer: 'generic' or fused_<key>_<value>_<isa>.")
+          nb::arg("layer"),
+          "The page-loop kernel attention runs for the layer: 'generic' or fused_<key>_<value>_<isa>.")
       .def("memory", &memory,
            "True bytes held: page_bytes, pages_in_use, pages_capacity, encoded_bytes, pool_bytes, residual_bytes, "
            "block_table_bytes, codec_state_bytes, key_offset_bytes, used_bytes, total_bytes, bits_per_element.")

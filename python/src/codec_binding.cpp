@@ -90,7 +90,8 @@ void bind_codec(nb::module_& m) {
                       "block_bytes bytes each (codec.hpp).")
       .def(
           "__init__",
-          [](PyCodec* self, const std::string& spec, int dim, uint64_t seed, int block_tokens, const std::string& role) {
+          [](PyCodec* self, const std::string& spec, int dim, uint64_t seed, int block_tokens,
+             const std::string& role) {
             new (self) PyCodec{make_codec(spec, CodecParams{dim, block_tokens, seed, parse_role(role)}), {}};
           },
           nb::arg("spec"), nb::arg("dim"), nb::arg("seed") = 0, nb::arg("block_tokens") = 64,

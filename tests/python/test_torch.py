@@ -15,8 +15,8 @@ def test_tensors_in_and_out_without_copies(rng):
     q = rng.standard_normal((1, 4, 64)).astype(np.float32)
     with_numpy = kvq.KVCache(1, 2, 64, capacity_pages=4, key_codec="int8", value_codec="int4")
     with_torch = kvq.KVCache(1, 2, 64, capacity_pages=4, key_codec="int8", value_codec="int4")
-    for cache, (k, v) in ((with_numpy, (keys, values)), (with_torch, (torch.from_numpy(keys), torch.from_numpy(values)))):
-        cache.append(cache.add_sequence(), 0, k, v)
+    with_numpy.append(with_numpy.add_sequence(), 0, keys, values)
+    with_torch.append(with_torch.add_sequence(), 0, torch.from_numpy(keys), torch.from_numpy(values))
     out = torch.full((1, 4, 64), float("nan"))
     assert with_torch.decode_attention(0, [0], torch.from_numpy(q), out=out) is out
     np.testing.assert_array_equal(out.numpy(), with_numpy.decode_attention(0, [0], q))
