@@ -282,6 +282,7 @@ LayerView KVCache::view(SeqId seq, int layer) const {
 
 void KVCache::read(SeqId seq, int layer, float* keys, float* values) const {
   const LayerView v = view(seq, layer);
+  KVQ_CHECK((keys != nullptr && values != nullptr) || v.length() == 0, "KVCache::read: null keys or values");
   const size_t d = static_cast<size_t>(config_.head_dim), H = static_cast<size_t>(config_.n_kv_heads);
   const size_t T = static_cast<size_t>(v.block_tokens), row = H * d;
   std::vector<float> block(T * d);
