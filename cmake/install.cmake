@@ -6,7 +6,9 @@ set_target_properties(kvq_static PROPERTIES EXPORT_NAME kvq)
 install(TARGETS kvq_static kvq_shared EXPORT kvqTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/kvq DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(TARGETS kvq_tool RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(TARGET kvq_tool)
+  install(TARGETS kvq_tool RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()
 set(kvq_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/kvq)
 install(EXPORT kvqTargets NAMESPACE kvq:: DESTINATION ${kvq_cmake_dir})
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/kvqConfig.cmake.in ${PROJECT_BINARY_DIR}/kvqConfig.cmake

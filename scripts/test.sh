@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every test: the Release build (warnings are errors), the same tests under
-# AddressSanitizer + UndefinedBehaviorSanitizer, then the NEON kernels cross-built for AArch64 and run under qemu.
+# Sets up, builds and runs every test: the Release build (warnings are errors), the Python package's tests
+# (scripts/test-python.sh), the same C++ tests under AddressSanitizer + UndefinedBehaviorSanitizer, then the NEON
+# kernels cross-built for AArch64 and run under qemu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -18,6 +19,7 @@ cmake -S examples/cpp -B build/example -DCMAKE_PREFIX_PATH="$PWD/build/install" 
 cmake --build build/example
 (cd build/example && ./cache_example)
 echo "kvq: release tests done in $(( $(date +%s) - start )) s"
+scripts/test-python.sh
 # -O1 -g1 (CMakePresets.json): the instrumented build compiles in about 0.6 of the time of -O2 -g, with line numbers
 # in the reports. The gtest suite runs as two shard processes rather than a thousand ctest processes (an instrumented
 # process takes about 0.1 s to start and exit), beside the command-line tests (ctest; a model pass under ASan takes

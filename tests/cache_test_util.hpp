@@ -49,30 +49,6 @@ inline void train_if_needed(KVCache& cache, uint64_t seed, int only_layer = -1) 
   }
 }
 
-/// The (sequence, layer, kv head) the cache holds: every page decoded with the codecs, then the fp32 window, the
-/// key offset added back. keys and values: length x d.
-inline Tokens decoded_head(const KVCache& cache, SeqId seq, int layer, int head) {
-  const LayerView v = cache.view(seq, layer);
-  const size_t d = static_cast<size_t>(cache.config().head_dim), T = static_cast<size_t>(v.block_tokens);
-  Tokens out;
-  out.keys.resize(v.length() * d);
-  out.values.resize(v.length() * d);
-  for (size_t j = 0; j < v.pages.size(); ++j) {
-    cache.key_codec(layer).decode(cache.key_block(v.pages[j], head), static_cast<int>(T), out.keys.data() + j * T * d);
-    cache.value_codec(layer).decode(cache.value_block(v.pages[j], head), static_cast<int>(T),
-                                    out.values.data() + j * T * d);
-  }
-  const size_t r = static_cast<size_t>(v.residual_count), e = v.encoded_tokens();
-  if (r > 0) {  // an empty vector's data() may be null, which memcpy must not get even for 0 bytes
-    std::memcpy(out.keys.data() + e * d, v.residual_key(head), r * d * sizeof(float));
-    std::memcpy(out.values.data() + e * d, v.residual_value(head), r * d * sizeof(float));
-  }
-  if (v.key_offset != nullptr)  // centered keys: the keys themselves
-    for (size_t i = 0; i < v.length(); ++i)
-      for (size_t c = 0; c < d; ++c) out.keys[i * d + c] += v.key_offset[static_cast<size_t>(head) * d + c];
-  return out;
-}
-
 /// Tokens [0, n) of one head of `t` ([n][H][d]) as n x d arrays.
 inline Tokens original_head(const Tokens& t, const CacheConfig& cfg, size_t n, int head) {
   const size_t d = static_cast<size_t>(cfg.head_dim), H = static_cast<size_t>(cfg.n_kv_heads);
@@ -84,6 +60,17 @@ inline Tokens original_head(const Tokens& t, const CacheConfig& cfg, size_t n, i
     std::memcpy(out.values.data() + i * d, t.values.data() + (i * H + static_cast<size_t>(head)) * d, d * 4);
   }
   return out;
+}
+
+/// The (sequence, layer, kv head) the cache holds (KVCache::read: pages decoded, the fp32 window, the key offset
+/// added back). keys and values: length x d.
+inline Tokens decoded_head(const KVCache& cache, SeqId seq, int layer, int head) {
+  const size_t n = cache.length(seq, layer);
+  Tokens all;
+  all.keys.resize(n * static_cast<size_t>(cache.config().n_kv_heads * cache.config().head_dim));
+  all.values.resize(all.keys.size());
+  cache.read(seq, layer, all.keys.data(), all.values.data());
+  return original_head(all, cache.config(), n, head);
 }
 
 }  // namespace kvq::test

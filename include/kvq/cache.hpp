@@ -129,6 +129,10 @@ class KVCache {
   size_t length(SeqId seq) const;
   size_t length(SeqId seq, int layer) const;
 
+  /// The tokens of (seq, layer) as attention reads them: the pages decoded by the layer's codecs, then the fp32
+  /// window, the key offset added back (centered keys). keys and values: [length(seq, layer)][n_kv_heads][head_dim].
+  void read(SeqId seq, int layer, float* keys, float* values) const;
+
   // ---- storage, for attention ----
   LayerView view(SeqId seq, int layer) const;
   size_t page_bytes() const { return page_bytes_; }

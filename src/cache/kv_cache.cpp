@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <vector>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -322,6 +323,31 @@ LayerView KVCache::view(SeqId seq, int layer) const {
   v.residual_stride = head_stride;
   if (!ls.key_offset.empty()) v.key_offset = ls.key_offset.data();
   return v;
+}
+
+void KVCache::read(SeqId seq, int layer, float* keys, float* values) const {
+  const LayerView v = view(seq, layer);
+  KVQ_CHECK((keys != nullptr && values != nullptr) || v.length() == 0, "KVCache::read: null keys or values");
+  const size_t d = static_cast<size_t>(config_.head_dim), H = static_cast<size_t>(config_.n_kv_heads);
+  const size_t T = static_cast<size_t>(v.block_tokens), row = H * d;
+  std::vector<float> block(T * d);
+  for (size_t h = 0; h < H; ++h) {
+    // One head's tokens: decoded page by page into `block`, then the window, each row to its place in [t][H][d].
+    const auto gather = [&](const Codec& codec, const uint8_t* (KVCache::*block_of)(PageId, int) const,
+                            const float* window, float* out) {
+      for (size_t j = 0; j < v.pages.size(); ++j) {
+        codec.decode((this->*block_of)(v.pages[j], static_cast<int>(h)), static_cast<int>(T), block.data());
+        for (size_t t = 0; t < T; ++t) std::memcpy(out + (j * T + t) * row + h * d, block.data() + t * d, d * 4);
+      }
+      for (size_t t = 0; t < static_cast<size_t>(v.residual_count); ++t)
+        std::memcpy(out + (v.encoded_tokens() + t) * row + h * d, window + t * d, d * 4);
+    };
+    gather(key_codec(layer), &KVCache::key_block, v.residual_key(static_cast<int>(h)), keys);
+    gather(value_codec(layer), &KVCache::value_block, v.residual_value(static_cast<int>(h)), values);
+    if (v.key_offset != nullptr)
+      for (size_t t = 0; t < v.length(); ++t)
+        for (size_t c = 0; c < d; ++c) keys[t * row + h * d + c] += v.key_offset[h * d + c];
+  }
 }
 
 CacheMemory KVCache::memory() const {

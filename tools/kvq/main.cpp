@@ -4,9 +4,11 @@
 
 #include "commands.hpp"
 #include "kvq/error.hpp"
+#include "kvq/version.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"kvq: compressed KV caches with attention computed on the packed codes"};
+  app.set_version_flag("--version", kvq::version());
   app.require_subcommand(1);
   kvq::cli::add_demo_command(app);
   kvq::cli::add_distortion_command(app);

@@ -1,0 +1,263 @@
+// kvq.KVCache: the paged compressed KV cache on the CPU (cache.hpp) and attention over it (attention.hpp). Each
+// cache owns the thread pool its attention calls split their work over.
+#include <nanobind/stl/filesystem.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "arrays.hpp"
+#include "bindings.hpp"
+#include "kvq/attention.hpp"
+#include "kvq/cache.hpp"
+#include "kvq/error.hpp"
+#include "kvq/thread_pool.hpp"
+#include "without_gil.hpp"
+
+namespace kvq::python {
+namespace {
+
+namespace nb = nanobind;
+
+int pool_size(int threads) {
+  KVQ_CHECK(threads >= 0, "threads = ", threads, " (need >= 0; 0: one per core)");
+  return threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+struct PyKVCache {
+  KVCache cache;
+  ThreadPool pool;
+  std::mutex mutex;
+};
+
+using Array = nb::ndarray<nb::numpy, float>;
+
+Array numpy_tokens(std::unique_ptr<float[]> data, size_t n, const CacheConfig& c) {
+  return numpy_array(std::move(data), {n, static_cast<size_t>(c.n_kv_heads), static_cast<size_t>(c.head_dim)});
+}
+
+void append(PyKVCache& self, SeqId seq, int layer, const InputArray& keys, const InputArray& values) {
+  const CacheConfig& c = self.cache.config();
+  const size_t H = static_cast<size_t>(c.n_kv_heads), d = static_cast<size_t>(c.head_dim);
+  const float* k = float_input(keys, "keys", {{"n"}, {"n_kv_heads", H}, {"head_dim", d}});
+  const float* v = float_input(values, "values", {{"n", keys.shape(0)}, {"n_kv_heads", H}, {"head_dim", d}});
+  without_gil(self.mutex, [&] { self.cache.append(seq, layer, k, v, keys.shape(0)); });
+}
+
+void train_layer(PyKVCache& self, int layer, const InputArray& keys, const InputArray& values) {
+  const size_t d = static_cast<size_t>(self.cache.config().head_dim);
+  const float* k = float_input(keys, "keys", {{"n"}, {"head_dim", d}});
+  const float* v = float_input(values, "values", {{"n", keys.shape(0)}, {"head_dim", d}});
+  without_gil(self.mutex, [&] { self.cache.train_layer(layer, k, v, keys.shape(0)); });
+}
+
+std::tuple<Array, Array> read(PyKVCache& self, SeqId seq, int layer) {
+  const CacheConfig& c = self.cache.config();
+  const size_t row = static_cast<size_t>(c.n_kv_heads * c.head_dim);
+  std::unique_ptr<float[]> keys, values;
+  const size_t n = without_gil(self.mutex, [&] {
+    const size_t length = self.cache.length(seq, layer);
+    keys = output_memory<float>(length * row);
+    values = output_memory<float>(length * row);
+    self.cache.read(seq, layer, keys.get(), values.get());
+    return length;
+  });
+  return {numpy_tokens(std::move(keys), n, c), numpy_tokens(std::move(values), n, c)};
+}
+
+// Attention's shared part: q [rows, n_q_heads, head_dim] checked, the output allocated or out= checked, `run`
+// called with both spans and the options; returns the output.
+template <class Run>
+nb::object attend(PyKVCache& self, size_t rows, const char* rows_name, const InputArray& q, std::optional<float> scale,
+                  size_t window, const nb::object& out, Run&& run) {
+  const size_t d = static_cast<size_t>(self.cache.config().head_dim);
+  const float* qp = float_input(q, "q", {{rows_name, rows}, {"n_q_heads"}, {"head_dim", d}});
+  const size_t n = q.size();
+  AttentionOptions options;
+  options.scale = scale.value_or(0.0f);
+  options.window = window;
+  if (out.is_none()) {
+    auto result = output_memory<float>(n);
+    without_gil(self.mutex, [&] { run(std::span(qp, n), std::span(result.get(), n), options); });
+    return nb::cast(numpy_array(std::move(result), {q.shape(0), q.shape(1), d}));
+  }
+  OutputArray target;
+  if (!nb::try_cast(out, target, false))
+    throw nb::type_error("out: expected a writable array (NumPy, or a tensor through DLPack)");
+  float* op = float_output(target, "out", {{rows_name, rows}, {"n_q_heads", q.shape(1)}, {"head_dim", d}});
+  const auto q_at = reinterpret_cast<uintptr_t>(qp), out_at = reinterpret_cast<uintptr_t>(op), bytes = n * 4;
+  KVQ_CHECK(out_at + bytes <= q_at || q_at + bytes <= out_at, "out: shares memory with q");
+  without_gil(self.mutex, [&] { run(std::span(qp, n), std::span(op, n), options); });
+  return out;
+}
+
+nb::object attend_decode(PyKVCache& self, int layer, const std::vector<SeqId>& seqs, const InputArray& q,
+                         std::optional<float> scale, size_t window, const nb::object& out) {
+  return attend(self, seqs.size(), "len(seqs)", q, scale, window, out,
+                [&](std::span<const float> qs, std::span<float> os, const AttentionOptions& options) {
+                  decode_attention(self.cache, layer, seqs, qs, os, options, &self.pool);
+                });
+}
+
+nb::object attend_prefill(PyKVCache& self, int layer, SeqId seq, size_t start, const InputArray& q,
+                          std::optional<float> scale, size_t window, const nb::object& out) {
+  const size_t n_queries = q.ndim() > 0 ? q.shape(0) : 0;
+  return attend(self, n_queries, "n", q, scale, window, out,
+                [&](std::span<const float> qs, std::span<float> os, const AttentionOptions& options) {
+                  prefill_attention(self.cache, layer, seq, start, n_queries, qs, os, options, &self.pool);
+                });
+}
+
+nb::dict memory(PyKVCache& self) {
+  const CacheMemory m = without_gil(self.mutex, [&] { return self.cache.memory(); });
+  nb::dict d;
+  d["page_bytes"] = m.page_bytes;
+  d["pages_in_use"] = m.pages_in_use;
+  d["pages_capacity"] = m.pages_capacity;
+  d["encoded_bytes"] = m.encoded_bytes;
+  d["pool_bytes"] = m.pool_bytes;
+  d["residual_bytes"] = m.residual_bytes;
+  d["block_table_bytes"] = m.block_table_bytes;
+  d["codec_state_bytes"] = m.codec_state_bytes;
+  d["key_offset_bytes"] = m.key_offset_bytes;
+  d["used_bytes"] = m.used_bytes;
+  d["total_bytes"] = m.total_bytes;
+  d["bits_per_element"] = m.bits_per_element;
+  return d;
+}
+
+}  // namespace
+
+void bind_cache(nb::module_& m) {
+  nb::class_<PyKVCache> cls(
+      m, "KVCache",
+      "The paged compressed KV cache on the CPU: per layer a key codec and a value codec, pages of block_tokens "
+      "tokens from one pool of capacity_pages pages, the newest tokens of each (sequence, layer) in fp32 "
+      "(cache.hpp). Tokens are [n, n_kv_heads, head_dim] float32.");
+  cls.def(
+         "__init__",
+         [](PyKVCache* self, int n_layers, int n_kv_heads, int head_dim, size_t capacity_pages,
+            const std::string& key_codec, const std::string& value_codec, int block_tokens, int residual_tokens,
+            uint64_t seed, bool center_keys, int threads) {
+           const CacheConfig config{n_layers,       n_kv_heads,      head_dim, block_tokens, key_codec,
+                                    value_codec,    residual_tokens, capacity_pages,         seed,
+                                    center_keys};
+           const int workers = pool_size(threads);
+           nb::gil_scoped_release release;
+           new (self) PyKVCache{KVCache(config), ThreadPool(workers), {}};
+         },
+         nb::arg("n_layers"), nb::arg("n_kv_heads"), nb::arg("head_dim"), nb::kw_only(), nb::arg("capacity_pages"),
+         nb::arg("key_codec") = "f16", nb::arg("value_codec") = "f16", nb::arg("block_tokens") = 64,
+         nb::arg("residual_tokens") = 0, nb::arg("seed") = 0, nb::arg("center_keys") = false,
+         nb::arg("threads") = 0,
+         "capacity_pages: pages in the pool, allocated now, shared by every layer and sequence (a page holds "
+         "block_tokens tokens of one layer of one sequence); block_tokens: 64 or 128; residual_tokens: newest "
+         "tokens kept in fp32, a multiple of block_tokens; center_keys: store quantized keys minus their first "
+         "page's mean; threads: the attention calls' thread pool (0: one per core).")
+      .def_static(
+          "load",
+          [](const std::filesystem::path& path, int threads) {
+            const int workers = pool_size(threads);
+            nb::gil_scoped_release release;
+            return new PyKVCache{KVCache::load(path.string()), ThreadPool(workers), {}};
+          },
+          nb::arg("path"), nb::arg("threads") = 0, nb::rv_policy::take_ownership,
+          "Reads a file written by save(); kvq.Error for a damaged, truncated, foreign or newer file.")
+      .def(
+          "save",
+          [](PyKVCache& self, const std::filesystem::path& path) {
+            without_gil(self.mutex, [&] { self.cache.save(path.string()); });
+          },
+          nb::arg("path"), "Writes the cache to path (through path + '.tmp' and a rename).")
+      .def(
+          "add_sequence",
+          [](PyKVCache& self) { return without_gil(self.mutex, [&] { return self.cache.add_sequence(); }); },
+          "A new empty sequence's id (ids are never reused).")
+      .def(
+          "remove_sequence",
+          [](PyKVCache& self, SeqId seq) { without_gil(self.mutex, [&] { self.cache.remove_sequence(seq); }); },
+          nb::arg("seq"), "Frees the sequence's pages and window.")
+      .def_prop_ro(
+          "sequences", [](PyKVCache& self) { return without_gil(self.mutex, [&] { return self.cache.sequences(); }); },
+          "Live sequence ids in increasing order.")
+      .def("append", &append, nb::arg("seq"), nb::arg("layer"), nb::arg("keys"), nb::arg("values"),
+           "Appends n tokens (one decode step or a prefill chunk) to one layer of a sequence: keys and values "
+           "float32 [n, n_kv_heads, head_dim]. On any error nothing is modified.")
+      .def(
+          "length",
+          [](PyKVCache& self, SeqId seq, std::optional<int> layer) {
+            return without_gil(self.mutex,
+                               [&] { return layer ? self.cache.length(seq, *layer) : self.cache.length(seq); });
+          },
+          nb::arg("seq"), nb::arg("layer") = nb::none(),
+          "Tokens of the sequence in `layer`, or in every layer (kvq.Error if the layers differ).")
+      .def("read", &read, nb::arg("seq"), nb::arg("layer"),
+           "(keys, values) of (seq, layer) as attention reads them, decoded: float32 [length, n_kv_heads, "
+           "head_dim] each.")
+      .def("train_layer", &train_layer, nb::arg("layer"), nb::arg("keys"), nb::arg("values"),
+           "Trains the layer's codecs on float32 [n, head_dim] example keys and values, before the layer holds "
+           "encoded tokens.")
+      .def(
+          "ready",
+          [](PyKVCache& self, int layer) { return without_gil(self.mutex, [&] { return self.cache.ready(layer); }); },
+          nb::arg("layer"), "Whether both codecs of the layer can encode (trained, or needing no training).")
+      .def("decode_attention", &attend_decode, nb::arg("layer"), nb::arg("seqs"), nb::arg("q"),
+           nb::arg("scale") = nb::none(), nb::arg("window") = 0, nb::arg("out") = nb::none(),
+           "Attention of one query token per sequence over everything the sequence holds in `layer`: q float32 "
+           "[len(seqs), n_q_heads, head_dim], n_q_heads a multiple of n_kv_heads (GQA). scale: None for "
+           "1 / sqrt(head_dim); window: sliding window (0: none). Returns float32 [len(seqs), n_q_heads, "
+           "head_dim], a new NumPy array or `out`.")
+      .def("prefill_attention", &attend_prefill, nb::arg("layer"), nb::arg("seq"), nb::arg("start"), nb::arg("q"),
+           nb::arg("scale") = nb::none(), nb::arg("window") = 0, nb::arg("out") = nb::none(),
+           "Causal attention of positions start .. start + n - 1 of a sequence whose tokens are appended: q "
+           "float32 [n, n_q_heads, head_dim]; the query at position p sees tokens 0..p. Returns as "
+           "decode_attention.")
+      .def(
+          "attention_kernel",
+          [](PyKVCache& self, int layer) {
+            return without_gil(self.mutex, [&] { return attention_kernel(self.cache, layer); });
+          },
+          nb::arg("layer"),
+          "The page-loop kernel attention runs for the layer: 'generic' or fused_<key>_<value>_<isa>.")
+      .def("memory", &memory,
+           "True bytes held: page_bytes, pages_in_use, pages_capacity, encoded_bytes, pool_bytes, residual_bytes, "
+           "block_table_bytes, codec_state_bytes, key_offset_bytes, used_bytes, total_bytes, bits_per_element.")
+      .def_prop_ro("free_pages",
+                   [](PyKVCache& self) { return without_gil(self.mutex, [&] { return self.cache.free_pages(); }); });
+  // The configuration does not change after construction: read without the lock.
+  cls.def_prop_ro("n_layers", [](PyKVCache& self) { return self.cache.config().n_layers; })
+      .def_prop_ro("n_kv_heads", [](PyKVCache& self) { return self.cache.config().n_kv_heads; })
+      .def_prop_ro("head_dim", [](PyKVCache& self) { return self.cache.config().head_dim; })
+      .def_prop_ro("block_tokens", [](PyKVCache& self) { return self.cache.config().block_tokens; })
+      .def_prop_ro("residual_tokens", [](PyKVCache& self) { return self.cache.config().residual_tokens; })
+      .def_prop_ro("capacity_pages", [](PyKVCache& self) { return self.cache.config().capacity_pages; })
+      .def_prop_ro("key_codec", [](PyKVCache& self) { return self.cache.config().key_codec; },
+                   "The key codec's spec, canonical.")
+      .def_prop_ro("value_codec", [](PyKVCache& self) { return self.cache.config().value_codec; })
+      .def_prop_ro("seed", [](PyKVCache& self) { return self.cache.config().seed; })
+      .def_prop_ro("center_keys", [](PyKVCache& self) { return self.cache.config().center_keys; })
+      .def_prop_ro("threads", [](PyKVCache& self) { return self.pool.size(); })
+      .def("__repr__", [](PyKVCache& self) {
+        const CacheConfig& c = self.cache.config();
+        return "kvq.KVCache(" + std::to_string(c.n_layers) + ", " + std::to_string(c.n_kv_heads) + ", " +
+               std::to_string(c.head_dim) + ", capacity_pages=" + std::to_string(c.capacity_pages) +
+               ", key_codec='" + c.key_codec + "', value_codec='" + c.value_codec + "')";
+      });
+  m.def("attention_isa", &attention_isa,
+        "The instruction set the CPU attention kernels use here: 'scalar', 'avx2', 'avx512', 'avx512vnni' or "
+        "'neon' (KVQ_ISA caps it).");
+}
+
+}  // namespace kvq::python

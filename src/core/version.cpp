@@ -1,0 +1,7 @@
+#include "kvq/version.hpp"
+
+namespace kvq {
+
+std::string version() { return KVQ_VERSION; }
+
+}  // namespace kvq
