@@ -164,6 +164,7 @@ class KVCache {
     std::vector<LayerState> layers;
   };
   struct PoolDeleter {
+    size_t bytes;  // of the mapping (no initializer: it would keep the unique_ptr from default construction here)
     void operator()(uint8_t* p) const;
   };
   friend class CacheFile;

@@ -62,7 +62,28 @@ void validate(const CacheConfig& c) {
 
 }  // namespace
 
-void KVCache::PoolDeleter::operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t{kPageAlign}); }
+namespace {
+
+// The pool is anonymous memory mapped without reserving swap: a page of it costs memory once it is written, so a
+// pool is address space until used (and loading a file costs what the file holds).
+uint8_t* map_pool(size_t bytes) {
+#if defined(__linux__)
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
+#else
+  return static_cast<uint8_t*>(::operator new[](bytes, std::align_val_t{kPageAlign}, std::nothrow));
+#endif
+}
+
+}  // namespace
+
+void KVCache::PoolDeleter::operator()(uint8_t* p) const {
+#if defined(__linux__)
+  ::munmap(p, bytes);
+#else
+  ::operator delete[](p, std::align_val_t{kPageAlign});
+#endif
+}
 
 KVCache::KVCache(const CacheConfig& config) : config_(config) {
   validate(config_);
@@ -84,12 +105,9 @@ KVCache::KVCache(const CacheConfig& config) : config_(config) {
     const size_t bytes = config_.capacity_pages * page_bytes_, memory = physical_memory_bytes();
     KVQ_CHECK(memory == 0 || bytes <= memory, "KVCache: ", config_.capacity_pages, " pages of ", page_bytes_,
               " bytes (", bytes, " bytes) exceed this machine's memory of ", memory, " bytes");
-    try {
-      pool_.reset(static_cast<uint8_t*>(::operator new[](bytes, std::align_val_t{kPageAlign})));
-    } catch (const std::bad_alloc&) {
-      throw Error(detail::concat("KVCache: cannot allocate ", config_.capacity_pages, " pages of ", page_bytes_,
-                                 " bytes (", bytes, " bytes)"));
-    }
+    pool_ = std::unique_ptr<uint8_t[], PoolDeleter>(map_pool(bytes), PoolDeleter{bytes});
+    KVQ_CHECK(pool_ != nullptr, "KVCache: cannot allocate ", config_.capacity_pages, " pages of ", page_bytes_,
+              " bytes (", bytes, " bytes)");
     advise_huge_pages(pool_.get(), bytes);
   }
 }
