@@ -57,16 +57,21 @@ run_target() {
 
 summary() {
   local t=$1 rc=$2 log=$build/logs/$1.log
-  local runs rate cov ft
+  local runs rate cov ft  # absent where libFuzzer stopped before fuzzing (a bad flag or dictionary)
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
-  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
-  ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  if [ -z "$runs" ]; then  # -fork=N prints no final stats: its last status line
+    runs=$( (grep -o '^#[0-9]*' "$log" || true) | tail -1 | tr -d '#')
+    rate=$( (grep -o 'exec/s:\? [0-9]*' "$log" || true) | tail -1 | grep -o '[0-9]*$' || true)
+  fi
+  cov=$( (grep -o 'cov: [0-9]*' "$log" || true) | tail -1 | cut -d' ' -f2)
+  ft=$( (grep -o 'ft: [0-9]*' "$log" || true) | tail -1 | cut -d' ' -f2)
   printf 'kvq fuzz %-18s %10s executions %7s exec/s  cov %5s  ft %6s  corpus %s\n' "$t" "${runs:-?}" "${rate:-?}" \
     "${cov:-?}" "${ft:-?}" "$(ls "$build/corpus/$t" | wc -l) new inputs"
   if [ "$rc" != 0 ]; then
     echo "kvq fuzz $t FAILED (exit $rc): the report, from $log:"
-    grep -v '^#[0-9]' "$log" | tail -60
+    awk '/ERROR|[Ee]rror in|runtime error|kvq fuzz check failed|deadly signal|==[0-9]+==/ { on = 1 } on' "$log" |
+      head -80
     ls "$build/artifacts/$t"/* 2>/dev/null | sed 's/^/  input: /'
   fi
 }
