@@ -16,10 +16,10 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "byte_reader.hpp"
@@ -51,10 +51,10 @@ constexpr std::array kPairs{
 constexpr int kMaxOps = 24, kMaxSequences = 4, kMaxAttentions = 3;
 constexpr size_t kMaxTokens = 320;  // per sequence: up to 5 pages of 64 tokens, or 2 of 128 and a window
 
-std::string with_group(std::string spec, int group) {
+std::string with_group(std::string_view spec, int group) {
   const size_t at = spec.find('G');
-  if (at != std::string::npos) spec.replace(at, 1, std::to_string(group));
-  return spec;
+  if (at == std::string_view::npos) return std::string(spec);
+  return std::string(spec.substr(0, at)) + std::to_string(group) + std::string(spec.substr(at + 1));
 }
 
 // Everything an append may change.

@@ -1,7 +1,7 @@
 // Codec specs (kvq::CodecSpec::parse) and the codecs built from them (kvq::make_codec). The first three bytes pick
 // the codec's parameters: the head dimension (from a list: the multiples of 16 up to 128, which every codec takes,
-// and a few that codecs refuse; larger ones only cost time), the block's tokens (0..255), the role and the seed. The
-// rest is the spec's text. Any text either parses or raises kvq::Error, and a parsed spec survives its canonical
+// and a few that codecs refuse; larger ones only cost time), the block's tokens (0..255), the role and the seed; the
+// fourth how many tokens to encode. The rest is the spec's text. Any text either parses or raises kvq::Error, and a parsed spec survives its canonical
 // text (parse(str()) == spec). Any spec either builds a codec or raises kvq::Error. A codec that needs no training
 // encodes a block of Gaussian tokens, decodes it, and scores and accumulates over it.
 #include <array>

@@ -66,8 +66,8 @@ summary() {
   fi
   cov=$( (grep -o 'cov: [0-9]*' "$log" || true) | tail -1 | cut -d' ' -f2)
   ft=$( (grep -o 'ft: [0-9]*' "$log" || true) | tail -1 | cut -d' ' -f2)
-  printf 'kvq fuzz %-18s %10s executions %7s exec/s  cov %5s  ft %6s  corpus %s\n' "$t" "${runs:-?}" "${rate:-?}" \
-    "${cov:-?}" "${ft:-?}" "$(ls "$build/corpus/$t" | wc -l) new inputs"
+  printf 'kvq fuzz %-18s %10s executions %7s exec/s  cov %5s  ft %6s  %s inputs in %s\n' "$t" "${runs:-?}" \
+    "${rate:-?}" "${cov:-?}" "${ft:-?}" "$(ls "$build/corpus/$t" | wc -l)" "$build/corpus/$t"
   if [ "$rc" != 0 ]; then
     echo "kvq fuzz $t FAILED (exit $rc): the report, from $log:"
     awk '/ERROR|[Ee]rror in|runtime error|kvq fuzz check failed|deadly signal|==[0-9]+==/ { on = 1 } on' "$log" |
