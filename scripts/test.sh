@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every test: the Release build (warnings are errors), the Python package's tests
-# (scripts/test-python.sh), the same C++ tests under AddressSanitizer + UndefinedBehaviorSanitizer, then the NEON
-# kernels cross-built for AArch64 and run under qemu.
+# Sets up, builds and runs every test: the Release build (warnings are errors) and the installed package, the
+# Python package's tests (scripts/test-python.sh), the same C++ tests under AddressSanitizer +
+# UndefinedBehaviorSanitizer, a short run of every fuzz target, then the NEON kernels cross-built for AArch64 and run
+# under qemu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -22,12 +23,12 @@ echo "kvq: release tests done in $(( $(date +%s) - start )) s"
 scripts/test-python.sh
 # -O1 -g1 (CMakePresets.json): the instrumented build compiles in about 0.6 of the time of -O2 -g, with line numbers
 # in the reports. The gtest suite runs as two shard processes rather than a thousand ctest processes (an instrumented
-# process takes about 0.1 s to start and exit), beside the command-line tests (ctest; a model pass under ASan takes
-# over a minute).
+# process takes about 0.1 s to start and exit), beside the command-line tests and the replays of the fuzz corpora
+# (ctest; a model pass under ASan takes over a minute).
 cmake --preset asan >/dev/null
-cmake --build --preset asan --target kvq_tests kvq_tool
+cmake --build --preset asan --target kvq_tests kvq_tool kvq_fuzz_replays
 logs=(build/asan/cli.log build/asan/shard0.log build/asan/shard1.log)
-ctest --preset asan -R '^cli\.' -j1 >"${logs[0]}" 2>&1 &
+ctest --preset asan -R '^(cli|fuzz)\.' -j1 >"${logs[0]}" 2>&1 &
 pids=($!)
 for shard in 0 1; do
   GTEST_TOTAL_SHARDS=2 GTEST_SHARD_INDEX=$shard build/asan/tests/kvq_tests --gtest_brief=1 >"${logs[shard + 1]}" 2>&1 &
@@ -39,6 +40,11 @@ for i in 0 1 2; do
 done
 [ "$failed" = 0 ] || { echo "kvq: sanitizer tests failed (logs above)"; exit 1; }
 echo "kvq: sanitizer tests done in $(( $(date +%s) - start )) s"
+# Fuzzing: every target of fuzz/ (clang; coverage, ASan, UBSan; only the library and the targets are built) for
+# 30 s, two at a time on the two cores, from its committed corpus; a crash, hang, leak or sanitizer report fails.
+# Deeper runs: scripts/fuzz.sh TARGET SECONDS (docs/RELIABILITY.md).
+scripts/fuzz.sh -j 2 all 30
+echo "kvq: fuzzing done in $(( $(date +%s) - start )) s"
 # AArch64: only the kernel tests (the whole suite under qemu takes far too long), in one qemu process: the fused
 # kernels of every instruction set against the scalar kernel and the reference, and the contracts of the codecs
 # whose blocks they read. Where the cross compiler or qemu is missing, skipped with a note.

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/cpu_f16c.hpp"
 #include "kvq/error.hpp"
 
 namespace kvq::detail {
@@ -41,7 +42,7 @@ bool cpu_supports(Isa isa) {
     case Isa::scalar:
       return true;
     case Isa::avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     case Isa::avx512:
       return cpu_supports(Isa::avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");

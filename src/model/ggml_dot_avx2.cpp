@@ -8,6 +8,8 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "core/cpu_f16c.hpp"
+
 namespace kvq::ggml::avx2 {
 namespace {
 
@@ -54,7 +56,7 @@ KVQ_AVX2 inline void nibble_dot(const uint8_t* qs_ptr, const float* x, __m256& q
 
 bool available() {
   static const bool yes =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && detail::cpu_has_f16c();
   return yes;
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <limits>
 
 #include "kvq/error.hpp"
 
@@ -270,7 +271,12 @@ class GgufParser {
     KVQ_CHECK(traits != nullptr, where(), ": tensor ", t.name, " has unknown ggml type id ", type);
     KVQ_CHECK(t.shape[0] % traits->block_size == 0, where(), ": tensor ", t.name, " rows of ", t.shape[0],
               " elements are not a whole number of ", traits->name, " blocks of ", traits->block_size);
-    t.bytes = ggml_row_bytes(t.type, t.shape[0]) * static_cast<size_t>(elements / static_cast<uint64_t>(t.shape[0]));
+    // Up to 2^62 elements of up to 8 bytes: the size can exceed 64 bits (and would wrap to a small one).
+    const size_t row_bytes = ggml_row_bytes(t.type, t.shape[0]);
+    const uint64_t rows = elements / static_cast<uint64_t>(t.shape[0]);
+    KVQ_CHECK(rows <= std::numeric_limits<size_t>::max() / row_bytes, where(), ": tensor ", t.name, " of ", elements,
+              " elements is larger than any file");
+    t.bytes = row_bytes * static_cast<size_t>(rows);
     t.offset = read<uint64_t>(t.name + " offset");
     KVQ_CHECK(t.offset % f_.alignment_ == 0, where(), ": tensor ", t.name, " offset ", t.offset,
               " is not a multiple of the alignment ", f_.alignment_);

@@ -1,0 +1,234 @@
+// Structure-aware: the input decodes into a small cache configuration and a script of operations on a
+// kvq::KVCache of one layer, checked as the tests check them.
+//   config: codec pair (from kPairs; G in a spec stands for the group size, 16, 32 or 64), kv heads 1..4, query
+//           heads per kv head 1..4, head_dim 64 or 128, block tokens 64 or 128, residual tokens 0 or T, pool of
+//           2 or 16 pages, centered keys, calibration, seed
+//   script: up to kMaxOps operations: add a sequence; remove one; append 1..256 tokens of Gaussian or key-like
+//           data scaled by 2^-6..2^3, with sometimes a NaN or an infinity at a chosen element (up to kMaxTokens per
+//           sequence); decode attention over every sequence (split-K slices 0..3, sometimes a sliding window), at
+//           most kMaxAttentions times with the one that always ends the script.
+// Properties: an append that throws kvq::Error leaves the cache exactly as it was (block tables, page bytes,
+// windows, key offsets, free pages); one with a non-finite element always throws; one that succeeds adds its
+// tokens. Decode attention matches the double-precision reference over the decoded cache within the bound of
+// tests/attention_test_util.hpp (vs_reference): per output row, the error's norm is at most
+// (1e-5 + sqrt(d) 2^-24 max_t scale sum_j |q_j k_tj|) sum_t p_t |v_t|; a row that sees no token is exactly zero.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "byte_reader.hpp"
+#include "cache_test_util.hpp"
+#include "fuzz_check.hpp"
+#include "kvq/attention.hpp"
+#include "kvq/cache.hpp"
+#include "kvq/error.hpp"
+#include "kvq/synthetic.hpp"
+
+namespace {
+
+using kvq::KVCache;
+using kvq::SeqId;
+
+struct Pair {
+  const char* key;
+  const char* value;
+};
+constexpr std::array kPairs{
+    Pair{"f32", "f32"},          Pair{"f16", "f16"},           Pair{"bf16", "f16"},
+    Pair{"int8:G", "int8:G"},    Pair{"int4:G", "int4:G"},     Pair{"int4:G", "f16"},
+    Pair{"kivi:2", "kivi:4,g=G"}, Pair{"kivi:4", "kivi:2"},    Pair{"turbo_mse:3", "turbo_mse:2"},
+    Pair{"turbo_mse:4", "f16"},  Pair{"turbo_prod:3", "turbo_mse:4"}, Pair{"turbo_prod:2", "turbo_prod:4"},
+    Pair{"qjl:256", "f16"},      Pair{"qjl", "int4:G"},        Pair{"turbo_rvq:2", "turbo_rvq:1"},
+    Pair{"vecinfer:8/4", "f16"}, Pair{"vecinfer:8/4,norm=1", "int8:G"},
+};
+// What bounds the time of one input: the reference decodes every sequence in full for each attention.
+constexpr int kMaxOps = 24, kMaxSequences = 4, kMaxAttentions = 3;
+constexpr size_t kMaxTokens = 320;  // per sequence: up to 5 pages of 64 tokens, or 2 of 128 and a window
+
+std::string with_group(std::string_view spec, int group) {
+  const size_t at = spec.find('G');
+  if (at == std::string_view::npos) return std::string(spec);
+  return std::string(spec.substr(0, at)) + std::to_string(group) + std::string(spec.substr(at + 1));
+}
+
+// Everything an append may change.
+struct Snapshot {
+  std::vector<SeqId> seqs;
+  std::vector<std::vector<kvq::PageId>> pages;
+  std::vector<std::vector<uint8_t>> page_bytes;
+  std::vector<std::vector<float>> windows;  // keys then values of every head, then the key offset
+  size_t free_pages = 0;
+
+  explicit Snapshot(const KVCache& cache) : seqs(cache.sequences()), free_pages(cache.free_pages()) {
+    const size_t d = static_cast<size_t>(cache.config().head_dim);
+    for (SeqId s : seqs) {
+      const kvq::LayerView v = cache.view(s, 0);
+      pages.emplace_back(v.pages.begin(), v.pages.end());
+      std::vector<uint8_t>& bytes = page_bytes.emplace_back();
+      for (kvq::PageId p : v.pages) bytes.insert(bytes.end(), cache.page(p), cache.page(p) + cache.page_bytes());
+      std::vector<float>& w = windows.emplace_back();
+      const size_t r = static_cast<size_t>(v.residual_count);
+      for (int h = 0; h < cache.config().n_kv_heads; ++h) {
+        w.insert(w.end(), v.residual_key(h), v.residual_key(h) + r * d);
+        w.insert(w.end(), v.residual_value(h), v.residual_value(h) + r * d);
+      }
+      if (v.key_offset) w.insert(w.end(), v.key_offset, v.key_offset + cache.config().n_kv_heads * d);
+      w.push_back(static_cast<float>(r));
+    }
+  }
+  bool operator==(const Snapshot&) const = default;
+};
+
+class Script {
+ public:
+  Script(KVCache& cache, int queries_per_head, kvq::fuzz::ByteReader& in)
+      : cache_(cache), G_(queries_per_head), in_(in) {}
+
+  void run() {
+    for (int op = 0; op < kMaxOps && !in_.empty(); ++op) {
+      switch (in_.pick(4)) {
+        case 0:
+          if (cache_.sequences().size() < kMaxSequences) cache_.add_sequence();
+          break;
+        case 1:
+          if (!cache_.sequences().empty()) cache_.remove_sequence(pick_sequence());
+          break;
+        case 2:
+          if (!cache_.sequences().empty()) append(pick_sequence());
+          break;
+        default:
+          if (attentions_ + 1 < kMaxAttentions) attend();
+      }
+    }
+    attend();
+  }
+
+ private:
+  SeqId pick_sequence() {
+    const std::vector<SeqId> seqs = cache_.sequences();
+    return seqs[in_.pick(seqs.size())];
+  }
+
+  void append(SeqId seq) {
+    const kvq::CacheConfig& c = cache_.config();
+    const size_t n = 1 + in_.take<uint8_t>(), H = static_cast<size_t>(c.n_kv_heads);
+    if (cache_.length(seq, 0) + n > kMaxTokens) return;
+    const float scale = std::ldexp(1.0f, static_cast<int>(in_.pick(10)) - 6);
+    const uint8_t shape = in_.take<uint8_t>();
+    const uint64_t seed = ++draws_;
+    std::vector<float> keys = shape & 1 ? kvq::sample_profile(kvq::key_like_profile(c.head_dim, seed), n * H, seed)
+                                        : kvq::gaussian_vectors(n * H, c.head_dim, seed);
+    std::vector<float> values = kvq::gaussian_vectors(n * H, c.head_dim, seed + 1);
+    for (float& x : keys) x *= scale;
+    for (float& x : values) x *= scale;
+    const bool poisoned = (shape >> 1) % 4 == 0;
+    if (poisoned) {
+      const size_t at = in_.take<uint16_t>() % (2 * keys.size());
+      float& x = at < keys.size() ? keys[at] : values[at - keys.size()];
+      constexpr std::array kNonFinite{std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                                      -std::numeric_limits<float>::infinity()};
+      x = kNonFinite[(shape >> 3) % kNonFinite.size()];
+    }
+    const size_t before = cache_.length(seq, 0);
+    const Snapshot snapshot(cache_);
+    try {
+      cache_.append(seq, 0, keys.data(), values.data(), n);
+    } catch (const kvq::Error&) {
+      KVQ_FUZZ_CHECK(Snapshot(cache_) == snapshot, "an append that throws leaves the cache as it was");
+      return;
+    }
+    KVQ_FUZZ_CHECK(!poisoned, "an append with NaN or Inf throws kvq::Error");
+    KVQ_FUZZ_CHECK(cache_.length(seq, 0) == before + n, "an append adds its tokens");
+  }
+
+  void attend() {
+    ++attentions_;
+    const kvq::CacheConfig& c = cache_.config();
+    const size_t d = static_cast<size_t>(c.head_dim), H = static_cast<size_t>(c.n_kv_heads);
+    const size_t G = static_cast<size_t>(G_);
+    const std::vector<SeqId> seqs = cache_.sequences();
+    kvq::AttentionOptions options;
+    options.splits = static_cast<int>(in_.pick(4));
+    if (in_.pick(4) == 0) options.window = 1 + in_.take<uint8_t>();
+    const std::vector<float> q = kvq::gaussian_vectors(seqs.size() * H * G, c.head_dim, ++draws_);
+    std::vector<float> out(q.size(), std::numeric_limits<float>::quiet_NaN());
+    kvq::decode_attention(cache_, 0, seqs, q, out, options);
+
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    std::vector<float> want(d);
+    for (size_t s = 0; s < seqs.size(); ++s)
+      for (size_t h = 0; h < H; ++h) {
+        const kvq::test::Tokens kv = kvq::test::decoded_head(cache_, seqs[s], 0, static_cast<int>(h));
+        const size_t n = kv.keys.size() / d;
+        const size_t first = options.window > 0 && options.window < n ? n - options.window : 0;
+        for (size_t j = 0; j < G; ++j) {
+          const size_t row = (s * H + h) * G + j;
+          const float* qr = q.data() + row * d;
+          const float* got = out.data() + row * d;
+          double magnitude = 0;
+          kvq::reference_attention(qr, 1, kv.keys.data() + first * d, kv.values.data() + first * d, n - first,
+                                   static_cast<int>(d), n - first, scale, want.data(), &magnitude);
+          double condition = 0, err = 0;
+          for (size_t t = first; t < n; ++t) {
+            double sum = 0;
+            for (size_t i = 0; i < d; ++i) sum += std::fabs(static_cast<double>(qr[i]) * kv.keys[t * d + i]);
+            condition = std::max(condition, scale * sum);
+          }
+          for (size_t i = 0; i < d; ++i) {
+            const double e = static_cast<double>(got[i]) - want[i];
+            err += e * e;
+          }
+          const double bound = (1e-5 + std::sqrt(static_cast<double>(d)) * 0x1p-24 * condition) * magnitude;
+          KVQ_FUZZ_CHECK(n > first ? std::sqrt(err) <= bound : err == 0,
+                         "decode attention matches the reference over the decoded cache");
+        }
+      }
+  }
+
+  KVCache& cache_;
+  int G_;
+  kvq::fuzz::ByteReader& in_;
+  uint64_t draws_ = 0;
+  int attentions_ = 0;
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  kvq::fuzz::ByteReader in(data, size);
+  const Pair pair = kPairs[in.pick(kPairs.size())];
+  const int group = 16 << in.pick(3);
+  kvq::CacheConfig c;
+  c.n_layers = 1;
+  c.key_codec = with_group(pair.key, group);
+  c.value_codec = with_group(pair.value, group);
+  c.n_kv_heads = 1 + static_cast<int>(in.pick(4));
+  const int queries_per_head = 1 + static_cast<int>(in.pick(4));
+  c.head_dim = in.pick(2) ? 128 : 64;
+  c.block_tokens = in.pick(2) ? 128 : 64;
+  c.residual_tokens = c.block_tokens * static_cast<int>(in.pick(2));
+  c.capacity_pages = in.pick(2) ? 16 : 2;
+  const uint8_t flags = in.take<uint8_t>();
+  c.center_keys = flags & 1;
+  c.seed = flags >> 2;
+  std::optional<KVCache> cache;
+  try {
+    cache.emplace(c);
+    if (!cache->ready(0) || (flags & 2)) {  // vecinfer must learn its codebook; int4/int8 may calibrate scales
+      constexpr size_t kTrain = 64;
+      const auto keys = kvq::sample_profile(kvq::key_like_profile(c.head_dim, c.seed), kTrain, c.seed + 1);
+      const auto values = kvq::gaussian_vectors(kTrain, c.head_dim, c.seed + 2);
+      cache->train_layer(0, keys.data(), values.data(), kTrain);
+    }
+  } catch (const kvq::Error&) {
+    return 0;  // a configuration a codec refuses (a group size against d)
+  }
+  Script(*cache, queries_per_head, in).run();  // the script's only expected errors are those of append
+  return 0;
+}
