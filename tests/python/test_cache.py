@@ -148,7 +148,12 @@ def test_save_and_load_round_trip(rng, tmp_path):
     path = tmp_path / "cache.kvq"
     cache.save(path)
     loaded = kvq.KVCache.load(str(path), threads=1)
-    assert loaded.sequences == seqs and loaded.memory() == cache.memory()
+    assert loaded.sequences == seqs
+    # The same pages and tables; the windows, which grow as they fill, are loaded at the size of their tokens.
+    grown = ("residual_bytes", "used_bytes", "total_bytes")
+    mine, theirs = loaded.memory(), cache.memory()
+    assert {k: v for k, v in mine.items() if k not in grown} == {k: v for k, v in theirs.items() if k not in grown}
+    assert all(mine[k] <= theirs[k] for k in grown)
     assert (loaded.key_codec, loaded.value_codec, loaded.seed) == (cache.key_codec, cache.value_codec, cache.seed)
     q = rng.standard_normal((2, 4, 64)).astype(np.float32)
     np.testing.assert_array_equal(loaded.decode_attention(1, seqs, q), cache.decode_attention(1, seqs, q))
