@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cache_test_util.hpp"
+#include "expect_error.hpp"
 #include "kvq/attention.hpp"
 #include "kvq/error.hpp"
 #include "kvq/random.hpp"
@@ -42,16 +43,7 @@ CacheConfig small_config(const std::string& k, const std::string& v, int T, int 
   return c;
 }
 
-// Expects `fn` to throw kvq::Error whose message contains `text`.
-template <class Fn>
-void expect_error(Fn&& fn, const std::string& text) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an error mentioning '" << text << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
-  }
-}
+using test::expect_error;
 
 std::string temp_path(const std::string& name) {
   return (std::filesystem::path(testing::TempDir()) / ("kvq_cache_test_" + name)).string();

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "expect_error.hpp"
 #include "gguf_writer.hpp"
 #include "kvq/attention.hpp"
 #include "kvq/cache.hpp"
@@ -29,16 +30,7 @@
 namespace kvq {
 namespace {
 
-// Expects `fn` to throw kvq::Error whose message contains `text`.
-template <class Fn>
-void expect_error(Fn&& fn, const std::string& text) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an error mentioning '" << text << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
-  }
-}
+using test::expect_error;
 
 std::vector<uint8_t> read_bytes(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
