@@ -387,7 +387,7 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
                        const AttentionOptions& options)
     : impl_(std::make_unique<Impl>()) {
   Impl& p = *impl_;
-  options.resolved_scale(cache.config().head_dim);  // the checks the CPU makes, before anything is allocated
+  const float scale = options.resolved_scale(cache.config().head_dim);  // the CPU's checks, before any allocation
   // Hiding the older tokens of the chunk a window starts in takes a register the int4, kivi:2 and vecinfer:10/4
   // kernels do not have (docs/perf/h200.md, run 14): refused, not ignored, until it fits.
   KVQ_CHECK(options.window == 0, "CUDA decode attention: sliding-window attention (window = ", options.window,
@@ -493,7 +493,6 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   a.chunks_per_warp = per_warp;
   for (int c = T / k.chunk; c > 1; c /= 2) ++a.page_shift;
   a.seqs = p.seqs.get();
-  const float scale = options.resolved_scale(d);
   a.scale_log2 = scale * std::numbers::log2e_v<float>;
 
   const size_t rows = static_cast<size_t>(p.n_seqs) * n_q_heads;
