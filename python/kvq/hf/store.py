@@ -1,0 +1,106 @@
+"""One kvq cache on one device, holding the rows of a batch as sequences, and the three things a transformers
+attention layer asks of it: append a row's tokens, attend a row's queries causally as decoding would, and attend
+one new token of every row (a decode step). Tensors come in as torch tensors laid out as transformers lays them out
+([batch, heads, tokens, head_dim]); the kvq cache takes float32 [tokens, heads, head_dim]."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import _kvq
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """[heads, tokens, d] of one batch row -> float32 [tokens, heads, d], contiguous."""
+    return x.transpose(0, 1).to(torch.float32).contiguous()
+
+
+class Store:
+    """A kvq.KVCache (CPU) or kvq.DeviceKVCache (CUDA) with one sequence per batch row."""
+
+    def __init__(self, device: torch.device, n_layers: int, n_kv_heads: int, head_dim: int, key_codec: str,
+                 value_codec: str, batch: int, capacity_pages: int, options):
+        self.device = device
+        common = dict(capacity_pages=capacity_pages, key_codec=key_codec, value_codec=value_codec,
+                      block_tokens=options.block_tokens, residual_tokens=options.residual_tokens,
+                      seed=options.seed, center_keys=options.center_keys)
+        if device.type == "cpu":
+            self.cache = _kvq.KVCache(n_layers, n_kv_heads, head_dim, threads=options.threads, **common)
+        elif device.type == "cuda":
+            self.cache = _kvq.DeviceKVCache(n_layers, n_kv_heads, head_dim,
+                                            device=device.index if device.index is not None else 0, **common)
+        else:
+            raise NotImplementedError(f"kvq.hf: a model layer on device '{device}': kvq caches live on the CPU or "
+                                      "on CUDA devices")
+        self.block_tokens = options.block_tokens
+        self.residual_tokens = options.residual_tokens
+        self.seqs = [self.cache.add_sequence() for _ in range(batch)]
+
+    def length(self, row: int, layer: int) -> int:
+        return self.cache.length(self.seqs[row], layer)
+
+    def append(self, row: int, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """keys, values: [kv heads, n, d] of one row."""
+        if keys.shape[1] == 0:
+            return
+        self.cache.append(self.seqs[row], layer, _rows(keys), _rows(values))
+
+    def decode_step(self, layer: int, keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor, scale: float,
+                    window: int) -> torch.Tensor:
+        """One new token per row: keys, values [batch, kv heads, 1, d], query [batch, q heads, 1, d]; appends,
+        then attends every row at once. Returns float32 [batch, q heads, d]."""
+        k = keys[:, :, 0].to(torch.float32).contiguous()
+        v = values[:, :, 0].to(torch.float32).contiguous()
+        if self.device.type == "cuda":
+            self.cache.append_batch(self.seqs, layer, k, v, [1] * len(self.seqs))
+        else:
+            for row, seq in enumerate(self.seqs):
+                self.cache.append(seq, layer, k[row:row + 1], v[row:row + 1])
+        q = query[:, :, 0].to(torch.float32).contiguous()
+        return self._as_tensor(self.cache.decode_attention(layer, self.seqs, q, scale=scale, window=window))
+
+    def append_attend(self, row: int, layer: int, keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor,
+                      scale: float, window: int) -> torch.Tensor:
+        """Appends n tokens of one row and attends its n queries causally over the cache, each position seeing the
+        cache as it would when decoding: a position attends before the append that encodes the window's oldest
+        block, the position that triggers it after. keys, values [kv heads, n, d], query [q heads, n, d].
+        Returns float32 [n, q heads, d]."""
+        k, v, q = _rows(keys), _rows(values), _rows(query)
+        n = q.shape[0]
+        out = torch.empty_like(q)  # [n, q heads, d]
+        seq = self.seqs[row]
+        done = 0
+        while done < n:
+            m = min(n - done, self._tokens_before_encoding(self.cache.length(seq, layer))) if self._is_cpu else 1
+            self.cache.append(seq, layer, k[done:done + m], v[done:done + m])
+            if m > 1:
+                start = self.cache.length(seq, layer) - m
+                self.cache.prefill_attention(layer, seq, start, q[done:done + m], scale=scale, window=window,
+                                             out=out[done:done + m])
+            else:  # the decode kernel, as a decode step would run it
+                out[done] = self._as_tensor(self.cache.decode_attention(layer, [seq], q[done:done + 1], scale=scale,
+                                                                        window=window))[0]
+            done += m
+        return out
+
+    def remove(self) -> None:
+        for seq in self.seqs:
+            self.cache.remove_sequence(seq)
+        self.seqs = []
+
+    def memory(self) -> dict:
+        return self.cache.memory()
+
+    @property
+    def _is_cpu(self) -> bool:
+        return self.device.type == "cpu"
+
+    def _tokens_before_encoding(self, length: int) -> int:
+        """How many tokens can be appended before the one whose append encodes the window's oldest block (at least
+        one): the fp32 window holds `length` tokens until it first reaches R + T, then R + (length - R) mod T."""
+        R, T = self.residual_tokens, self.block_tokens
+        window = length if length < R else R + (length - R) % T
+        return max(R + T - 1 - window, 1)
+
+    def _as_tensor(self, array) -> torch.Tensor:
+        return array if isinstance(array, torch.Tensor) else torch.from_numpy(array)
