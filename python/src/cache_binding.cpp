@@ -97,8 +97,7 @@ nb::object attend(PyKVCache& self, size_t rows, const char* rows_name, const Inp
   if (!nb::try_cast(out, target, false))
     throw nb::type_error("out: expected a writable array (NumPy, or a tensor through DLPack)");
   float* op = float_output(target, "out", {{rows_name, rows}, {"n_q_heads", q.shape(1)}, {"head_dim", d}});
-  const auto q_at = reinterpret_cast<uintptr_t>(qp), out_at = reinterpret_cast<uintptr_t>(op), bytes = n * 4;
-  KVQ_CHECK(out_at + bytes <= q_at || q_at + bytes <= out_at, "out: shares memory with q");
+  check_disjoint(qp, op, n);
   without_gil(self.mutex, [&] { run(std::span(qp, n), std::span(op, n), options); });
   return out;
 }
