@@ -20,6 +20,7 @@
 
 #include "arrays.hpp"
 #include "bindings.hpp"
+#include "cache_objects.hpp"
 #include "kvq/attention.hpp"
 #include "kvq/cache.hpp"
 #include "kvq/error.hpp"
@@ -27,20 +28,15 @@
 #include "without_gil.hpp"
 
 namespace kvq::python {
-namespace {
-
-namespace nb = nanobind;
 
 int pool_size(int threads) {
   KVQ_CHECK(threads >= 0, "threads = ", threads, " (need >= 0; 0: one per core)");
   return threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-struct PyKVCache {
-  KVCache cache;
-  ThreadPool pool;
-  std::mutex mutex;
-};
+namespace {
+
+namespace nb = nanobind;
 
 using Array = nb::ndarray<nb::numpy, float>;
 
@@ -230,6 +226,10 @@ void bind_cache(nb::module_& m) {
           },
           nb::arg("layer"),
           "The page-loop kernel attention runs for the layer: 'generic' or fused_<key>_<value>_<isa>.")
+      .def("to_device", &to_device, nb::arg("device") = 0, nb::arg("capacity_pages") = 0,
+           nb::rv_policy::take_ownership,
+           "A DeviceKVCache on CUDA device `device` with this cache's codecs (trained state included), sequences, "
+           "pages and windows; capacity_pages: its pool (0: this cache's capacity).")
       .def("memory", &memory,
            "True bytes held: page_bytes, pages_in_use, pages_capacity, encoded_bytes, pool_bytes, residual_bytes, "
            "block_table_bytes, codec_state_bytes, key_offset_bytes, used_bytes, total_bytes, bits_per_element.")
