@@ -69,7 +69,10 @@ void append_batch(PyDeviceKVCache& self, const std::vector<SeqId>& seqs, int lay
   const CacheConfig& c = self.cache.config();
   const size_t H = static_cast<size_t>(c.n_kv_heads), d = static_cast<size_t>(c.head_dim);
   size_t total = 0;
-  for (const size_t n : n_tokens) total += n;
+  for (const size_t n : n_tokens) {
+    KVQ_CHECK(n <= SIZE_MAX - total, "n_tokens: the counts add up beyond ", SIZE_MAX);
+    total += n;
+  }
   const int place = self.cache.device();
   const float* k = float_input(keys, "keys", {{"sum(n_tokens)", total}, {"n_kv_heads", H}, {"head_dim", d}}, place);
   const float* v =
