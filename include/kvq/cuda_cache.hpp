@@ -82,6 +82,7 @@ class DeviceKVCache {
   SeqId add_sequence();
   void remove_sequence(SeqId seq);
   bool has_sequence(SeqId seq) const;
+  std::vector<SeqId> sequences() const;  ///< live sequence ids in increasing order
   size_t length(SeqId seq, int layer) const;
   /// Appends tokens from host memory, [n_tokens][n_kv_heads][head_dim] each, as KVCache::append: uploaded, then
   /// append_device (codecs without append kernels: encoded on the host); synchronized. Throws before modifying

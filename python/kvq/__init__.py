@@ -7,33 +7,44 @@ The API (docs/python.md has examples):
 - ``KVCache(n_layers, n_kv_heads, head_dim, *, capacity_pages, key_codec="f16", value_codec="f16", ...)``: the
   paged compressed cache on the CPU; ``append`` tokens, ``decode_attention`` / ``prefill_attention`` on the
   packed pages, ``read`` them back decoded, ``memory``, ``save`` / ``KVCache.load``.
+- ``DeviceKVCache(n_layers, n_kv_heads, head_dim, *, capacity_pages, ..., device=0)``: the same cache on a CUDA
+  device (``KVCache.to_device``, ``DeviceKVCache.to_host``); ``append`` / ``append_batch`` from torch CUDA tensors
+  and ``decode_attention`` on CUDA tensors by the fused CUDA kernels, on torch's current stream.
+  ``cuda_available()`` says whether it can run here, ``cuda_unavailable_reason()`` why not.
 - ``distortion(codec, ...)`` and ``attention_error(key_codec, value_codec, ...)``: a codec's distortion on random
   unit vectors and a codec pair's error at the attention output, as dicts.
 - ``Error``: what every failed check of the library raises (a ``ValueError``); a wrong kind of array (dtype,
   device, not C-contiguous) raises ``TypeError``.
 
-Arrays are float32, C-contiguous and in CPU memory: NumPy arrays or anything with ``__dlpack__`` (torch tensors),
-read in place. Results are new NumPy arrays, or written into ``out=``.
+Arrays are float32, C-contiguous and in CPU memory (the device cache's: on its CUDA device): NumPy arrays or
+anything with ``__dlpack__`` (torch tensors), read in place. Results are new NumPy arrays (the device cache's: torch
+CUDA tensors), or written into ``out=``.
 """
 
 from ._kvq import (
     Codec,
+    DeviceKVCache,
     Error,
     KVCache,
     __version__,
     attention_error,
     attention_isa,
     codec_names,
+    cuda_available,
+    cuda_unavailable_reason,
     distortion,
 )
 
 __all__ = [
     "Codec",
+    "DeviceKVCache",
     "Error",
     "KVCache",
     "__version__",
     "attention_error",
     "attention_isa",
     "codec_names",
+    "cuda_available",
+    "cuda_unavailable_reason",
     "distortion",
 ]

@@ -20,6 +20,11 @@ const char* device_name(int device_type) {
   }
 }
 
+std::string where(const nb::ndarray<nb::ro>& a) {
+  if (a.device_type() == nb::device::cpu::value) return "in CPU memory";
+  return std::string("on ") + device_name(a.device_type()) + " (device " + std::to_string(a.device_id()) + ")";
+}
+
 std::string dtype_text(nb::dlpack::dtype t) {
   const char* kind = "?";
   switch (static_cast<nb::dlpack::dtype_code>(t.code)) {
@@ -55,13 +60,17 @@ bool c_contiguous(const nb::ndarray<nb::ro>& a) {
 
 }  // namespace
 
-void check_kind(const nb::ndarray<nb::ro>& a, const char* name, nb::dlpack::dtype dtype, const char* dtype_name) {
+void check_kind(const nb::ndarray<nb::ro>& a, const char* name, nb::dlpack::dtype dtype, const char* dtype_name,
+                int place) {
   if (a.dtype() != dtype)
     throw nb::type_error((std::string(name) + ": expected a " + dtype_name + " array, got " + dtype_text(a.dtype()))
                              .c_str());
-  if (a.device_type() != nb::device::cpu::value)
-    throw nb::type_error((std::string(name) + ": expected an array in CPU memory, got one on " +
-                          device_name(a.device_type()) + " (device " + std::to_string(a.device_id()) + ")")
+  const bool in_place = place == kCpu ? a.device_type() == nb::device::cpu::value
+                                      : a.device_type() == nb::device::cuda::value && a.device_id() == place;
+  if (!in_place)
+    throw nb::type_error((std::string(name) + ": expected an array " +
+                          (place == kCpu ? std::string("in CPU memory") : "on CUDA device " + std::to_string(place)) +
+                          ", got one " + where(a))
                              .c_str());
   if (reinterpret_cast<uintptr_t>(a.data()) % a.itemsize() != 0)
     throw nb::type_error((std::string(name) + ": expected an array aligned to its elements (" +
@@ -91,17 +100,22 @@ void check_shape(const nb::ndarray<nb::ro>& a, const char* name, std::initialize
   throw Error(detail::concat(name, ": expected shape ", want.str(), ", got ", shape_text(a)));
 }
 
-const float* float_input(const InputArray& a, const char* name, std::initializer_list<Extent> shape) {
-  check_kind(a, name, nb::dtype<float>(), "float32");
+const float* float_input(const InputArray& a, const char* name, std::initializer_list<Extent> shape, int place) {
+  check_kind(a, name, nb::dtype<float>(), "float32", place);
   check_shape(a, name, shape);
   return static_cast<const float*>(a.data());
 }
 
-float* float_output(const OutputArray& a, const char* name, std::initializer_list<Extent> shape) {
+float* float_output(const OutputArray& a, const char* name, std::initializer_list<Extent> shape, int place) {
   const nb::ndarray<nb::ro> view(a);
-  check_kind(view, name, nb::dtype<float>(), "float32");
+  check_kind(view, name, nb::dtype<float>(), "float32", place);
   check_shape(view, name, shape);
   return static_cast<float*>(a.data());
+}
+
+void check_disjoint(const float* q, const float* out, size_t n) {
+  const auto q_at = reinterpret_cast<uintptr_t>(q), out_at = reinterpret_cast<uintptr_t>(out), bytes = n * 4;
+  KVQ_CHECK(out_at + bytes <= q_at || q_at + bytes <= out_at, "out: shares memory with q");
 }
 
 }  // namespace kvq::python

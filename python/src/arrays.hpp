@@ -28,16 +28,24 @@ struct Extent {
   size_t size = kAny;
 };
 
-/// The element type, device and layout an argument must have: raises TypeError, naming the argument, for another
-/// dtype, a device other than the CPU, data not aligned to its elements, or an array that is not C-contiguous.
-void check_kind(const nb::ndarray<nb::ro>& a, const char* name, nb::dlpack::dtype dtype, const char* dtype_name);
+/// Where an argument must lie: kCpu, or the id of a CUDA device.
+inline constexpr int kCpu = -1;
+
+/// The element type, place and layout an argument must have: raises TypeError, naming the argument, for another
+/// dtype, memory elsewhere than `place` (CPU memory, or that CUDA device), data not aligned to its elements, or an
+/// array that is not C-contiguous.
+void check_kind(const nb::ndarray<nb::ro>& a, const char* name, nb::dlpack::dtype dtype, const char* dtype_name,
+                int place = kCpu);
 /// The shape an argument must have: raises kvq.Error naming the argument, the expected and the actual shape.
 void check_shape(const nb::ndarray<nb::ro>& a, const char* name, std::initializer_list<Extent> shape);
 
-/// A float32 C-contiguous CPU array of the given shape (check_kind, check_shape): its data, read in place.
-const float* float_input(const InputArray& a, const char* name, std::initializer_list<Extent> shape);
+/// A float32 C-contiguous array of the given shape at `place` (check_kind, check_shape): its data, read in place.
+const float* float_input(const InputArray& a, const char* name, std::initializer_list<Extent> shape,
+                         int place = kCpu);
 /// The same for an out= array, which the binding writes.
-float* float_output(const OutputArray& a, const char* name, std::initializer_list<Extent> shape);
+float* float_output(const OutputArray& a, const char* name, std::initializer_list<Extent> shape, int place = kCpu);
+/// Raises kvq.Error if out's n floats overlap q's (an output must not overwrite the queries it is computed from).
+void check_disjoint(const float* q, const float* out, size_t n);
 
 /// A C-contiguous NumPy array of the given shape that takes over `data` (shape's product elements).
 template <class T>

@@ -12,6 +12,7 @@ namespace kvq::python {
 void bind_error(nanobind::module_& m);
 void bind_codec(nanobind::module_& m);
 void bind_cache(nanobind::module_& m);
+void bind_device_cache(nanobind::module_& m);
 void bind_measurements(nanobind::module_& m);
 
 /// "key" or "value" as a Role; kvq.Error for anything else.

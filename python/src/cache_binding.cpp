@@ -20,6 +20,7 @@
 
 #include "arrays.hpp"
 #include "bindings.hpp"
+#include "cache_objects.hpp"
 #include "kvq/attention.hpp"
 #include "kvq/cache.hpp"
 #include "kvq/error.hpp"
@@ -27,20 +28,15 @@
 #include "without_gil.hpp"
 
 namespace kvq::python {
-namespace {
-
-namespace nb = nanobind;
 
 int pool_size(int threads) {
   KVQ_CHECK(threads >= 0, "threads = ", threads, " (need >= 0; 0: one per core)");
   return threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-struct PyKVCache {
-  KVCache cache;
-  ThreadPool pool;
-  std::mutex mutex;
-};
+namespace {
+
+namespace nb = nanobind;
 
 using Array = nb::ndarray<nb::numpy, float>;
 
@@ -97,8 +93,7 @@ nb::object attend(PyKVCache& self, size_t rows, const char* rows_name, const Inp
   if (!nb::try_cast(out, target, false))
     throw nb::type_error("out: expected a writable array (NumPy, or a tensor through DLPack)");
   float* op = float_output(target, "out", {{rows_name, rows}, {"n_q_heads", q.shape(1)}, {"head_dim", d}});
-  const auto q_at = reinterpret_cast<uintptr_t>(qp), out_at = reinterpret_cast<uintptr_t>(op), bytes = n * 4;
-  KVQ_CHECK(out_at + bytes <= q_at || q_at + bytes <= out_at, "out: shares memory with q");
+  check_disjoint(qp, op, n);
   without_gil(self.mutex, [&] { run(std::span(qp, n), std::span(op, n), options); });
   return out;
 }
@@ -231,6 +226,10 @@ void bind_cache(nb::module_& m) {
           },
           nb::arg("layer"),
           "The page-loop kernel attention runs for the layer: 'generic' or fused_<key>_<value>_<isa>.")
+      .def("to_device", &to_device, nb::arg("device") = 0, nb::arg("capacity_pages") = 0,
+           nb::rv_policy::take_ownership,
+           "A DeviceKVCache on CUDA device `device` with this cache's codecs (trained state included), sequences, "
+           "pages and windows; capacity_pages: its pool (0: this cache's capacity).")
       .def("memory", &memory,
            "True bytes held: page_bytes, pages_in_use, pages_capacity, encoded_bytes, pool_bytes, residual_bytes, "
            "block_table_bytes, codec_state_bytes, key_offset_bytes, used_bytes, total_bytes, bits_per_element.")

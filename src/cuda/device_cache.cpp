@@ -259,6 +259,12 @@ void DeviceKVCache::remove_sequence(SeqId seq) {
 
 bool DeviceKVCache::has_sequence(SeqId seq) const { return impl_->sequences.count(seq) != 0; }
 
+std::vector<SeqId> DeviceKVCache::sequences() const {
+  std::vector<SeqId> ids;
+  for (const auto& entry : impl_->sequences) ids.push_back(entry.first);
+  return ids;
+}
+
 size_t DeviceKVCache::length(SeqId seq, int layer) const {
   const DeviceLayerView v = view(seq, layer);
   return v.n_pages * static_cast<size_t>(impl_->config.block_tokens) + static_cast<size_t>(v.window_count);

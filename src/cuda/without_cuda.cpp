@@ -35,6 +35,7 @@ const Codec& DeviceKVCache::value_codec(int) const { no_backend(); }
 SeqId DeviceKVCache::add_sequence() { no_backend(); }
 void DeviceKVCache::remove_sequence(SeqId) { no_backend(); }
 bool DeviceKVCache::has_sequence(SeqId) const { no_backend(); }
+std::vector<SeqId> DeviceKVCache::sequences() const { no_backend(); }
 size_t DeviceKVCache::length(SeqId, int) const { no_backend(); }
 void DeviceKVCache::append(SeqId, int, const float*, const float*, size_t) { no_backend(); }
 void DeviceKVCache::append_device(SeqId, int, const float*, const float*, size_t, void*) { no_backend(); }

@@ -256,6 +256,7 @@ TEST(CudaDeviceCache, SequenceIdsContinueTheHostCache) {
   test::Scenario sc = test::build(shape, "int4", "int4", seed);
   sc.cache.remove_sequence(sc.cache.add_sequence());
   cuda::DeviceKVCache dev(sc.cache, 64);
+  EXPECT_EQ(dev.sequences(), sc.cache.sequences());
   EXPECT_EQ(dev.to_host().next_sequence_id(), sc.cache.next_sequence_id());
   EXPECT_EQ(dev.add_sequence(), sc.cache.add_sequence());
 }

@@ -40,11 +40,13 @@ class Attention:
         self.magnitude[r] = p @ np.linalg.norm(v, axis=1)
         self.condition[r] = scale * (np.abs(k) @ np.abs(q)).max()
 
-    def worst(self, got, tol=1e-5, score_rounding=True):
-        """max over rows of |got - out| / ((tol + sqrt(d) 2^-24 condition) magnitude): within the bound at <= 1."""
+    def worst(self, got, tol=1e-5, score_rounding=True, want=None):
+        """max over rows of |got - want| / ((tol + sqrt(d) 2^-24 condition) magnitude): within the bound at <= 1.
+        want: the reference's output, or another implementation's measured against the same bound."""
         got = np.asarray(got, dtype=np.float64).reshape(self.out.shape)
+        want = self.out if want is None else np.asarray(want, dtype=np.float64).reshape(self.out.shape)
         d = self.out.shape[1]
-        err = np.linalg.norm(got - self.out, axis=1)
+        err = np.linalg.norm(got - want, axis=1)
         allowance = np.sqrt(d) * 2.0**-24 * self.condition if score_rounding else 0.0
         bound = (tol + allowance) * self.magnitude
         # A row that sees no token must be exactly zero.
