@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <span>
@@ -29,6 +30,7 @@
 #include "kvq/ggml_quants.hpp"
 #include "kvq/gguf.hpp"
 #include "kvq/mapped_file.hpp"
+#include "kvq/sampler.hpp"
 #include "kvq/tokenizer.hpp"
 
 namespace kvq {
@@ -239,5 +241,24 @@ class LlamaRunner {
   std::vector<float> up_;      // [n][hidden_dim]
   std::vector<float> logits_;  // [n][vocab_size]
 };
+
+/// What generate() did: the new tokens and the time of the prompt and of the decode steps.
+struct Generation {
+  std::vector<int> tokens;      ///< the new tokens, the end token (EOS or BOS) that stopped it excluded
+  size_t prompt_tokens = 0;
+  double prefill_seconds = 0;   ///< the prompt but its last token, as one chunk
+  double decode_seconds = 0;    ///< from the first new token to the last
+  /// The prefill's tokens/s (0 for a prompt of one token).
+  double prefill_tokens_per_second() const;
+  /// Decode tokens/s: the tokens after the first over the time since the first came (the first step also runs the
+  /// prompt's last token); 0 below two new tokens. The one definition the demo, generate and benchmarks print.
+  double decode_tokens_per_second() const;
+};
+
+/// Continues `prompt` (its tokens, BOS included where the tokenizer adds one) by up to `steps` tokens: the prompt
+/// but its last token as one chunk from the runner's position 0, then one token at a time, each drawn by `sampler`;
+/// stops early at the tokenizer's EOS or BOS. on_token(previous, next), when set, sees each new token as it comes.
+Generation generate(LlamaRunner& runner, const Tokenizer& tokenizer, std::span<const int> prompt, int steps,
+                    Sampler& sampler, const std::function<void(int, int)>& on_token = {});
 
 }  // namespace kvq

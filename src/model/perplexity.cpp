@@ -19,10 +19,6 @@ double log_sum_exp(std::span<const float> logits) {
   return std::log(sum) + max_logit;
 }
 
-int argmax(std::span<const float> logits) {
-  return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
 // KL(p || q) of the softmax distributions of logits p and q, given their log-sum-exps.
 double kl_divergence(std::span<const float> p, double lse_p, std::span<const float> q, double lse_q) {
   double kl = 0;

@@ -2,7 +2,6 @@
 // fixed prompt greedily, then measures on a short text, for the f16 cache and a few compressed ones in lockstep:
 // bits per element, true cache bytes, compression, decode speed, perplexity change, KL divergence and top-1
 // agreement against f16.
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -15,6 +14,7 @@
 #include "kvq/codec.hpp"
 #include "kvq/error.hpp"
 #include "kvq/perplexity.hpp"
+#include "kvq/sampler.hpp"
 
 namespace kvq::cli {
 namespace {
@@ -61,19 +61,33 @@ const std::vector<DemoCache> kCaches = {{"int8", "int8"},
                                         {"turbo_prod:3", "turbo_mse:3"},
                                         {"kivi:2", "kivi:2"}};
 
+// A default file, given relative to the repository: found from the working directory, else from the program's
+// place (the repository holds build/<preset>/kvq), so that the demo runs from any folder. "" if neither has it.
+std::string repository_file(const char* relative) {
+  if (fs::exists(relative)) return relative;
+  std::error_code error;
+  const fs::path program = fs::read_symlink("/proc/self/exe", error);
+  if (error) return "";
+  for (fs::path dir = program.parent_path(); dir.has_relative_path(); dir = dir.parent_path())
+    if (fs::exists(dir / relative)) return (dir / relative).string();
+  return "";
+}
+
 // The default model, saying which one was found.
 void pick_model(DemoOptions& o) {
   if (!o.model.empty()) return;
-  if (fs::exists(kSmolLM2)) {
-    o.model = kSmolLM2;
-  } else if (fs::exists(kStories) && fs::exists(kStoriesTokenizer)) {
+  const std::string smollm2 = repository_file(kSmolLM2);
+  const std::string stories = repository_file(kStories), stories_tokenizer = repository_file(kStoriesTokenizer);
+  if (!smollm2.empty()) {
+    o.model = smollm2;
+  } else if (!stories.empty() && !stories_tokenizer.empty()) {
     std::fprintf(stderr, "kvq demo: %s is missing (scripts/fetch-models.sh fetches it); using stories260K\n",
                  kSmolLM2);
-    o.model = kStories;
-    o.tokenizer = kStoriesTokenizer;
+    o.model = stories;
+    o.tokenizer = stories_tokenizer;
   } else {
-    KVQ_CHECK(false, "no model found: run scripts/fetch-models.sh (SmolLM2-135M into ", kSmolLM2,
-              ") or give --model, from the repository root");
+    KVQ_CHECK(false, "no model found: run scripts/fetch-models.sh (SmolLM2-135M into the repository's ", kSmolLM2,
+              ") or give --model");
   }
 }
 
@@ -88,25 +102,14 @@ std::string codec_refusal(const LlamaConfig& c) {
 }
 
 // Greedy decode of `steps` tokens after `prompt` with one cache; returns the whole text and the decode tokens/s.
-std::pair<std::string, double> generate(const LlamaModel& model, const Tokenizer& tok, const std::vector<int>& prompt,
-                                        int steps, int threads, const KvCacheSpec& cache) {
+std::pair<std::string, double> greedy_text(const LlamaModel& model, const Tokenizer& tok, const std::vector<int>& prompt,
+                                           int steps, int threads, const KvCacheSpec& cache) {
   LlamaRunner runner(model, static_cast<int>(prompt.size()) + steps, threads, cache);
-  auto logits = runner.forward_chunk(prompt, 0, false);
-  std::vector<int> out;
-  int token = 0;
-  auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < steps; ++i) {
-    token = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    if (token == tok.eos()) break;
-    out.push_back(token);
-    if (i == 0) start = std::chrono::steady_clock::now();  // decode steps after the first
-    if (i + 1 < steps) logits = runner.forward(token, static_cast<int>(prompt.size()) + i);
-  }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const double rate = out.size() > 2 ? static_cast<double>(out.size() - 2) / seconds : 0.0;
+  Sampler greedy(0.0f, 0);
+  const Generation g = generate(runner, tok, prompt, steps, greedy);
   std::vector<int> all = prompt;  // decoded with the prompt, so that the first new token keeps its space
-  all.insert(all.end(), out.begin(), out.end());
-  return {tok.decode(all), rate};
+  all.insert(all.end(), g.tokens.begin(), g.tokens.end());
+  return {tok.decode(all), g.decode_tokens_per_second()};
 }
 
 void run_demo(DemoOptions o) {
@@ -119,8 +122,9 @@ void run_demo(DemoOptions o) {
   for (int t : tok->encode(kPrompt)) prompt.push_back(t);
 
   std::string text = kBuiltinText, text_name = "a built-in paragraph";
-  if (!o.text.empty() || fs::exists(kTinyStories)) {
-    text_name = o.text.empty() ? kTinyStories : o.text;
+  const std::string tinystories = repository_file(kTinyStories);
+  if (!o.text.empty() || !tinystories.empty()) {
+    text_name = o.text.empty() ? tinystories : o.text;
     text = read_text_file(text_name);
   }
   const std::vector<int> tokens = tokenize_prefix(*tok, text, o.tokens);
@@ -128,7 +132,7 @@ void run_demo(DemoOptions o) {
 
   const std::string refusal = codec_refusal(c);
   const KvCacheSpec f16 = refusal.empty() ? KvCacheSpec{"f16", "f16"} : KvCacheSpec{};
-  const auto [continuation, f16_rate] = generate(model, *tok, prompt, o.steps, o.threads, f16);
+  const auto [continuation, f16_rate] = greedy_text(model, *tok, prompt, o.steps, o.threads, f16);
   if (!o.json)
     std::printf("kvq demo: %s (%d layers, %d kv heads of dimension %d)\n\n%s\n\n", o.model.c_str(), c.n_layers,
                 c.n_kv_heads, c.head_dim(), continuation.c_str());
@@ -160,7 +164,7 @@ void run_demo(DemoOptions o) {
 
   std::vector<double> rates = {f16_rate};
   for (const KvCacheSpec& spec : options.caches)
-    rates.push_back(generate(model, *tok, prompt, o.steps, o.threads, spec).second);
+    rates.push_back(greedy_text(model, *tok, prompt, o.steps, o.threads, spec).second);
 
   std::vector<CacheQuality> rows = {*r.reference};
   rows.insert(rows.end(), r.caches.begin(), r.caches.end());

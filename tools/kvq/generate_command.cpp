@@ -1,6 +1,5 @@
 // kvq generate --model M [--tokenizer F] --prompt P -n N [--temperature T] [--seed S] [--threads K]
 //              [--k SPEC --v SPEC] [--residual R] [--calib-text FILE --calib-tokens N]
-#include <chrono>
 #include <cstdio>
 #include <memory>
 
@@ -25,10 +24,6 @@ struct GenerateOptions {
   size_t calib_tokens = 2048;
 };
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 void run_generate(const GenerateOptions& o) {
   const LlamaModel model = LlamaModel::load(o.model);
   const auto tokenizer = load_tokenizer(model, o.tokenizer);
@@ -36,13 +31,10 @@ void run_generate(const GenerateOptions& o) {
   if (tokenizer->add_bos()) prompt.push_back(tokenizer->bos());
   for (int t : tokenizer->encode(o.prompt)) prompt.push_back(t);
   KVQ_CHECK(!prompt.empty(), "an empty prompt needs a tokenizer with a BOS token");
-  KVQ_CHECK(o.steps >= 0, "-n ", o.steps, " must be >= 0");
   KVQ_CHECK(prompt.size() + static_cast<size_t>(o.steps) <= static_cast<size_t>(model.config().max_seq_len),
             "prompt (", prompt.size(), " tokens) + ", o.steps, " new tokens exceed the model's context of ",
             model.config().max_seq_len);
-  const int total = static_cast<int>(prompt.size()) + o.steps;
-
-  LlamaRunner runner(model, total, o.threads, o.cache);
+  LlamaRunner runner(model, static_cast<int>(prompt.size()) + o.steps, o.threads, o.cache);
   if (runner.needs_calibration()) {
     KVQ_CHECK(!o.calib_text.empty(), "the key/value codecs ", o.cache.label(),
               " need training: give a calibration text (--calib-text FILE --calib-tokens N)");
@@ -51,30 +43,16 @@ void run_generate(const GenerateOptions& o) {
   Sampler sampler(o.temperature, o.seed);
   std::fputs(tokenizer->decode(prompt).c_str(), stdout);
   std::fflush(stdout);
-  // The prompt but its last token as one chunk, then one token at a time.
-  const auto prefill_start = std::chrono::steady_clock::now();
-  const int prefill = static_cast<int>(prompt.size()) - 1;
-  if (prefill > 0) runner.forward_chunk({prompt.data(), static_cast<size_t>(prefill)}, 0, false);
-  const double prefill_seconds = seconds_since(prefill_start);
-  int token = prompt.back(), generated = 0;
-  auto start = std::chrono::steady_clock::now();
-  for (int pos = prefill; pos + 1 < total; ++pos) {
-    const int next = sampler.sample(runner.forward(token, pos));
-    if (generated == 0) start = std::chrono::steady_clock::now();  // time the decode steps after the first
-    if (next == tokenizer->eos() || next == tokenizer->bos()) break;
-    std::fputs(tokenizer->decode(token, next).c_str(), stdout);
+  const Generation g = generate(runner, *tokenizer, prompt, o.steps, sampler, [&](int previous, int next) {
+    std::fputs(tokenizer->decode(previous, next).c_str(), stdout);
     std::fflush(stdout);
-    ++generated;
-    token = next;
-  }
-  const double seconds = seconds_since(start);
+  });
   std::printf("\n");
   std::fprintf(stderr,
-               "kvq: %zu prompt tokens (%.1f tokens/s), %d generated, %.1f tokens/s (%d threads); cache %s: %zu "
+               "kvq: %zu prompt tokens (%.1f tokens/s), %zu generated, %.1f tokens/s (%d threads); cache %s: %zu "
                "bytes\n",
-               prompt.size(), prefill > 0 ? prefill / prefill_seconds : 0.0, generated,
-               generated > 1 ? (generated - 1) / seconds : 0.0, runner.threads(), o.cache.label().c_str(),
-               runner.cache_bytes());
+               prompt.size(), g.prefill_tokens_per_second(), g.tokens.size(), g.decode_tokens_per_second(),
+               runner.threads(), o.cache.label().c_str(), runner.cache_bytes());
 }
 
 }  // namespace
