@@ -119,10 +119,10 @@ class RandomModel {
 void expect_matches_reference(const LlamaModel& m, const std::vector<int>& ids) {
   const auto ref = test::reference_logits(m, ids);
   const int n = static_cast<int>(ids.size());
-  KvCacheSpec f32_cache;
+  KVCacheSpec f32_cache;
   f32_cache.key_codec = f32_cache.value_codec = "f32";
   f32_cache.block_tokens = 64;
-  for (const KvCacheSpec& spec : {KvCacheSpec{}, f32_cache}) {
+  for (const KVCacheSpec& spec : {KVCacheSpec{}, f32_cache}) {
     SCOPED_TRACE(spec.label());
     LlamaRunner step(m, n, 2, spec);
     for (int t = 0; t < n; ++t) ASSERT_LT(relative_error(step.forward(ids[t], t), ref[t]), 1e-4) << "position " << t;

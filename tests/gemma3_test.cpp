@@ -109,7 +109,7 @@ TEST_F(Gemma3, LogitsMatchTheNumpyReference) {
   LlamaRunner fp32(m, 8, 2);
   test::expect_reference_logits(fp32, kIds, kProbeIds, kReference);
   // The same through a KVCache (f32 pages), as every compressed cache runs.
-  KvCacheSpec spec;
+  KVCacheSpec spec;
   spec.key_codec = spec.value_codec = "f32";
   LlamaRunner cached(m, 8, 2, spec);
   test::expect_reference_logits(cached, kIds, kProbeIds, kReference);

@@ -236,7 +236,7 @@ TEST(HostileGguf, AHugeBlockCountIsRefusedBeforeTheLayersAreAllocated) {
 
 // A forward pass over weights that hold NaN stops at the stage that produced it, named.
 void expect_forward_error(const LlamaModel& model, const std::string& stage) {
-  LlamaRunner runner(model, 16, 1, KvCacheSpec{"int4", "int4"});
+  LlamaRunner runner(model, 16, 1, KVCacheSpec{"int4", "int4"});
   expect_error([&] { runner.forward(3, 0); }, stage);
 }
 
@@ -262,7 +262,7 @@ TEST(HostileLlama2c, NaNWeightsStopTheForwardPass) {
   const size_t floats = 16 * 32 + 32 + 3 * 32 * 32 + 32 * 32 + 32 + 3 * 32 * 64 + 32 + 8 * 16;
   test::TempFile file("hostile_nan.bin");
   const LlamaModel model = LlamaModel::load(file.write(llama2c_file(header, floats, NAN)));
-  LlamaRunner runner(model, 8, 1, KvCacheSpec{});
+  LlamaRunner runner(model, 8, 1, KVCacheSpec{});
   expect_error([&] { runner.forward(1, 0); }, "the token embedding of token 1");
 }
 
@@ -277,7 +277,7 @@ TEST(HostileRunner, NegativeThreadsAreAnError) {
   const size_t floats = 16 * 32 + 32 + 3 * 32 * 32 + 32 * 32 + 32 + 3 * 32 * 64 + 32 + 8 * 16;
   test::TempFile file("hostile_threads.bin");
   const LlamaModel model = LlamaModel::load(file.write(llama2c_file(header, floats, 0.01f)));
-  expect_error([&] { LlamaRunner runner(model, 8, -1, KvCacheSpec{}); }, "threads = -1");
+  expect_error([&] { LlamaRunner runner(model, 8, -1, KVCacheSpec{}); }, "threads = -1");
 }
 
 }  // namespace

@@ -57,7 +57,7 @@ std::vector<float> run_tokens(LlamaRunner& runner, const std::vector<int>& ids) 
 }
 
 // `tolerance`: of the logits' range; the chunked projections sum in another order than the token-by-token ones.
-void expect_chunks_match_tokens(const LlamaModel& model, const std::vector<int>& ids, const KvCacheSpec& cache,
+void expect_chunks_match_tokens(const LlamaModel& model, const std::vector<int>& ids, const KVCacheSpec& cache,
                                 double tolerance = 1e-4) {
   LlamaRunner runner(model, static_cast<int>(ids.size()), 2, cache);
   const std::vector<float> one_by_one = run_tokens(runner, ids);
@@ -73,7 +73,7 @@ void expect_chunks_match_tokens(const LlamaModel& model, const std::vector<int>&
 // differ in the last bits, enough to round a code the other way now and then, so chunk sizes are compared with
 // each other instead: every chunked row is computed the same way, and every position must see the cache as
 // decoding would (its own unfinished block in fp32) whatever chunk it falls in.
-void expect_chunk_sizes_agree(const LlamaModel& model, const std::vector<int>& ids, const KvCacheSpec& cache) {
+void expect_chunk_sizes_agree(const LlamaModel& model, const std::vector<int>& ids, const KVCacheSpec& cache) {
   LlamaRunner runner(model, static_cast<int>(ids.size()), 2, cache);
   const std::vector<float> whole = run(runner, ids, static_cast<int>(ids.size()));
   for (int chunk : {5, 7, 64}) {
@@ -173,17 +173,17 @@ TEST(ModelCache, BytesAndCodecsOfTheCache) {
   EXPECT_EQ(runner.cache()->memory().pages_in_use, 0u);
 }
 
-// KvCacheSpec::layers: the listed layers use the codecs, the others f16.
+// KVCacheSpec::layers: the listed layers use the codecs, the others f16.
 TEST(ModelCache, CodecsOnSomeLayers) {
   KVQ_FRESH_SEED();
   const SyntheticLlama m(seed);
   Rng rng(seed + 1);
   const std::vector<int> ids = test::random_tokens(rng, 130);
-  const auto logits = [&](const KvCacheSpec& spec) {
+  const auto logits = [&](const KVCacheSpec& spec) {
     LlamaRunner runner(m.model(), 130, 2, spec);
     return run(runner, ids, 64);
   };
-  KvCacheSpec all{"kivi:2", "kivi:2"}, both = all, first = all, none{"f16", "f16"};
+  KVCacheSpec all{"kivi:2", "kivi:2"}, both = all, first = all, none{"f16", "f16"};
   both.layers = {0, 1};
   first.layers = {0};
   EXPECT_EQ(logits(both), logits(all));
@@ -191,14 +191,14 @@ TEST(ModelCache, CodecsOnSomeLayers) {
   EXPECT_NE(mixed, logits(all));
   EXPECT_NE(mixed, logits(none));
   EXPECT_EQ(first.label(), "kivi:2/kivi:2@layers 0");
-  KvCacheSpec outside = all;
+  KVCacheSpec outside = all;
   outside.layers = {2};
   EXPECT_THROW(LlamaRunner(m.model(), 16, 1, outside), Error);
 }
 
 TEST(ModelCache, BadSpecsAreNamed) {
   const SyntheticLlama m(1);
-  const auto message = [&](const KvCacheSpec& spec) {
+  const auto message = [&](const KVCacheSpec& spec) {
     try {
       LlamaRunner runner(m.model(), 64, 1, spec);
     } catch (const Error& e) {
@@ -258,7 +258,7 @@ TEST(ModelCache, CalibrationSetsChannelScales) {
   const std::vector<int> ids = test::random_tokens(rng, 70);
   LlamaRunner plain(m.model(), 70, 2, {"int4", "f16"}), calibrated(m.model(), 70, 2, {"int4", "f16"});
   EXPECT_FALSE(calibrated.needs_calibration());
-  const KvSample sample = calibrated.capture_kv(test::random_tokens(rng, 40));
+  const KVSample sample = calibrated.capture_kv(test::random_tokens(rng, 40));
   EXPECT_EQ(calibrated.position(), 0);
   ASSERT_EQ(sample.keys.size(), static_cast<size_t>(SyntheticLlama::kLayers));
   EXPECT_EQ(sample.keys[1].size(), 40u * SyntheticLlama::kKvHeads * SyntheticLlama::kHeadDim);
@@ -267,7 +267,7 @@ TEST(ModelCache, CalibrationSetsChannelScales) {
   EXPECT_TRUE(calibrated.cache()->value_codec(0).state().empty());
   EXPECT_TRUE(plain.cache()->key_codec(0).state().empty());
   EXPECT_NE(run(calibrated, ids, 64), run(plain, ids, 64));
-  KvSample wrong = sample;
+  KVSample wrong = sample;
   wrong.keys.pop_back();
   EXPECT_THROW(calibrated.train_cache(wrong), Error);
 }

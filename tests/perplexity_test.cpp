@@ -37,7 +37,7 @@ TEST(PerplexityCache, F32CacheEqualsExactAttention) {
   for (int chunk : {1, 64}) {
     PerplexityOptions o;
     o.window = 150, o.chunk = chunk, o.threads = 2;
-    o.caches = {KvCacheSpec{}, KvCacheSpec{"f32", "f32"}};
+    o.caches = {KVCacheSpec{}, KVCacheSpec{"f32", "f32"}};
     const PerplexityResult r = measure_perplexity(m.model(), tok, tokens, o);
     EXPECT_EQ(r.tokens, 300u);  // BOS first: every token scored
     ASSERT_EQ(r.caches.size(), 2u);
@@ -58,7 +58,7 @@ TEST(PerplexityCache, CompressedCachesAgainstF16) {
   const std::vector<int> tokens = test::random_tokens(rng, 200);
   PerplexityOptions o;
   o.window = 200, o.threads = 2;
-  o.reference = KvCacheSpec{"f16", "f16"};
+  o.reference = KVCacheSpec{"f16", "f16"};
   o.caches = {{"f16", "f16"}, {"int8", "int8"}, {"int4", "turbo_mse:3"}, {"turbo_prod:3", "kivi:2"}};
   const PerplexityResult r = measure_perplexity(m.model(), tok, tokens, o);
   ASSERT_TRUE(r.reference.has_value());
@@ -112,7 +112,7 @@ TEST(PerplexityCache, CalibratedInt4) {
   const std::vector<int> tokens = test::random_tokens(rng, 128);
   PerplexityOptions o;
   o.window = 128, o.threads = 2;
-  o.reference = KvCacheSpec{"f16", "f16"};
+  o.reference = KVCacheSpec{"f16", "f16"};
   o.caches = {{"int4", "int4"}};
   const PerplexityResult plain = measure_perplexity(m.model(), tok, tokens, o);
   o.calibration = test::random_tokens(rng, 256);
@@ -130,7 +130,7 @@ TEST(PerplexitySmolLM2, Int8ChangesPerplexityLittle) {
   const std::vector<int> tokens = tokenize_prefix(*tok, tinystories(), 128);
   PerplexityOptions o;
   o.window = 128, o.threads = 2;
-  o.reference = KvCacheSpec{"f16", "f16"};
+  o.reference = KVCacheSpec{"f16", "f16"};
   o.caches = {{"int8", "int8"}};
   const PerplexityResult r = measure_perplexity(m, *tok, tokens, o);
   EXPECT_EQ(r.tokens, 127u);  // no BOS: the first token is context only

@@ -139,7 +139,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const LlamaModel& model, const std::fi
 /// The key/value cache of a runner. Both codec specs empty: the fp32 store with exact attention (no KVCache, the
 /// reference); otherwise a kvq::KVCache holding one sequence, with these codecs (codec.hpp specs, e.g. "int4",
 /// "turbo_prod:3") for keys and values, T tokens per page and R newest tokens in fp32.
-struct KvCacheSpec {
+struct KVCacheSpec {
   std::string key_codec;
   std::string value_codec;
   int block_tokens = 64;    ///< T
@@ -156,12 +156,12 @@ struct KvCacheSpec {
 };
 
 /// Keys and values captured from a model: [layer][token][kv head][head_dim] per layer.
-struct KvSample {
+struct KVSample {
   std::vector<std::vector<float>> keys, values;
   size_t tokens = 0;
 };
 
-class KvStore;
+class KVStore;
 class KVCache;
 class ThreadPool;
 
@@ -170,7 +170,7 @@ class ThreadPool;
 class LlamaRunner {
  public:
   /// context: positions this runner can hold (<= the model's max_seq_len); threads: 0 = all hardware threads.
-  LlamaRunner(const LlamaModel& model, int context, int threads = 0, const KvCacheSpec& cache = {});
+  LlamaRunner(const LlamaModel& model, int context, int threads = 0, const KVCacheSpec& cache = {});
   ~LlamaRunner();
   LlamaRunner(const LlamaRunner&) = delete;
   LlamaRunner& operator=(const LlamaRunner&) = delete;
@@ -191,7 +191,7 @@ class LlamaRunner {
   int threads() const;
 
   /// The cache's configuration.
-  const KvCacheSpec& cache_spec() const { return cache_spec_; }
+  const KVCacheSpec& cache_spec() const { return cache_spec_; }
   /// The compressed cache, or nullptr for the fp32 store.
   const KVCache* cache() const;
   /// Bytes the key/value cache holds now.
@@ -201,11 +201,11 @@ class LlamaRunner {
   /// The model's own keys and values (after RoPE) for `tokens`, run through an f16 cache in windows of context()
   /// positions (each from position 0) and chunks of `chunk`: [layer][token][kv head][head_dim]. Only at position
   /// 0; the runner stays there.
-  KvSample capture_kv(std::span<const int> tokens, int chunk = 64);
+  KVSample capture_kv(std::span<const int> tokens, int chunk = 64);
   /// Trains every layer's key and value codecs on the sample's vectors (every token and kv head of the layer).
   /// Codecs that need training (vecinfer) must get this before the first forward; others may use it (int8/int4
   /// set per-channel scales) or ignore it. Only at position 0.
-  void train_cache(const KvSample& sample);
+  void train_cache(const KVSample& sample);
   /// train_cache(capture_kv(tokens, chunk)).
   void calibrate(std::span<const int> tokens, int chunk = 64);
 
@@ -219,15 +219,15 @@ class LlamaRunner {
 
   const LlamaModel& model_;
   int context_;
-  KvCacheSpec cache_spec_;
+  KVCacheSpec cache_spec_;
   std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<KvStore> kv_;
+  std::unique_ptr<KVStore> kv_;
   std::vector<std::vector<float>> scratch_;  // [worker] dequantized weight tiles
   // Per RoPE base: [context][rope_dim / 2][2], cos and sin of pos * theta^(-2i / rope_dim); layer l uses table
   // rope_table_[l].
   std::vector<std::vector<float>> rope_cos_sin_;
   std::vector<int> rope_table_;
-  KvSample* capture_ = nullptr;  // where attention blocks copy their keys and values during capture_kv
+  KVSample* capture_ = nullptr;  // where attention blocks copy their keys and values during capture_kv
   // Activations of the current chunk, one row per position, sized for chunk_capacity_ positions.
   int chunk_capacity_ = 0;
   std::vector<float> x_;       // [n][dim] residual stream

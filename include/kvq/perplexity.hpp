@@ -18,10 +18,10 @@ struct PerplexityOptions {
   int chunk = 64;    ///< positions per forward call (1: token by token)
   int threads = 0;   ///< 0 = all cores
   /// Caches measured in lockstep: one runner each, the same windows and chunks. Default: the fp32 store.
-  std::vector<KvCacheSpec> caches{KvCacheSpec{}};
+  std::vector<KVCacheSpec> caches{KVCacheSpec{}};
   /// When set, a runner with this cache runs alongside, and every cache's KL divergence and top-1 agreement are
   /// measured against its next-token distributions.
-  std::optional<KvCacheSpec> reference;
+  std::optional<KVCacheSpec> reference;
   /// Tokens (not among the scored ones) whose keys and values, captured once through an f16 cache, train every
   /// compressed cache's codecs (LlamaRunner::train_cache). Required when a cache needs training (vecinfer);
   /// int8/int4 use it for their per-channel scales; empty: no training.
@@ -32,7 +32,7 @@ struct PerplexityOptions {
 
 /// One cache's figures over all windows.
 struct CacheQuality {
-  KvCacheSpec cache;
+  KVCacheSpec cache;
   double mean_nll = 0;    ///< mean negative log-likelihood (nats)
   double ppl = 0;         ///< exp(mean_nll)
   double kld = 0;         ///< mean over scored positions of KL(p_reference || p_cache), nats; 0 without reference

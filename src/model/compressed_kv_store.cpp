@@ -1,6 +1,6 @@
 // The runner's key/value cache as one sequence of a kvq::KVCache: appends go to the cache's pages and fp32 window,
 // attention reads exactly what a serving system would (encoded pages through the codecs' scorers, then the window).
-// With KvCacheSpec::layers, the other layers go to a second, f16 KVCache.
+// With KVCacheSpec::layers, the other layers go to a second, f16 KVCache.
 #include <algorithm>
 #include <memory>
 #include <span>
@@ -14,7 +14,7 @@
 namespace kvq {
 namespace {
 
-CacheConfig cache_config(const KvShape& shape, int capacity, const KvCacheSpec& spec) {
+CacheConfig cache_config(const KVShape& shape, int capacity, const KVCacheSpec& spec) {
   KVQ_CHECK(!spec.key_codec.empty() && !spec.value_codec.empty(), "a compressed key/value cache needs both a key "
             "and a value codec spec (got '", spec.key_codec, "' and '", spec.value_codec, "')");
   CacheConfig c;
@@ -40,9 +40,9 @@ struct CacheSequence {
   SeqId seq;
 };
 
-class CompressedKvStore final : public KvStore {
+class CompressedKVStore final : public KVStore {
  public:
-  CompressedKvStore(const KvShape& shape, int capacity, const KvCacheSpec& spec, ThreadPool* pool)
+  CompressedKVStore(const KVShape& shape, int capacity, const KVCacheSpec& spec, ThreadPool* pool)
       : shape_(shape), capacity_(capacity), pool_(pool) {
     const CacheConfig config = cache_config(shape, capacity, spec);
     caches_.push_back(std::make_unique<CacheSequence>(config));
@@ -137,7 +137,7 @@ class CompressedKvStore final : public KvStore {
   CacheSequence& at(int layer) { return *caches_[route_[static_cast<size_t>(layer)]]; }
   const CacheSequence& at(int layer) const { return *caches_[route_[static_cast<size_t>(layer)]]; }
 
-  KvShape shape_;
+  KVShape shape_;
   size_t capacity_;
   ThreadPool* pool_;
   std::vector<std::unique_ptr<CacheSequence>> caches_;  // the spec's codecs; with spec.layers also an f16 cache
@@ -146,10 +146,10 @@ class CompressedKvStore final : public KvStore {
 
 }  // namespace
 
-std::unique_ptr<KvStore> make_compressed_kv_store(const KvShape& shape, int capacity, const KvCacheSpec& spec,
+std::unique_ptr<KVStore> make_compressed_kv_store(const KVShape& shape, int capacity, const KVCacheSpec& spec,
                                                   ThreadPool* pool) {
   KVQ_CHECK(capacity > 0, "key/value cache capacity ", capacity);
-  return std::make_unique<CompressedKvStore>(shape, capacity, spec, pool);
+  return std::make_unique<CompressedKVStore>(shape, capacity, spec, pool);
 }
 
 }  // namespace kvq

@@ -9,9 +9,9 @@
 namespace kvq {
 namespace {
 
-class FloatKvStore final : public KvStore {
+class FloatKVStore final : public KVStore {
  public:
-  FloatKvStore(const KvShape& s, int capacity)
+  FloatKVStore(const KVShape& s, int capacity)
       : s_(s),
         capacity_(capacity),
         stride_(static_cast<size_t>(s.n_kv_heads) * s.head_dim),
@@ -80,7 +80,7 @@ class FloatKvStore final : public KvStore {
     return values_.data() + (static_cast<size_t>(layer) * capacity_ + pos) * stride_;
   }
 
-  KvShape s_;
+  KVShape s_;
   int capacity_;
   size_t stride_;            // floats per position: n_kv_heads * head_dim
   std::vector<float> keys_;  // [n_layers][capacity][n_kv_heads][head_dim]
@@ -91,9 +91,9 @@ class FloatKvStore final : public KvStore {
 
 }  // namespace
 
-std::unique_ptr<KvStore> make_float_kv_store(const KvShape& shape, int capacity) {
+std::unique_ptr<KVStore> make_float_kv_store(const KVShape& shape, int capacity) {
   KVQ_CHECK(capacity > 0, "key/value store capacity ", capacity);
-  return std::make_unique<FloatKvStore>(shape, capacity);
+  return std::make_unique<FloatKVStore>(shape, capacity);
 }
 
 }  // namespace kvq

@@ -15,20 +15,20 @@ namespace kvq {
 class KVCache;
 class ThreadPool;
 
-struct KvShape {
+struct KVShape {
   int n_layers, n_kv_heads, n_heads, head_dim;
   std::vector<int> windows;  ///< [n_layers]: positions each layer's queries see, their own included; 0: all
 };
 
-class KvStore {
+class KVStore {
  public:
-  virtual ~KvStore() = default;
+  virtual ~KVStore() = default;
   /// Appends the next n positions' keys and values for `layer`. k, v: [n][n_kv_heads][head_dim].
   virtual void append(int layer, const float* k, const float* v, int n) = 0;
   /// Causal attention of the n newest positions of `layer` (the ones appended last): query i, at position
   /// length - n + i, sees every stored position up to its own. q: [n][n_heads][head_dim] -> out: the same shape.
   /// Query head h reads key/value head h / (n_heads / n_kv_heads); scores are scaled by 1/sqrt(head_dim); a layer
-  /// with a window (KvShape::windows) shows the query at position p only positions p - window + 1 .. p.
+  /// with a window (KVShape::windows) shows the query at position p only positions p - window + 1 .. p.
   virtual void attend(int layer, const float* q, int n, float* out) = 0;
   /// Appends n positions and computes their attention as token-by-token decoding would: position i sees the
   /// store as it is right after position i is appended (for a KVCache, blocks completed by later positions of the
@@ -54,11 +54,11 @@ class KvStore {
 
 /// Keys and values kept in fp32: [layer][position][kv_head][head_dim], for up to `capacity` positions; exact
 /// softmax attention in plain loops.
-std::unique_ptr<KvStore> make_float_kv_store(const KvShape& shape, int capacity);
+std::unique_ptr<KVStore> make_float_kv_store(const KVShape& shape, int capacity);
 
 /// One sequence in a kvq::KVCache configured by `spec` (codecs, T, R, seed), with pages for `capacity` positions;
 /// attention through decode_attention (one position) or prefill_attention (a chunk) on `pool` (may be null).
-std::unique_ptr<KvStore> make_compressed_kv_store(const KvShape& shape, int capacity, const KvCacheSpec& spec,
+std::unique_ptr<KVStore> make_compressed_kv_store(const KVShape& shape, int capacity, const KVCacheSpec& spec,
                                                   ThreadPool* pool);
 
 }  // namespace kvq

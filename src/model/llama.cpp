@@ -75,13 +75,13 @@ void rmsnorm_rows(float* x, const float* weight, int rows, int width, float eps)
 
 int default_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
-KvShape kv_shape(const LlamaConfig& c) {
-  KvShape s{c.n_layers, c.n_kv_heads, c.n_heads, c.head_dim(), {}};
+KVShape kv_shape(const LlamaConfig& c) {
+  KVShape s{c.n_layers, c.n_kv_heads, c.n_heads, c.head_dim(), {}};
   for (int l = 0; l < c.n_layers; ++l) s.windows.push_back(c.window(l));
   return s;
 }
 
-std::unique_ptr<KvStore> make_kv_store(const LlamaConfig& c, int context, const KvCacheSpec& spec,
+std::unique_ptr<KVStore> make_kv_store(const LlamaConfig& c, int context, const KVCacheSpec& spec,
                                        ThreadPool* pool) {
   if (!spec.compressed()) return make_float_kv_store(kv_shape(c), context);
   return make_compressed_kv_store(kv_shape(c), context, spec, pool);
@@ -89,7 +89,7 @@ std::unique_ptr<KvStore> make_kv_store(const LlamaConfig& c, int context, const 
 
 }  // namespace
 
-std::string KvCacheSpec::label() const {
+std::string KVCacheSpec::label() const {
   if (!compressed()) return "fp32 (no cache)";
   std::string s = key_codec + "/" + value_codec;
   for (size_t i = 0; i < layers.size(); ++i) s += (i == 0 ? "@layers " : ",") + std::to_string(layers[i]);
@@ -97,7 +97,7 @@ std::string KvCacheSpec::label() const {
   return s;
 }
 
-LlamaRunner::LlamaRunner(const LlamaModel& model, int context, int threads, const KvCacheSpec& cache)
+LlamaRunner::LlamaRunner(const LlamaModel& model, int context, int threads, const KVCacheSpec& cache)
     : model_(model),
       context_(context),
       cache_spec_(cache),
@@ -278,17 +278,17 @@ std::span<const float> LlamaRunner::forward_chunk(std::span<const int> tokens, i
   return {logits_.data(), static_cast<size_t>(rows) * c.vocab_size};
 }
 
-KvSample LlamaRunner::capture_kv(std::span<const int> tokens, int chunk) {
+KVSample LlamaRunner::capture_kv(std::span<const int> tokens, int chunk) {
   const LlamaConfig& c = model_.config();
   KVQ_CHECK(position() == 0, "capture keys and values before running any position (", position(), " run)");
   KVQ_CHECK(!tokens.empty(), "calibration needs at least one token");
   KVQ_CHECK(chunk > 0, "calibration chunk ", chunk);
-  KvSample sample;
+  KVSample sample;
   sample.keys.resize(static_cast<size_t>(c.n_layers));
   sample.values.resize(static_cast<size_t>(c.n_layers));
   sample.tokens = tokens.size();
   // The runner's own cache waits aside while an f16 cache runs the tokens.
-  std::unique_ptr<KvStore> own = std::move(kv_);
+  std::unique_ptr<KVStore> own = std::move(kv_);
   kv_ = make_compressed_kv_store(kv_shape(c), context_, {"f16", "f16"}, pool_.get());
   capture_ = &sample;
   try {
@@ -310,7 +310,7 @@ KvSample LlamaRunner::capture_kv(std::span<const int> tokens, int chunk) {
   return sample;
 }
 
-void LlamaRunner::train_cache(const KvSample& sample) {
+void LlamaRunner::train_cache(const KVSample& sample) {
   const LlamaConfig& c = model_.config();
   KVQ_CHECK(position() == 0, "train the key/value cache before running any position (", position(), " run)");
   KVQ_CHECK(sample.keys.size() == static_cast<size_t>(c.n_layers) && sample.values.size() == sample.keys.size(),

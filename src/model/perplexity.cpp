@@ -67,13 +67,13 @@ PerplexityResult measure_perplexity(const LlamaModel& model, const Tokenizer& to
   // The reference (if any) first, then the caches under test.
   std::vector<Measured> runs;
   if (options.reference) runs.push_back({{*options.reference}, nullptr, {}});
-  for (const KvCacheSpec& spec : options.caches) runs.push_back({{spec}, nullptr, {}});
+  for (const KVCacheSpec& spec : options.caches) runs.push_back({{spec}, nullptr, {}});
   for (Measured& m : runs) m.runner = std::make_unique<LlamaRunner>(model, options.window + bos, options.threads,
                                                                    m.q.cache);
   // One f16 pass captures the calibration keys and values; every compressed cache trains on them.
   if (!options.calibration.empty()) {
     const auto start = std::chrono::steady_clock::now();
-    const KvSample sample = runs.front().runner->capture_kv(options.calibration, options.chunk);
+    const KVSample sample = runs.front().runner->capture_kv(options.calibration, options.chunk);
     for (Measured& m : runs)
       if (m.runner->cache()) m.runner->train_cache(sample);
     runs.front().q.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

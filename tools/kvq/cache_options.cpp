@@ -12,7 +12,7 @@ const char* const kKeyHelp =
     "with exact attention)";
 const char* const kValueHelp = "value codec spec, e.g. f16, int4, kivi:2, turbo_mse:3";
 
-void add_layout_options(CLI::App& cmd, KvCacheSpec& spec) {
+void add_layout_options(CLI::App& cmd, KVCacheSpec& spec) {
   cmd.add_option("--residual", spec.residual_tokens, "newest tokens kept in fp32 (a multiple of the block size)")
       ->check(CLI::Range(0, 65536))->capture_default_str();
   cmd.add_option("--block-tokens", spec.block_tokens, "tokens per cache page: 64 or 128")
@@ -29,7 +29,7 @@ void add_layout_options(CLI::App& cmd, KvCacheSpec& spec) {
 
 }  // namespace
 
-void add_cache_options(CLI::App& cmd, KvCacheSpec& spec) {
+void add_cache_options(CLI::App& cmd, KVCacheSpec& spec) {
   cmd.add_option("--k", spec.key_codec, kKeyHelp);
   cmd.add_option("--v", spec.value_codec, kValueHelp);
   add_layout_options(cmd, spec);
@@ -41,13 +41,13 @@ void add_cache_list_options(CLI::App& cmd, CacheListOptions& o) {
   add_layout_options(cmd, o.common);
 }
 
-std::vector<KvCacheSpec> CacheListOptions::specs() const {
+std::vector<KVCacheSpec> CacheListOptions::specs() const {
   KVQ_CHECK(keys.size() == values.size(), "give as many --v as --k (", keys.size(), " --k, ", values.size(),
             " --v): the i-th key codec goes with the i-th value codec");
-  if (keys.empty()) return {KvCacheSpec{}};
-  std::vector<KvCacheSpec> out;
+  if (keys.empty()) return {KVCacheSpec{}};
+  std::vector<KVCacheSpec> out;
   for (size_t i = 0; i < keys.size(); ++i) {
-    KvCacheSpec spec = common;
+    KVCacheSpec spec = common;
     spec.key_codec = keys[i];
     spec.value_codec = values[i];
     out.push_back(spec);
@@ -60,12 +60,12 @@ std::string read_text_file(const std::string& path) {
   return {reinterpret_cast<const char*>(file.bytes().data()), file.bytes().size()};
 }
 
-KvCacheSpec f16_cache_like(const KvCacheSpec& like) {
-  KvCacheSpec f16 = like;
+KVCacheSpec f16_cache_like(const KVCacheSpec& like) {
+  KVCacheSpec f16 = like;
   f16.key_codec = f16.value_codec = "f16";
   return f16;
 }
 
-bool is_f16_cache(const KvCacheSpec& spec) { return spec.key_codec == "f16" && spec.value_codec == "f16"; }
+bool is_f16_cache(const KVCacheSpec& spec) { return spec.key_codec == "f16" && spec.value_codec == "f16"; }
 
 }  // namespace kvq::cli

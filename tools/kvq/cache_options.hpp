@@ -10,23 +10,23 @@
 namespace kvq::cli {
 
 /// --k, --v, --residual, --block-tokens, --cache-seed: a compressed KVCache; none given: the fp32 store.
-void add_cache_options(CLI::App& cmd, KvCacheSpec& spec);
+void add_cache_options(CLI::App& cmd, KVCacheSpec& spec);
 
 /// The same with --k and --v repeatable: the i-th --k goes with the i-th --v.
 struct CacheListOptions {
   std::vector<std::string> keys, values;
-  KvCacheSpec common;  // T, R, seed
+  KVCacheSpec common;  // T, R, seed
   /// One spec per --k/--v pair; {fp32 store} when none is given; kvq::Error when the counts differ.
-  std::vector<KvCacheSpec> specs() const;
+  std::vector<KVCacheSpec> specs() const;
 };
 void add_cache_list_options(CLI::App& cmd, CacheListOptions& o);
 
 std::string read_text_file(const std::string& path);
 
 /// The f16/f16 cache that compressed caches are compared with, with the block size and window of `like`.
-KvCacheSpec f16_cache_like(const KvCacheSpec& like);
+KVCacheSpec f16_cache_like(const KVCacheSpec& like);
 
 /// Whether `spec` is the f16/f16 cache.
-bool is_f16_cache(const KvCacheSpec& spec);
+bool is_f16_cache(const KVCacheSpec& spec);
 
 }  // namespace kvq::cli

@@ -103,7 +103,7 @@ std::string codec_refusal(const LlamaConfig& c) {
 
 // Greedy decode of `steps` tokens after `prompt` with one cache; returns the whole text and the decode tokens/s.
 std::pair<std::string, double> greedy_text(const LlamaModel& model, const Tokenizer& tok, const std::vector<int>& prompt,
-                                           int steps, int threads, const KvCacheSpec& cache) {
+                                           int steps, int threads, const KVCacheSpec& cache) {
   LlamaRunner runner(model, static_cast<int>(prompt.size()) + steps, threads, cache);
   Sampler greedy(0.0f, 0);
   const Generation g = generate(runner, tok, prompt, steps, greedy);
@@ -131,7 +131,7 @@ void run_demo(DemoOptions o) {
   const int ctx = std::min(o.ctx, c.max_seq_len - 1);
 
   const std::string refusal = codec_refusal(c);
-  const KvCacheSpec f16 = refusal.empty() ? KvCacheSpec{"f16", "f16"} : KvCacheSpec{};
+  const KVCacheSpec f16 = refusal.empty() ? KVCacheSpec{"f16", "f16"} : KVCacheSpec{};
   const auto [continuation, f16_rate] = greedy_text(model, *tok, prompt, o.steps, o.threads, f16);
   if (!o.json)
     std::printf("kvq demo: %s (%d layers, %d kv heads of dimension %d)\n\n%s\n\n", o.model.c_str(), c.n_layers,
@@ -163,7 +163,7 @@ void run_demo(DemoOptions o) {
   const PerplexityResult r = measure_perplexity(model, *tok, tokens, options);
 
   std::vector<double> rates = {f16_rate};
-  for (const KvCacheSpec& spec : options.caches)
+  for (const KVCacheSpec& spec : options.caches)
     rates.push_back(greedy_text(model, *tok, prompt, o.steps, o.threads, spec).second);
 
   std::vector<CacheQuality> rows = {*r.reference};

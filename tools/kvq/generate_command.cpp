@@ -19,7 +19,7 @@ struct GenerateOptions {
   float temperature = 0.0f;
   uint64_t seed = 1;
   int threads = 0;
-  KvCacheSpec cache;
+  KVCacheSpec cache;
   std::string calib_text;
   size_t calib_tokens = 2048;
 };

@@ -91,15 +91,15 @@ void run_ppl(const PplOptions& o) {
   options.threads = o.threads;
   options.caches = o.caches.specs();
   if (o.sweep_layers) {  // each cache once per layer, compressing that layer only
-    std::vector<KvCacheSpec> per_layer;
-    for (const KvCacheSpec& spec : options.caches)
+    std::vector<KVCacheSpec> per_layer;
+    for (const KVCacheSpec& spec : options.caches)
       for (int l = 0; l < model.config().n_layers; ++l) {
         per_layer.push_back(spec);
         per_layer.back().layers = {l};
       }
     options.caches = per_layer;
   }
-  for (const KvCacheSpec& spec : options.caches)
+  for (const KVCacheSpec& spec : options.caches)
     if (spec.compressed() && !is_f16_cache(spec)) options.reference = f16_cache_like(o.caches.common);
   // Calibration comes from the text's tail, after every evaluated token.
   if (o.calib_tokens > 0) options.calibration = tokenize_tail(*tokenizer, text, o.calib_tokens, evaluated_bytes);
