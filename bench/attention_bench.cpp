@@ -9,7 +9,7 @@
 
 #include "kvq/attention.hpp"
 #include "kvq/cache.hpp"
-#include "kvq/synthetic.hpp"
+#include "kvq/detail/synthetic.hpp"
 
 namespace kvq {
 namespace {

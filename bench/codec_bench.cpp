@@ -2,7 +2,7 @@
 #include <benchmark/benchmark.h>
 
 #include "kvq/codec.hpp"
-#include "kvq/synthetic.hpp"
+#include "kvq/detail/synthetic.hpp"
 
 namespace kvq {
 namespace {

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "kvq/detail/synthetic.hpp"
 #include "kvq/rotation.hpp"
-#include "kvq/synthetic.hpp"
 
 namespace kvq {
 namespace {

@@ -3,7 +3,7 @@
 #include <benchmark/benchmark.h>
 
 #include "codec/nearest_centroid.hpp"
-#include "kvq/synthetic.hpp"
+#include "kvq/detail/synthetic.hpp"
 
 namespace kvq {
 namespace {

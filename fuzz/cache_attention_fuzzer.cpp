@@ -27,8 +27,8 @@
 #include "fuzz_check.hpp"
 #include "kvq/attention.hpp"
 #include "kvq/cache.hpp"
+#include "kvq/detail/synthetic.hpp"
 #include "kvq/error.hpp"
-#include "kvq/synthetic.hpp"
 
 namespace {
 

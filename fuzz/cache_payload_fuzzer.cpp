@@ -6,9 +6,9 @@
 #include <cstring>
 #include <vector>
 
+#include "core/crc32c.hpp"
 #include "input_file.hpp"
 #include "kvq/cache.hpp"
-#include "kvq/crc32c.hpp"
 #include "kvq/error.hpp"
 #include "loaded_cache_checks.hpp"
 

@@ -12,8 +12,8 @@
 #include "byte_reader.hpp"
 #include "fuzz_check.hpp"
 #include "kvq/codec.hpp"
+#include "kvq/detail/synthetic.hpp"
 #include "kvq/error.hpp"
-#include "kvq/synthetic.hpp"
 
 namespace {
 

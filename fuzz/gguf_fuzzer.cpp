@@ -5,9 +5,9 @@
 
 #include "fuzz_check.hpp"
 #include "input_file.hpp"
+#include "kvq/detail/ggml_quants.hpp"
+#include "kvq/detail/gguf.hpp"
 #include "kvq/error.hpp"
-#include "kvq/ggml_quants.hpp"
-#include "kvq/gguf.hpp"
 
 namespace {
 

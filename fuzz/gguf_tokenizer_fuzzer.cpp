@@ -4,8 +4,8 @@
 #include <cstdint>
 
 #include "input_file.hpp"
+#include "kvq/detail/gguf.hpp"
 #include "kvq/error.hpp"
-#include "kvq/gguf.hpp"
 #include "kvq/tokenizer.hpp"
 #include "tokenizer_checks.hpp"
 

@@ -17,14 +17,14 @@
 #include <string_view>
 #include <vector>
 
+#include "core/half.hpp"
 #include "gguf_writer.hpp"
 #include "kvq/cache.hpp"
 #include "kvq/codec.hpp"
-#include "kvq/ggml_quants.hpp"
-#include "kvq/gguf.hpp"
-#include "kvq/half.hpp"
-#include "kvq/random.hpp"
-#include "kvq/synthetic.hpp"
+#include "kvq/detail/ggml_quants.hpp"
+#include "kvq/detail/gguf.hpp"
+#include "kvq/detail/random.hpp"
+#include "kvq/detail/synthetic.hpp"
 #include "small_gguf_tokenizers.hpp"
 
 namespace {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "gguf_writer.hpp"
-#include "kvq/gguf.hpp"
+#include "kvq/detail/gguf.hpp"
 
 namespace kvq::fuzz {
 

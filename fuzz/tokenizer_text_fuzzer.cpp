@@ -16,7 +16,7 @@
 #include "byte_reader.hpp"
 #include "fuzz_check.hpp"
 #include "input_file.hpp"
-#include "kvq/gguf.hpp"
+#include "kvq/detail/gguf.hpp"
 #include "kvq/tokenizer.hpp"
 #include "small_gguf_tokenizers.hpp"
 #include "tokenizer_checks.hpp"

@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "core/half.hpp"
 #include "gguf_writer.hpp"
+#include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
-#include "kvq/half.hpp"
 #include "kvq/model.hpp"
-#include "kvq/random.hpp"
-#include "reference_logits.hpp"
 #include "llama_reference.hpp"
+#include "reference_logits.hpp"
 #include "temp_file.hpp"
 #include "test_seed.hpp"
 

@@ -1,7 +1,7 @@
 // measure_attention_error: exact caches give fp32 rounding, fewer bits give more error, bad options are refused.
 #include <gtest/gtest.h>
 
-#include "kvq/attention_error.hpp"
+#include "kvq/detail/attention_error.hpp"
 #include "kvq/error.hpp"
 #include "test_seed.hpp"
 

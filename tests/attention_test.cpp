@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "attention_test_util.hpp"
+#include "kvq/detail/synthetic.hpp"
 #include "kvq/error.hpp"
-#include "kvq/synthetic.hpp"
 #include "kvq/thread_pool.hpp"
 #include "test_seed.hpp"
 

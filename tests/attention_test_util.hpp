@@ -11,7 +11,7 @@
 
 #include "cache_test_util.hpp"
 #include "kvq/attention.hpp"
-#include "kvq/synthetic.hpp"
+#include "kvq/detail/synthetic.hpp"
 #include "kvq/thread_pool.hpp"
 
 namespace kvq::test {

@@ -1,11 +1,11 @@
-#include "kvq/bitpack.hpp"
+#include "core/bitpack.hpp"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
+#include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
-#include "kvq/random.hpp"
 #include "test_seed.hpp"
 
 namespace kvq {

@@ -18,8 +18,8 @@
 #include "cache_test_util.hpp"
 #include "expect_error.hpp"
 #include "kvq/attention.hpp"
+#include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
-#include "kvq/random.hpp"
 #include "test_seed.hpp"
 
 namespace kvq {

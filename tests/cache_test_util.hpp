@@ -7,7 +7,7 @@
 
 #include "kvq/cache.hpp"
 #include "kvq/codec.hpp"
-#include "kvq/synthetic.hpp"
+#include "kvq/detail/synthetic.hpp"
 
 namespace kvq::test {
 

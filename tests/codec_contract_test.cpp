@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "kvq/codec.hpp"
+#include "kvq/detail/random.hpp"
+#include "kvq/detail/synthetic.hpp"
 #include "kvq/error.hpp"
-#include "kvq/random.hpp"
-#include "kvq/synthetic.hpp"
 #include "test_seed.hpp"
 
 namespace kvq {

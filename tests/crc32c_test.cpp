@@ -1,5 +1,5 @@
 // CRC-32C against the published check value and the iSCSI test vectors (RFC 3720, appendix B.4).
-#include "kvq/crc32c.hpp"
+#include "core/crc32c.hpp"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <numeric>
 #include <vector>
 
-#include "kvq/random.hpp"
+#include "kvq/detail/random.hpp"
 #include "test_seed.hpp"
 
 namespace kvq {

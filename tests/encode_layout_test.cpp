@@ -1,5 +1,5 @@
 // The append kernels' index math (src/cuda/encode_layout.cuh, shared by host and device) against the block layouts
-// of include/kvq/block_layout.hpp and the bitpack.hpp streams, on the host: every token and channel of several
+// of src/codec/block_layout.hpp and the bitpack.hpp streams, on the host: every token and channel of several
 // shapes.
 #include <gtest/gtest.h>
 
@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "codec/block_layout.hpp"
+#include "core/bitpack.hpp"
 #include "cuda/encode_layout.cuh"
-#include "kvq/bitpack.hpp"
-#include "kvq/block_layout.hpp"
 
 namespace kvq::cuda::detail {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "kvq/gguf.hpp"
+#include "kvq/detail/gguf.hpp"
 #include "kvq/model.hpp"
 #include "kvq/tokenizer.hpp"
 #include "reference_logits.hpp"

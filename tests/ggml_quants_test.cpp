@@ -8,10 +8,10 @@
 #include <functional>
 #include <vector>
 
+#include "core/half.hpp"
+#include "kvq/detail/ggml_quants.hpp"
+#include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
-#include "kvq/ggml_quants.hpp"
-#include "kvq/half.hpp"
-#include "kvq/random.hpp"
 #include "test_seed.hpp"
 
 namespace kvq {

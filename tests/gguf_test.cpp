@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "gguf_writer.hpp"
+#include "kvq/detail/gguf.hpp"
 #include "kvq/error.hpp"
-#include "kvq/gguf.hpp"
 #include "temp_file.hpp"
 
 namespace kvq {

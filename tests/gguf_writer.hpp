@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kvq/gguf.hpp"
+#include "kvq/detail/gguf.hpp"
 
 namespace kvq::test {
 

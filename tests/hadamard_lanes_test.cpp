@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cuda/hadamard_lanes.cuh"
-#include "kvq/synthetic.hpp"
+#include "kvq/detail/synthetic.hpp"
 #include "rotation/rotations.hpp"
 #include "test_seed.hpp"
 

@@ -1,4 +1,4 @@
-#include "kvq/half.hpp"
+#include "core/half.hpp"
 
 #include <gtest/gtest.h>
 

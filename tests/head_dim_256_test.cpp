@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "kvq/codec.hpp"
-#include "kvq/synthetic.hpp"
+#include "kvq/detail/synthetic.hpp"
 #include "test_seed.hpp"
 
 namespace kvq {

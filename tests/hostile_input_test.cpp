@@ -13,16 +13,16 @@
 #include <string>
 #include <vector>
 
+#include "core/crc32c.hpp"
 #include "expect_error.hpp"
 #include "gguf_writer.hpp"
 #include "kvq/attention.hpp"
 #include "kvq/cache.hpp"
-#include "kvq/crc32c.hpp"
+#include "kvq/detail/gguf.hpp"
+#include "kvq/detail/mapped_file.hpp"
+#include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
-#include "kvq/gguf.hpp"
-#include "kvq/mapped_file.hpp"
 #include "kvq/model.hpp"
-#include "kvq/random.hpp"
 #include "synthetic_llama.hpp"
 #include "temp_file.hpp"
 #include "test_seed.hpp"

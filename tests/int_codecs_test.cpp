@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "kvq/block_layout.hpp"
+#include "codec/block_layout.hpp"
+#include "core/half.hpp"
 #include "kvq/codec.hpp"
+#include "kvq/detail/random.hpp"
+#include "kvq/detail/synthetic.hpp"
 #include "kvq/error.hpp"
-#include "kvq/half.hpp"
-#include "kvq/random.hpp"
-#include "kvq/synthetic.hpp"
 #include "test_seed.hpp"
 
 namespace kvq {

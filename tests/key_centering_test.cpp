@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "cache_test_util.hpp"
+#include "core/crc32c.hpp"
 #include "kvq/attention.hpp"
 #include "kvq/cache.hpp"
-#include "kvq/crc32c.hpp"
-#include "kvq/random.hpp"
+#include "kvq/detail/random.hpp"
 #include "test_seed.hpp"
 
 namespace kvq {

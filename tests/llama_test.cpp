@@ -9,15 +9,15 @@
 #include <sstream>
 #include <vector>
 
+#include "core/half.hpp"
 #include "gguf_writer.hpp"
+#include "kvq/detail/perplexity.hpp"
+#include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
-#include "kvq/half.hpp"
 #include "kvq/model.hpp"
-#include "kvq/perplexity.hpp"
-#include "kvq/random.hpp"
 #include "llama_reference.hpp"
-#include "temp_file.hpp"
 #include "reference_logits.hpp"
+#include "temp_file.hpp"
 #include "test_data.hpp"
 #include "test_seed.hpp"
 

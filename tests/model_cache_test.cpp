@@ -8,9 +8,9 @@
 
 #include "kvq/cache.hpp"
 #include "kvq/codec.hpp"
+#include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
 #include "kvq/model.hpp"
-#include "kvq/random.hpp"
 #include "synthetic_llama.hpp"
 #include "test_data.hpp"
 #include "test_seed.hpp"

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "kvq/codec.hpp"
+#include "kvq/detail/perplexity.hpp"
+#include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
-#include "kvq/perplexity.hpp"
-#include "kvq/random.hpp"
 #include "synthetic_llama.hpp"
 #include "test_data.hpp"
 #include "test_seed.hpp"

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "kvq/detail/random.hpp"
+#include "kvq/detail/synthetic.hpp"
 #include "kvq/error.hpp"
-#include "kvq/random.hpp"
 #include "kvq/rotation.hpp"
-#include "kvq/synthetic.hpp"
 #include "rotation/fft.hpp"
 #include "test_seed.hpp"
 

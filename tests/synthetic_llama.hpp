@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "core/half.hpp"
 #include "gguf_writer.hpp"
-#include "kvq/ggml_quants.hpp"
-#include "kvq/half.hpp"
+#include "kvq/detail/ggml_quants.hpp"
+#include "kvq/detail/random.hpp"
 #include "kvq/model.hpp"
-#include "kvq/random.hpp"
 #include "kvq/tokenizer.hpp"
 #include "temp_file.hpp"
 

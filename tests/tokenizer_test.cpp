@@ -10,10 +10,10 @@
 #include <sstream>
 
 #include "gguf_writer.hpp"
+#include "kvq/detail/gguf.hpp"
+#include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
-#include "kvq/gguf.hpp"
 #include "kvq/model.hpp"
-#include "kvq/random.hpp"
 #include "kvq/tokenizer.hpp"
 #include "model/pretokenizer.hpp"
 #include "model/unicode.hpp"

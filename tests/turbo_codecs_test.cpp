@@ -12,15 +12,15 @@
 #include <tuple>
 #include <vector>
 
+#include "codec/block_layout.hpp"
 #include "codec/lloyd_max.hpp"
-#include "kvq/bitpack.hpp"
-#include "kvq/block_layout.hpp"
+#include "core/bitpack.hpp"
+#include "core/half.hpp"
 #include "kvq/codec.hpp"
-#include "kvq/distortion.hpp"
+#include "kvq/detail/distortion.hpp"
+#include "kvq/detail/random.hpp"
+#include "kvq/detail/synthetic.hpp"
 #include "kvq/error.hpp"
-#include "kvq/half.hpp"
-#include "kvq/random.hpp"
-#include "kvq/synthetic.hpp"
 #include "test_seed.hpp"
 
 namespace kvq {

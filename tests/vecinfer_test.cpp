@@ -8,14 +8,14 @@
 #include <limits>
 #include <vector>
 
+#include "codec/block_layout.hpp"
 #include "codec/kmeans.hpp"
 #include "codec/nearest_centroid.hpp"
 #include "codec/vecinfer.hpp"
-#include "kvq/bitpack.hpp"
-#include "kvq/block_layout.hpp"
+#include "core/bitpack.hpp"
+#include "kvq/detail/random.hpp"
+#include "kvq/detail/synthetic.hpp"
 #include "kvq/error.hpp"
-#include "kvq/random.hpp"
-#include "kvq/synthetic.hpp"
 #include "test_seed.hpp"
 
 namespace kvq {

@@ -27,9 +27,9 @@
 #include <utility>
 #include <vector>
 
-#include "kvq/ggml_quants.hpp"
-#include "kvq/gguf.hpp"
-#include "kvq/mapped_file.hpp"
+#include "kvq/detail/ggml_quants.hpp"
+#include "kvq/detail/gguf.hpp"
+#include "kvq/detail/mapped_file.hpp"
 #include "kvq/sampler.hpp"
 #include "kvq/tokenizer.hpp"
 

@@ -5,7 +5,7 @@
 #include <span>
 #include <vector>
 
-#include "kvq/random.hpp"
+#include "kvq/detail/random.hpp"
 
 namespace kvq {
 

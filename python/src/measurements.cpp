@@ -5,8 +5,8 @@
 #include <string>
 
 #include "bindings.hpp"
-#include "kvq/attention_error.hpp"
-#include "kvq/distortion.hpp"
+#include "kvq/detail/attention_error.hpp"
+#include "kvq/detail/distortion.hpp"
 
 namespace kvq::python {
 namespace {

@@ -1,6 +1,6 @@
 // kvq attention-error: a cache of the codec pair filled with key-like data, decode attention over it, and the
-// double-precision reference over the original data (kvq/attention_error.hpp).
-#include "kvq/attention_error.hpp"
+// double-precision reference over the original data (include/kvq/detail/attention_error.hpp).
+#include "kvq/detail/attention_error.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,9 +8,9 @@
 
 #include "kvq/attention.hpp"
 #include "kvq/cache.hpp"
+#include "kvq/detail/random.hpp"
+#include "kvq/detail/synthetic.hpp"
 #include "kvq/error.hpp"
-#include "kvq/random.hpp"
-#include "kvq/synthetic.hpp"
 
 namespace kvq {
 namespace {

@@ -10,7 +10,7 @@
 //   3. the values summed for all queries in one sweep, every value element decoded once.
 // While page j is read, page j + 1's blocks are prefetched into L2 at the same pace (T1 hint), one page ahead.
 //
-// The formats (kvq/block_layout.hpp):
+// The formats (src/codec/block_layout.hpp):
 //   f16 keys: token-major rows; each query's products with one token fill one vector, and W tokens' vectors are
 //     summed across lanes at once (transpose_sum).
 //   int keys: 64-byte tiles of 16 tokens x E = 32 / bits channels, one 32-bit lane per token: a lane-wise extract gives

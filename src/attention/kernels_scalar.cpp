@@ -1,13 +1,13 @@
 // The fused kernels in plain C++: the reference the SIMD kernels are tested against, and what runs under
-// KVQ_ISA=scalar. One query at a time, each token decoded from the layout (kvq/block_layout.hpp) per query.
+// KVQ_ISA=scalar. One query at a time, each token decoded from the layout (src/codec/block_layout.hpp) per query.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "attention/kernel_args.hpp"
-#include "kvq/block_layout.hpp"
-#include "kvq/half.hpp"
+#include "codec/block_layout.hpp"
+#include "core/half.hpp"
 
 namespace kvq::detail::scalar {
 namespace {

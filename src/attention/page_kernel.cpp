@@ -1,9 +1,9 @@
 #include "attention/page_kernel.hpp"
 
+#include "codec/block_layout.hpp"
 #include "codec/int_group.hpp"
 #include "codec/kivi.hpp"
 #include "codec/turbo_mse.hpp"
-#include "kvq/block_layout.hpp"
 
 namespace kvq::detail {
 namespace {

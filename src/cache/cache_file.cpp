@@ -24,9 +24,9 @@
 #include <string>
 
 #include "cache/key_offset.hpp"
+#include "core/crc32c.hpp"
 #include "kvq/cache.hpp"
 #include "kvq/codec.hpp"
-#include "kvq/crc32c.hpp"
 #include "kvq/error.hpp"
 
 namespace kvq {

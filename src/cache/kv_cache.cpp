@@ -14,8 +14,8 @@
 #include "cache/key_offset.hpp"
 #include "cache/residual_window.hpp"
 #include "kvq/cache.hpp"
+#include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
-#include "kvq/random.hpp"
 
 namespace kvq {
 namespace {

@@ -2,8 +2,8 @@
 #include <array>
 
 #include "codec/codec_factories.hpp"
+#include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
-#include "kvq/random.hpp"
 
 namespace kvq {
 namespace {

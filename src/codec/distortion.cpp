@@ -1,12 +1,12 @@
-#include "kvq/distortion.hpp"
+#include "kvq/detail/distortion.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "kvq/detail/random.hpp"
+#include "kvq/detail/synthetic.hpp"
 #include "kvq/error.hpp"
-#include "kvq/random.hpp"
-#include "kvq/synthetic.hpp"
 
 namespace kvq {
 namespace {

@@ -3,10 +3,10 @@
 // Inf in f16 (|x| >= 65520) or bf16 is rejected like a non-finite one: blocks hold finite values only.
 #include <cstring>
 
+#include "codec/block_layout.hpp"
 #include "codec/codec_factories.hpp"
-#include "kvq/block_layout.hpp"
+#include "core/half.hpp"
 #include "kvq/error.hpp"
-#include "kvq/half.hpp"
 
 namespace kvq {
 namespace {

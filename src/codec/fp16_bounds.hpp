@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "kvq/half.hpp"
+#include "core/half.hpp"
 
 namespace kvq {
 

@@ -22,11 +22,11 @@
 
 #include "codec/int_group.hpp"
 
+#include "codec/block_layout.hpp"
 #include "codec/codec_factories.hpp"
 #include "codec/fp16_bounds.hpp"
-#include "kvq/block_layout.hpp"
+#include "core/half.hpp"
 #include "kvq/error.hpp"
-#include "kvq/half.hpp"
 
 namespace kvq {
 namespace {

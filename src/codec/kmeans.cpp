@@ -6,8 +6,8 @@
 #include <thread>
 
 #include "codec/nearest_centroid.hpp"
+#include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
-#include "kvq/random.hpp"
 #include "kvq/thread_pool.hpp"
 
 namespace kvq {

@@ -6,13 +6,13 @@
 #include <cstring>
 #include <memory>
 
+#include "codec/block_layout.hpp"
 #include "codec/codec_factories.hpp"
 #include "codec/qjl_sketch.hpp"
 #include "codec/turbo_mse.hpp"
 #include "codec/turbo_parts.hpp"
-#include "kvq/block_layout.hpp"
+#include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
-#include "kvq/random.hpp"
 
 namespace kvq {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <numbers>
 
-#include "kvq/random.hpp"
+#include "kvq/detail/random.hpp"
 
 namespace kvq {
 namespace {

@@ -6,9 +6,9 @@
 
 #include "codec/turbo_mse.hpp"
 
+#include "codec/block_layout.hpp"
 #include "codec/codec_factories.hpp"
 #include "codec/turbo_parts.hpp"
-#include "kvq/block_layout.hpp"
 #include "kvq/error.hpp"
 
 namespace kvq {

@@ -4,7 +4,7 @@
 
 #include <optional>
 
-#include "kvq/block_layout.hpp"
+#include "codec/block_layout.hpp"
 #include "kvq/codec.hpp"
 
 namespace kvq {

@@ -10,10 +10,10 @@
 #include <string_view>
 #include <vector>
 
+#include "codec/block_layout.hpp"
 #include "codec/lloyd_max.hpp"
-#include "kvq/block_layout.hpp"
+#include "core/half.hpp"
 #include "kvq/codec.hpp"
-#include "kvq/half.hpp"
 #include "kvq/rotation.hpp"
 
 namespace kvq {

@@ -7,11 +7,11 @@
 #include <array>
 #include <memory>
 
+#include "codec/block_layout.hpp"
 #include "codec/codec_factories.hpp"
 #include "codec/turbo_mse.hpp"
 #include "codec/turbo_parts.hpp"
-#include "kvq/bitpack.hpp"
-#include "kvq/block_layout.hpp"
+#include "core/bitpack.hpp"
 #include "kvq/error.hpp"
 
 namespace kvq {

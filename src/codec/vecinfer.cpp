@@ -4,13 +4,13 @@
 #include <cmath>
 #include <cstring>
 
+#include "codec/block_layout.hpp"
 #include "codec/codec_factories.hpp"
 #include "codec/kmeans.hpp"
-#include "kvq/bitpack.hpp"
-#include "kvq/block_layout.hpp"
+#include "core/bitpack.hpp"
+#include "core/half.hpp"
+#include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
-#include "kvq/half.hpp"
-#include "kvq/random.hpp"
 
 namespace kvq {
 namespace {

@@ -1,4 +1,4 @@
-#include "kvq/bitpack.hpp"
+#include "core/bitpack.hpp"
 
 #include <cstring>
 

@@ -1,6 +1,6 @@
 // Byte-at-a-time table CRC-32C. Saving and loading a cache checksums every byte once, which this keeps far below
 // the cost of writing the file; a hardware (SSE4.2) or slicing-by-8 version can replace the loop later.
-#include "kvq/crc32c.hpp"
+#include "core/crc32c.hpp"
 
 #include <array>
 

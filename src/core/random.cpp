@@ -1,4 +1,4 @@
-#include "kvq/random.hpp"
+#include "kvq/detail/random.hpp"
 
 #include <cmath>
 #include <numbers>

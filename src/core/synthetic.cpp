@@ -1,10 +1,10 @@
-#include "kvq/synthetic.hpp"
+#include "kvq/detail/synthetic.hpp"
 
 #include <algorithm>
 #include <cmath>
 
+#include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
-#include "kvq/random.hpp"
 
 namespace kvq {
 

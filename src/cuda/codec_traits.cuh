@@ -1,4 +1,4 @@
-// How the decode kernel (decode_kernel.cuh) reads each codec's block (include/kvq/block_layout.hpp) into tensor-core
+// How the decode kernel (decode_kernel.cuh) reads each codec's block (src/codec/block_layout.hpp) into tensor-core
 // fragments (fragment_ops.cuh), for keys and for values.
 //
 // A warp works through a sequence's tokens in chunks of C tokens (32; 64 where a codec's 16-token lanes need it).

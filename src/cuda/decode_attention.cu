@@ -7,17 +7,17 @@
 #include <mutex>
 #include <optional>
 
+#include "codec/block_layout.hpp"
 #include "codec/int_group.hpp"
 #include "codec/kivi.hpp"
 #include "codec/turbo_mse.hpp"
 #include "codec/vecinfer.hpp"
+#include "core/half.hpp"
 #include "cuda/cuda_check.cuh"
 #include "cuda/decode_kernel.cuh"
 #include "cuda/decode_pairs.hpp"
 #include "cuda/device_memory.hpp"
-#include "kvq/block_layout.hpp"
 #include "kvq/cuda_cache.hpp"
-#include "kvq/half.hpp"
 
 namespace kvq::cuda {
 namespace detail {

@@ -19,7 +19,7 @@
 #include "cuda/encode_layout.cuh"
 #include "kvq/cuda.hpp"
 #include "kvq/cuda_cache.hpp"
-#include "kvq/random.hpp"
+#include "kvq/detail/random.hpp"
 
 namespace kvq::cuda {
 namespace detail {

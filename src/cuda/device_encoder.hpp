@@ -1,5 +1,5 @@
 // The append kernels' host interface: a DeviceEncoder turns whole pages of one role (keys or values) of fp32 tokens
-// in device memory into a codec's blocks (include/kvq/block_layout.hpp) in the device pool, the same bytes as the
+// in device memory into a codec's blocks (src/codec/block_layout.hpp) in the device pool, the same bytes as the
 // CPU codec writes (or, where the float order of a rotation differs, the same reconstruction error). The codec's
 // state (lambda, rotation signs or matrix, codebook boundaries or centroids, sketch matrix) goes to the device once,
 // when the encoder is made.

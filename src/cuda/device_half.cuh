@@ -1,4 +1,4 @@
-// fp16 and bf16 stores on the device with the bits of include/kvq/half.hpp and src/codec/fp16_bounds.hpp (round to
+// fp16 and bf16 stores on the device with the bits of src/core/half.hpp and src/codec/fp16_bounds.hpp (round to
 // nearest even; values beyond the range become Inf, which the encoders report), for finite inputs.
 #pragma once
 

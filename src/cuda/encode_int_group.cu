@@ -5,11 +5,11 @@
 // (dense matrix).
 #include <memory>
 
+#include "codec/block_layout.hpp"
 #include "codec/int_group.hpp"
 #include "cuda/device_half.cuh"
 #include "cuda/encode_kernel.cuh"
 #include "cuda/rotate_device.cuh"
-#include "kvq/block_layout.hpp"
 
 namespace kvq::cuda::detail {
 namespace {

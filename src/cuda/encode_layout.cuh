@@ -1,4 +1,4 @@
-// Where the append kernels write each code of a block: the index math of include/kvq/block_layout.hpp, written once
+// Where the append kernels write each code of a block: the index math of src/codec/block_layout.hpp, written once
 // for host and device (block_layout.hpp's constexpr members are host functions), with shifts where the layouts'
 // sizes are powers of two. tests/encode_layout_test.cpp checks these against block_layout.hpp on the host.
 #pragma once

@@ -11,6 +11,7 @@
 // the Hadamard rotation (every power-of-two d); srft (other d) and householder differ in float order (dense matrix).
 #include <memory>
 
+#include "codec/block_layout.hpp"
 #include "codec/codec_factories.hpp"
 #include "codec/vecinfer.hpp"
 #include "cuda/device_half.cuh"
@@ -19,7 +20,6 @@
 #include "cuda/rotate_device.cuh"
 #include "cuda/stream_bits.cuh"
 #include "cuda/unrotate_device.cuh"
-#include "kvq/block_layout.hpp"
 
 namespace kvq::cuda::detail {
 namespace {

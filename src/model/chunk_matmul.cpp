@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kvq/ggml_quants.hpp"
+#include "kvq/detail/ggml_quants.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <cstring>
 
-#include "kvq/ggml_quants.hpp"
+#include "kvq/detail/ggml_quants.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

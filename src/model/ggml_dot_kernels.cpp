@@ -7,8 +7,8 @@
 #include <cstring>
 #include <utility>
 
-#include "kvq/ggml_quants.hpp"
-#include "kvq/half.hpp"
+#include "core/half.hpp"
+#include "kvq/detail/ggml_quants.hpp"
 #include "model/ggml_dot_avx2.hpp"
 
 #if defined(__SSE2__)

@@ -1,6 +1,6 @@
 // Fused row-times-vector kernels for the 32-element formats: the quantized values are unpacked to bytes and
 // multiplied with x without writing the dequantized row, in loops the compiler vectorizes. Formulas as in
-// include/kvq/ggml_quants.hpp. Each takes a row of `blocks` consecutive blocks and x of 32 * blocks floats.
+// include/kvq/detail/ggml_quants.hpp. Each takes a row of `blocks` consecutive blocks and x of 32 * blocks floats.
 #pragma once
 
 #include <cstddef>

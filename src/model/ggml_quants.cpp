@@ -1,12 +1,12 @@
-// Block decoders for the ggml formats (formulas in include/kvq/ggml_quants.hpp) and row-level dispatch.
-#include "kvq/ggml_quants.hpp"
+// Block decoders for the ggml formats (formulas in include/kvq/detail/ggml_quants.hpp) and row-level dispatch.
+#include "kvq/detail/ggml_quants.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cstring>
 
+#include "core/half.hpp"
 #include "kvq/error.hpp"
-#include "kvq/half.hpp"
 #include "model/ggml_dot_kernels.hpp"
 
 namespace kvq {

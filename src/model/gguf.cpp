@@ -1,6 +1,6 @@
 // GGUF parsing: a bounds-checked cursor over the mapped bytes; every count is checked against what is left of
 // the file before anything is allocated for it.
-#include "kvq/gguf.hpp"
+#include "kvq/detail/gguf.hpp"
 
 #include <algorithm>
 #include <bit>

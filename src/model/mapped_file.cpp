@@ -1,4 +1,4 @@
-#include "kvq/mapped_file.hpp"
+#include "kvq/detail/mapped_file.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>

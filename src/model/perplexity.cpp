@@ -1,4 +1,4 @@
-#include "kvq/perplexity.hpp"
+#include "kvq/detail/perplexity.hpp"
 
 #include <algorithm>
 #include <chrono>

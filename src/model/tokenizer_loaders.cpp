@@ -1,9 +1,9 @@
 // Builds tokenizers from llama2.c tokenizer.bin files and from GGUF metadata.
 #include <cstring>
 
+#include "kvq/detail/gguf.hpp"
+#include "kvq/detail/mapped_file.hpp"
 #include "kvq/error.hpp"
-#include "kvq/gguf.hpp"
-#include "kvq/mapped_file.hpp"
 #include "model/tokenizers.hpp"
 
 namespace kvq {

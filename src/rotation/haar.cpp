@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kvq/random.hpp"
+#include "kvq/detail/random.hpp"
 #include "rotation/rotations.hpp"
 
 namespace kvq {

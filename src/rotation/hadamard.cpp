@@ -3,8 +3,8 @@
 #include <cmath>
 #include <vector>
 
+#include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
-#include "kvq/random.hpp"
 #include "rotation/rotations.hpp"
 
 namespace kvq {

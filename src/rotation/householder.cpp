@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
-#include "kvq/random.hpp"
 #include "rotation/rotations.hpp"
 
 namespace kvq {

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <vector>
 
+#include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
-#include "kvq/random.hpp"
 #include "rotation/fft.hpp"
 #include "rotation/rotations.hpp"
 

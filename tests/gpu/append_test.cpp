@@ -24,8 +24,8 @@
 #include "kvq/attention.hpp"
 #include "kvq/codec.hpp"
 #include "kvq/cuda_cache.hpp"
+#include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
-#include "kvq/random.hpp"
 #include "test_seed.hpp"
 
 namespace kvq {

@@ -12,18 +12,18 @@
 #include <string>
 #include <vector>
 
+#include "codec/block_layout.hpp"
 #include "codec/int_group.hpp"
 #include "codec/kivi.hpp"
 #include "codec/turbo_mse.hpp"
 #include "codec/turbo_parts.hpp"
+#include "core/half.hpp"
 #include "cuda/codec_traits.cuh"
 #include "cuda/decode_kernel.cuh"
 #include "cuda/decode_pairs.hpp"
-#include "kvq/block_layout.hpp"
 #include "kvq/codec.hpp"
+#include "kvq/detail/synthetic.hpp"
 #include "kvq/error.hpp"
-#include "kvq/half.hpp"
-#include "kvq/synthetic.hpp"
 #include "test_seed.hpp"
 
 namespace kvq {

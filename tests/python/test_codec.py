@@ -14,7 +14,7 @@ T = 64
 
 
 def to_bf16(x):
-    """float32 rounded to bfloat16, nearest even (kvq/half.hpp), as float32."""
+    """float32 rounded to bfloat16, nearest even (src/core/half.hpp), as float32."""
     bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
     bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
     return bits.astype(np.uint32).view(np.float32)

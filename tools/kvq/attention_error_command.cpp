@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "kvq/attention_error.hpp"
+#include "kvq/detail/attention_error.hpp"
 #include "kvq/error.hpp"
 
 namespace kvq::cli {

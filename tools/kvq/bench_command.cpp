@@ -29,8 +29,8 @@
 #include "cuda_bench.hpp"
 #include "kvq/attention.hpp"
 #include "kvq/cache.hpp"
+#include "kvq/detail/synthetic.hpp"
 #include "kvq/error.hpp"
-#include "kvq/synthetic.hpp"
 #include "kvq/thread_pool.hpp"
 
 namespace kvq::cli {

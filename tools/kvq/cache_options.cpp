@@ -1,7 +1,7 @@
 #include "cache_options.hpp"
 
+#include "kvq/detail/mapped_file.hpp"
 #include "kvq/error.hpp"
-#include "kvq/mapped_file.hpp"
 
 namespace kvq::cli {
 

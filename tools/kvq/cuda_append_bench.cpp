@@ -18,8 +18,8 @@
 #include "cuda_append_bench.hpp"
 #include "kvq/cuda.hpp"
 #include "kvq/cuda_cache.hpp"
+#include "kvq/detail/synthetic.hpp"
 #include "kvq/error.hpp"
-#include "kvq/synthetic.hpp"
 
 namespace kvq::cli {
 namespace {

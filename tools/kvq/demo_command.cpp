@@ -12,8 +12,8 @@
 #include "cache_options.hpp"
 #include "commands.hpp"
 #include "kvq/codec.hpp"
+#include "kvq/detail/perplexity.hpp"
 #include "kvq/error.hpp"
-#include "kvq/perplexity.hpp"
 #include "kvq/sampler.hpp"
 
 namespace kvq::cli {

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "kvq/distortion.hpp"
+#include "kvq/detail/distortion.hpp"
 
 namespace kvq::cli {
 

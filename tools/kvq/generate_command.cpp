@@ -5,9 +5,9 @@
 
 #include "cache_options.hpp"
 #include "commands.hpp"
+#include "kvq/detail/perplexity.hpp"
 #include "kvq/error.hpp"
 #include "kvq/model.hpp"
-#include "kvq/perplexity.hpp"
 #include "kvq/sampler.hpp"
 
 namespace kvq::cli {

@@ -10,8 +10,8 @@
 
 #include "cache_options.hpp"
 #include "commands.hpp"
+#include "kvq/detail/perplexity.hpp"
 #include "kvq/error.hpp"
-#include "kvq/perplexity.hpp"
 
 namespace kvq::cli {
 namespace {

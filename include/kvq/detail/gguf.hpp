@@ -17,8 +17,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kvq/ggml_quants.hpp"
-#include "kvq/mapped_file.hpp"
+#include "kvq/detail/ggml_quants.hpp"
+#include "kvq/detail/mapped_file.hpp"
 
 namespace kvq {
 
