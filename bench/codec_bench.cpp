@@ -1,6 +1,7 @@
 // Encode and decode throughput of every codec (Google Benchmark). Run: build/release/bench/kvq_bench
 #include <benchmark/benchmark.h>
 
+#include "codec_test_specs.hpp"
 #include "kvq/codec.hpp"
 #include "kvq/detail/synthetic.hpp"
 
@@ -8,7 +9,7 @@ namespace kvq {
 namespace {
 
 void register_codec_benchmarks() {
-  for (const auto& spec : codec_test_specs()) {
+  for (const auto& spec : test::codec_test_specs()) {
     benchmark::RegisterBenchmark(("encode/" + spec).c_str(), [spec](benchmark::State& state) {
       constexpr int kD = 128, kT = 64;
       auto codec = make_codec(spec, CodecParams{kD, kT, 1, Role::key});

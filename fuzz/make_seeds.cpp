@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "codec_test_specs.hpp"
 #include "core/half.hpp"
 #include "gguf_writer.hpp"
 #include "kvq/cache.hpp"
@@ -354,7 +355,7 @@ int main(int argc, char** argv) {
   }
 
   // Codec specs: every spec the tests sweep, and options.
-  std::vector<std::string> specs = kvq::codec_test_specs();
+  std::vector<std::string> specs = kvq::test::codec_test_specs();
   for (const char* s : {"int4,rot=srft", "turbo_mse:3,rot=householder:4", "turbo_prod:2,rot=haar", "qjl:64",
                         "vecinfer:10/8,smooth=0", "kivi:4,g=32", "int8:64,rot=identity", "f16,x=1", "int4:7"})
     specs.emplace_back(s);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attention_test_util.hpp"
+#include "codec_test_specs.hpp"
 #include "kvq/detail/synthetic.hpp"
 #include "kvq/error.hpp"
 #include "kvq/thread_pool.hpp"

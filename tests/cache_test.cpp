@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cache_test_util.hpp"
+#include "codec_test_specs.hpp"
 #include "expect_error.hpp"
 #include "kvq/attention.hpp"
 #include "kvq/detail/random.hpp"
@@ -252,7 +253,7 @@ TEST(CacheLength, LayersMustAgreeWhenTheWholeSequenceIsAsked) {
 // Codecs that need training refuse appends until train_layer; no layer can be retrained under encoded tokens.
 TEST(CacheTraining, TrainLayerBeforeUseAndNotAfterEncoding) {
   KVQ_FRESH_SEED();
-  for (const auto& spec : codec_test_specs()) {
+  for (const auto& spec : test::codec_test_specs()) {
     SCOPED_TRACE(spec);
     const CacheConfig cfg = small_config(spec, "f16", 64, 0, 8);
     KVCache cache(cfg);
@@ -396,7 +397,7 @@ TEST(CacheFile, SaveLoadRoundTripIsBitIdentical) {
 TEST(CacheFile, EveryCodecRoundTrips) {
   KVQ_FRESH_SEED();
   const std::string path = temp_path("every_codec.kvq");
-  for (const auto& spec : codec_test_specs()) {
+  for (const auto& spec : test::codec_test_specs()) {
     SCOPED_TRACE(spec);
     CacheConfig cfg = small_config(spec, spec, 64, 64, 8);
     cfg.n_layers = 1;

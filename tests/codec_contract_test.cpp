@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "codec_test_specs.hpp"
 #include "kvq/codec.hpp"
 #include "kvq/detail/random.hpp"
 #include "kvq/detail/synthetic.hpp"
@@ -35,10 +36,19 @@ std::string case_name(const testing::TestParamInfo<Case>& info) {
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  for (const auto& spec : codec_test_specs())
+  for (const auto& spec : test::codec_test_specs())
     for (int dim : {64, 128, 96})
       for (Role role : {Role::key, Role::value}) cases.push_back({spec, dim, role});
   return cases;
+}
+
+// The sweep covers the registry: a codec added to it without test specs fails here.
+TEST(CodecTestSpecs, CoverEveryRegisteredCodec) {
+  for (const std::string& name : codec_names()) {
+    bool listed = false;
+    for (const std::string& spec : test::codec_test_specs()) listed = listed || CodecSpec::parse(spec).name == name;
+    EXPECT_TRUE(listed) << name << " has no spec in tests/codec_test_specs.hpp";
+  }
 }
 
 class CodecContract : public testing::TestWithParam<Case> {

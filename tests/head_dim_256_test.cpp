@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "codec_test_specs.hpp"
 #include "kvq/codec.hpp"
 #include "kvq/detail/synthetic.hpp"
 #include "test_seed.hpp"
@@ -25,7 +26,7 @@ TEST(CodecsAtHeadDim256, DecodeAndScoresHold) {
   const ChannelProfile profile = key_like_profile(d, seed);
   const auto x = sample_profile(profile, T, seed + 2);
   const auto q = gaussian_vectors(kQ, d, seed + 3);
-  for (const auto& spec : codec_test_specs())
+  for (const auto& spec : test::codec_test_specs())
     for (Role role : {Role::key, Role::value}) {
       SCOPED_TRACE(testing::Message() << spec << (role == Role::key ? " key" : " value"));
       const auto codec = make_codec(spec, CodecParams{d, T, seed, role});

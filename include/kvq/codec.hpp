@@ -146,8 +146,6 @@ class Codec {
 std::unique_ptr<Codec> make_codec(std::string_view spec, const CodecParams& params);
 /// The registered codec names ("f32", "int4", "turbo_mse", ...).
 std::vector<std::string> codec_names();
-/// Representative specs covering every codec and bit width that tests and benchmarks sweep.
-std::vector<std::string> codec_test_specs();
 
 /// The default rotation for a dimension: "hadamard" for a power of two, else "srft".
 std::string default_rotation(int dim);

@@ -20,6 +20,7 @@
 
 #include "cache_test_util.hpp"
 #include "codec/vecinfer.hpp"
+#include "codec_test_specs.hpp"
 #include "gpu_test.hpp"
 #include "kvq/attention.hpp"
 #include "kvq/codec.hpp"
@@ -387,7 +388,7 @@ TEST(CudaAppend, RejectedTokensLeaveTheCacheUnchanged) {
 TEST(CudaAppend, EveryRegisteredCodecHasAnAppendKernel) {
   KVQ_REQUIRE_GPU();
   KVQ_FRESH_SEED();
-  for (const std::string& spec : codec_test_specs()) {
+  for (const std::string& spec : test::codec_test_specs()) {
     try {
       expect_same_bytes(spec, AppendShape{}, seed, {1, 99}, 200);
     } catch (const Error& e) {
