@@ -22,7 +22,6 @@
 #pragma once
 
 #include <cstddef>
-#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -105,11 +104,6 @@ class DeviceKVCache {
   /// once the call returns.
   void append_device_batch(std::span<const SeqId> seqs, int layer, const float* keys_dev, const float* values_dev,
                            std::span<const size_t> n_tokens, void* stream = nullptr);
-  /// A new sequence of n_tokens tokens (a multiple of T) in every layer where src holds pages, repeating src's pages
-  /// cyclically, copied device to device into fresh pages (src: whole pages, empty windows). Benchmarks build large
-  /// caches of distinct memory from a few encoded pages this way.
-  SeqId add_sequence_repeating(SeqId src, size_t n_tokens);
-
   /// A CPU copy of the cache: the same configuration, codecs (trained state included), sequences (ids, pages byte
   /// for byte, windows, key offsets) and next sequence id; page ids may differ. Waits for the device's queued work.
   /// capacity_pages: the host pool's size (0: this cache's capacity).
@@ -125,6 +119,8 @@ class DeviceKVCache {
   DeviceLayerView view(SeqId seq, int layer) const;
 
  private:
+  friend SeqId add_sequence_repeating(DeviceKVCache& cache, SeqId src, size_t n_tokens);  // detail/cuda_bench_support
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
@@ -155,11 +151,5 @@ class DecodePlan {
 /// decode_attention (attention.hpp) on the device: one plan, one run, synchronized.
 void decode_attention(const DeviceKVCache& cache, int layer, std::span<const SeqId> seqs, const float* q_dev,
                       float* out_dev, int n_q_heads, const AttentionOptions& options = {}, void* stream = nullptr);
-
-/// Median device time in milliseconds of `reps` runs of `work` (CUDA events around each, after `warmup` runs).
-double median_ms(const std::function<void()>& work, int reps, int warmup = 3);
-/// The device's copy bandwidth in GB/s (bytes read + bytes written per second), device-to-device copies of
-/// `bytes`, median of `reps`.
-double copy_bandwidth_gbps(size_t bytes, int reps, int device = 0);
 
 }  // namespace kvq::cuda

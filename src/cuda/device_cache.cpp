@@ -19,6 +19,7 @@
 #include "cuda/encode_layout.cuh"
 #include "kvq/cuda.hpp"
 #include "kvq/cuda_cache.hpp"
+#include "kvq/detail/cuda_bench_support.hpp"
 #include "kvq/detail/random.hpp"
 
 namespace kvq::cuda {
@@ -580,16 +581,16 @@ void DeviceKVCache::Impl::append_batch(const char* who, std::span<const SeqId> s
   free.resize(free.size() - plan.pages);
 }
 
-SeqId DeviceKVCache::add_sequence_repeating(SeqId src, size_t n_tokens) {
-  Impl& m = *impl_;
+SeqId add_sequence_repeating(DeviceKVCache& cache, SeqId src, size_t n_tokens) {
+  using Impl = DeviceKVCache::Impl;
+  Impl& m = *cache.impl_;
   detail::use_device(m.device);
   const size_t T = static_cast<size_t>(m.config.block_tokens);
-  KVQ_CHECK(n_tokens % T == 0, "DeviceKVCache::add_sequence_repeating: ", n_tokens,
-            " tokens is not a multiple of the page size ", T);
+  KVQ_CHECK(n_tokens % T == 0, "add_sequence_repeating: ", n_tokens, " tokens is not a multiple of the page size ", T);
   const size_t n_pages = n_tokens / T, layers = static_cast<size_t>(m.config.n_layers);
   size_t needed = 0;
   for (const Impl::Layer& l : m.sequence(src).layers) {
-    KVQ_CHECK(l.window_count == 0, "DeviceKVCache::add_sequence_repeating: sequence ", src,
+    KVQ_CHECK(l.window_count == 0, "add_sequence_repeating: sequence ", src,
               " must hold whole pages only (", l.window_count, " window tokens)");
     needed += l.pages.empty() ? 0 : n_pages;
   }
@@ -698,45 +699,5 @@ std::vector<float> DeviceFloats::download() const {
   return host;
 }
 void DeviceFloats::fill(float value) { upload(std::vector<float>(size_, value)); }
-
-double median_ms(const std::function<void()>& work, int reps, int warmup) {
-  KVQ_CHECK(reps > 0, "median_ms: reps = ", reps);
-  for (int i = 0; i < warmup; ++i) work();
-  cudaEvent_t start = nullptr, stop = nullptr;
-  KVQ_CUDA_CHECK(cudaEventCreate(&start));
-  KVQ_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms(static_cast<size_t>(reps));
-  for (float& t : ms) {
-    KVQ_CUDA_CHECK(cudaEventRecord(start));
-    work();
-    KVQ_CUDA_CHECK(cudaEventRecord(stop));
-    KVQ_CUDA_CHECK(cudaEventSynchronize(stop));
-    KVQ_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
-  return ms[static_cast<size_t>(reps / 2)];
-}
-
-double copy_bandwidth_gbps(size_t bytes, int reps, int device) {
-  detail::use_device(device);
-  // Several buffer pairs, rotated, so that a buffer smaller than ~3x L2 is not served from the cache.
-  constexpr int kPairs = 2;
-  std::vector<DevicePtr<uint8_t>> src, dst;
-  for (int i = 0; i < kPairs; ++i) {
-    src.push_back(device_alloc<uint8_t>(bytes, "the copy-bandwidth source"));
-    dst.push_back(device_alloc<uint8_t>(bytes, "the copy-bandwidth destination"));
-    KVQ_CUDA_CHECK(cudaMemset(src.back().get(), 0x5a + i, bytes));
-  }
-  int next = 0;
-  const double ms = median_ms(
-      [&] {
-        KVQ_CUDA_CHECK(cudaMemcpyAsync(dst[next].get(), src[next].get(), bytes, cudaMemcpyDeviceToDevice));
-        next = (next + 1) % kPairs;
-      },
-      reps);
-  return 2.0 * static_cast<double>(bytes) / (ms * 1e6);
-}
 
 }  // namespace kvq::cuda

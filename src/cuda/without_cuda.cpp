@@ -1,6 +1,7 @@
 // The CUDA API of a build without the backend: no devices, and every device request names the reason.
 #include "kvq/cuda.hpp"
 #include "kvq/cuda_cache.hpp"
+#include "kvq/detail/cuda_bench_support.hpp"
 #include "kvq/error.hpp"
 
 namespace kvq::cuda {
@@ -44,7 +45,6 @@ void DeviceKVCache::append_device_batch(std::span<const SeqId>, int, const float
   no_backend();
 }
 KVCache DeviceKVCache::to_host(size_t) const { no_backend(); }
-SeqId DeviceKVCache::add_sequence_repeating(SeqId, size_t) { no_backend(); }
 size_t DeviceKVCache::page_bytes() const { no_backend(); }
 size_t DeviceKVCache::key_block_offset(int) const { no_backend(); }
 size_t DeviceKVCache::value_block_offset(int) const { no_backend(); }
@@ -70,6 +70,7 @@ void decode_attention(const DeviceKVCache&, int, std::span<const SeqId>, const f
                       const AttentionOptions&, void*) {
   no_backend();
 }
+SeqId add_sequence_repeating(DeviceKVCache&, SeqId, size_t) { no_backend(); }
 double median_ms(const std::function<void()>&, int, int) { no_backend(); }
 double copy_bandwidth_gbps(size_t, int, int) { no_backend(); }
 

@@ -13,6 +13,7 @@
 #include "attention_test_util.hpp"
 #include "gpu_test.hpp"
 #include "kvq/cuda_cache.hpp"
+#include "kvq/detail/cuda_bench_support.hpp"
 #include "kvq/error.hpp"
 #include "test_seed.hpp"
 
@@ -227,7 +228,7 @@ TEST(CudaDeviceCache, RepeatedSequenceIsTheTokensRepeated) {
   const Shape shape{128, 64, 0, 2, 4, {128}, true};
   const test::Scenario sc = test::build(shape, "int4", "int4", seed);
   cuda::DeviceKVCache dev(sc.cache, 64);
-  const std::vector<SeqId> ids = {dev.add_sequence_repeating(sc.ids[0], 384)};
+  const std::vector<SeqId> ids = {cuda::add_sequence_repeating(dev, sc.ids[0], 384)};
   EXPECT_EQ(dev.length(ids[0], 1), 384u);
   const auto q = test::queries(shape, 1, seed + 1);
   const std::vector<float> got = device_decode(dev, ids, q, shape.H * shape.G);

@@ -18,6 +18,7 @@
 #include "cuda_bench.hpp"
 #include "kvq/cuda.hpp"
 #include "kvq/cuda_cache.hpp"
+#include "kvq/detail/cuda_bench_support.hpp"
 #include "kvq/detail/synthetic.hpp"
 #include "kvq/error.hpp"
 
@@ -70,7 +71,7 @@ Timed time_pair(const CudaBenchOptions& o, const std::string& k, const std::stri
   cuda::DeviceKVCache dev(host, source + t.copies * distinct * pages);
   std::vector<std::vector<SeqId>> batches(t.copies);
   for (auto& b : batches) {
-    for (size_t s = 0; s < distinct; ++s) b.push_back(dev.add_sequence_repeating(src, o.ctx));
+    for (size_t s = 0; s < distinct; ++s) b.push_back(cuda::add_sequence_repeating(dev, src, o.ctx));
     b.resize(o.batch, b.front());
   }
   std::vector<cuda::DecodePlan> plans;
