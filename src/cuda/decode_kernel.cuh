@@ -364,7 +364,7 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, kWindowStart ? 
       }
       if (ks % kGroupSteps == kGroupSteps - 1) K::template scale_group<D, C>(kprm, a.key, lane, ks >> GS, acc, sc);
     }
-    if constexpr (kWindowStart) {  // read here, not kept: held through the chunk step it spilled int4 at d = 128
+    if constexpr (kWindowStart) {  // read here, not kept: held through the chunk step, int4 at d = 256 spilled
       const int first = *static_cast<const volatile int*>(&a.seqs[s].window_first);
       hide_before<C>(first - q * C, lane, sc);
     }
