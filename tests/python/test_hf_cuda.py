@@ -74,3 +74,21 @@ def test_sliding_window_on_the_device(seed):
             assert "window" in str(e)
             pytest.xfail(f"the device refuses sliding windows: {e}")
     assert relative_error(logits, ref) < 1e-3
+
+
+def test_layers_on_two_devices(seed):
+    # accelerate's device_map: layer 0 on the CPU, the others on the GPU; each layer's pages live with its layer
+    # (a kvq.KVCache and a kvq.DeviceKVCache), and the logits equal those of the model wholly on the CPU.
+    accelerate = pytest.importorskip("accelerate")
+    cpu = tiny_model("llama", seed)
+    split = accelerate.dispatch_model(tiny_model("llama", seed), device_map={
+        "model.embed_tokens": "cpu", "model.rotary_emb": "cpu", "model.layers.0": "cpu", "model.layers.1": 0,
+        "model.layers.2": 0, "model.norm": 0, "lm_head": 0})
+    ids = prompt(seed, 1, 150)
+    with torch.no_grad():
+        ref, _ = greedy(cpu, ids, kvq.hf.KvqCache(cpu.config, "int4", "int4"), 12)
+        cache = kvq.hf.KvqCache(split.config, "int4", "int4")
+        logits, _ = greedy(split, ids, cache, 12)
+    kinds = sorted(type(store.cache).__name__ for store in cache._stores.values())
+    assert kinds == ["DeviceKVCache", "KVCache"]
+    assert relative_error(logits.cpu(), ref) < 1e-3
