@@ -77,18 +77,21 @@ def test_sliding_window_on_the_device(seed):
 
 
 def test_layers_on_two_devices(seed):
-    # accelerate's device_map: layer 0 on the CPU, the others on the GPU; each layer's pages live with its layer
-    # (a kvq.KVCache and a kvq.DeviceKVCache), and the logits equal those of the model wholly on the CPU.
+    # accelerate's device_map over two GPUs: each layer's pages live on its layer's device (one kvq.DeviceKVCache
+    # per device), and the logits equal those of the model wholly on the first GPU. (A "cpu" entry in a device_map
+    # means weights offloaded to the CPU and run on a GPU, so one GPU cannot show this.)
     accelerate = pytest.importorskip("accelerate")
-    cpu = tiny_model("llama", seed)
+    if torch.cuda.device_count() < 2:
+        pytest.skip("a model spread over devices needs two GPUs")
+    whole = on_cuda(tiny_model("llama", seed))
     split = accelerate.dispatch_model(tiny_model("llama", seed), device_map={
-        "model.embed_tokens": "cpu", "model.rotary_emb": "cpu", "model.layers.0": "cpu", "model.layers.1": 0,
-        "model.layers.2": 0, "model.norm": 0, "lm_head": 0})
-    ids = prompt(seed, 1, 150)
+        "model.embed_tokens": 0, "model.rotary_emb": 0, "model.layers.0": 0, "model.layers.1": 1,
+        "model.layers.2": 1, "model.norm": 1, "lm_head": 1})
+    ids = prompt(seed, 1, 150).cuda()
     with torch.no_grad():
-        ref, _ = greedy(cpu, ids, kvq.hf.KvqCache(cpu.config, "int4", "int4"), 12)
+        ref, _ = greedy(whole, ids, kvq.hf.KvqCache(whole.config, "int4", "int4"), 12)
         cache = kvq.hf.KvqCache(split.config, "int4", "int4")
         logits, _ = greedy(split, ids, cache, 12)
-    kinds = sorted(type(store.cache).__name__ for store in cache._stores.values())
-    assert kinds == ["DeviceKVCache", "KVCache"]
-    assert relative_error(logits.cpu(), ref) < 1e-3
+    devices = sorted(store.cache.device for store in cache._stores.values())
+    assert devices == [0, 1]
+    assert relative_error(logits.cpu(), ref.cpu()) < 1e-3
