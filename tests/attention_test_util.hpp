@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -121,18 +122,23 @@ inline std::vector<float> decode(const Scenario& sc, const std::vector<float>& q
   return out;
 }
 
-// The reference for decode: each query head against its kv head's tokens, decoded from the cache or original.
-inline Reference reference_decode(const Scenario& sc, const std::vector<float>& q, int G, bool decoded) {
+// The reference for decode: each query head against its kv head's tokens, decoded from the cache or original;
+// with a sliding window (AttentionOptions::window), against the newest `window` of them.
+inline Reference reference_decode(const Scenario& sc, const std::vector<float>& q, int G, bool decoded,
+                                  size_t window = 0) {
   const size_t d = static_cast<size_t>(sc.cfg.head_dim), H = static_cast<size_t>(sc.cfg.n_kv_heads);
   Reference ref(q.size() / d, d);
   for (size_t s = 0; s < sc.ids.size(); ++s) {
     const size_t n = sc.cache.length(sc.ids[s], 1);
+    const size_t first = window > 0 && n > window ? n - window : 0;
     for (size_t h = 0; h < H; ++h) {
-      const Tokens kv = decoded ? test::decoded_head(sc.cache, sc.ids[s], 1, static_cast<int>(h))
-                                : test::original_head(sc.tokens[s], sc.cfg, n, static_cast<int>(h));
+      Tokens kv = decoded ? test::decoded_head(sc.cache, sc.ids[s], 1, static_cast<int>(h))
+                          : test::original_head(sc.tokens[s], sc.cfg, n, static_cast<int>(h));
+      kv.keys.erase(kv.keys.begin(), kv.keys.begin() + static_cast<std::ptrdiff_t>(first * d));
+      kv.values.erase(kv.values.begin(), kv.values.begin() + static_cast<std::ptrdiff_t>(first * d));
       for (size_t j = 0; j < static_cast<size_t>(G); ++j) {
         const size_t row = (s * H + h) * static_cast<size_t>(G) + j;
-        reference_row(ref, row, q.data() + row * d, kv, n, n, static_cast<int>(d));
+        reference_row(ref, row, q.data() + row * d, kv, n - first, n - first, static_cast<int>(d));
       }
     }
   }

@@ -130,7 +130,8 @@ class DeviceKVCache {
 std::string decode_kernel(const DeviceKVCache& cache, int layer);
 
 /// One batch of sequences prepared for repeated decode steps: the block-table descriptors and the split-K
-/// workspace live on the device. Valid until the sequences change (append, remove).
+/// workspace live on the device. Valid until the sequences change (append, remove). A sliding window
+/// (AttentionOptions::window) is placed when the plan is made, from each sequence's length then.
 class DecodePlan {
  public:
   DecodePlan(const DeviceKVCache& cache, int layer, std::span<const SeqId> seqs, int n_q_heads,
@@ -141,6 +142,8 @@ class DecodePlan {
 
   /// q_dev, out_dev: device arrays [seqs][n_q_heads][head_dim] (fp32). stream: a cudaStream_t (null: default).
   void run(const float* q_dev, float* out_dev, void* stream = nullptr) const;
+  /// The split kernel's ranges per (sequence, kv head), not counting the window-start variant's (one block's ranges
+  /// over the page a sliding window starts inside).
   int splits() const;
 
  private:

@@ -1,6 +1,8 @@
-// Decode attention on the device: the plan (kernel choice, split-K, the codecs' maps uploaded once), the query
-// map to the key codec's space, the split kernel of the codec pair (decode_kernel.cuh) and the merge kernel that
-// folds the splits, maps the output back from the value codec's space, adds the fp32 window and normalizes.
+// Decode attention on the device: the plan (kernel choice, split-K, the codecs' maps uploaded once, where sliding
+// windows start), the query map to the key codec's space, the split kernel of the codec pair (decode_kernel.cuh) over
+// the pages a window sees whole, its window-start variant over the page a window starts inside, and the merge kernel
+// that folds the splits, maps the output back from the value codec's space, adds the fp32 window (from where a
+// window starts) and normalizes.
 #include <algorithm>
 #include <cmath>
 #include <numbers>
@@ -17,6 +19,7 @@
 #include "cuda/decode_kernel.cuh"
 #include "cuda/decode_pairs.hpp"
 #include "cuda/device_memory.hpp"
+#include "cuda/window_start.hpp"
 #include "kvq/cuda_cache.hpp"
 
 namespace kvq::cuda {
@@ -26,6 +29,7 @@ namespace {
 struct WindowDesc {
   const float* window;  // keys [H][slots][D], then values [H][slots][D]
   int count;
+  int first;  // tokens before it lie outside a sliding window (0: none)
 };
 
 struct MergeArgs {
@@ -119,7 +123,7 @@ __global__ void merge_kernel(const MergeArgs a) {
   const float* values = win.window + static_cast<size_t>(a.n_kv_heads + kvh) * a.slots * D;
   qv[c] = a.q[(static_cast<size_t>(s) * a.n_q_heads + qh) * D + c] * a.scale_log2;
   __syncthreads();
-  for (int t0 = 0; t0 < win.count; t0 += kWindowChunk) {
+  for (int t0 = win.first; t0 < win.count; t0 += kWindowChunk) {
     const int n = min(kWindowChunk, win.count - t0);
     for (int t = warp; t < n; t += n_warps) {
       float part = 0;
@@ -341,12 +345,16 @@ std::string decode_kernel(const DeviceKVCache& cache, int layer) {
 
 struct DecodePlan::Impl {
   int device = 0, n_seqs = 0, n_q_heads = 0, n_kv_heads = 0, d = 0, key_space = 0, value_space = 0, group = 0;
+  int ranges = 0;  // the split kernel's per (sequence, kv head)
   SplitKernel kernel;
   dim3 grid;
   SplitArgs split{};
+  // The pages sliding windows start inside, through the kernel's window-start variant (none: no launch).
+  dim3 window_start_grid;
+  SplitArgs window_start_args{};
   MergeArgs merge{};
   size_t smem = 0;
-  DevicePtr<SeqPages> seqs;
+  DevicePtr<SeqPages> seqs, window_start_pages;
   DevicePtr<WindowDesc> windows;
   DevicePtr<float> key_map, value_map, q_space, partial_o, partial_ml;
   DevicePtr<uint32_t> key_table, value_table;  // the codecs' tables (vecinfer's codebooks)
@@ -375,6 +383,13 @@ struct DecodePlan::Impl {
     }
     void* args[] = {&a};
     KVQ_CUDA_CHECK(cudaLaunchKernel(kernel.fn, grid, dim3(static_cast<unsigned>(kernel.threads)), args, smem, stream));
+    if (window_start_pages) {
+      SplitArgs w = window_start_args;
+      w.q_space = a.q_space;
+      void* w_args[] = {&w};
+      KVQ_CUDA_CHECK(cudaLaunchKernel(kernel.window_start_fn, window_start_grid,
+                                      dim3(static_cast<unsigned>(kernel.threads)), w_args, smem, stream));
+    }
     MergeArgs m = merge;
     m.q = q_dev;
     m.out = out_dev;
@@ -388,10 +403,6 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
     : impl_(std::make_unique<Impl>()) {
   Impl& p = *impl_;
   const float scale = options.resolved_scale(cache.config().head_dim);  // the CPU's checks, before any allocation
-  // Hiding the older tokens of the chunk a window starts in takes a register the int4, kivi:2 and vecinfer:10/4
-  // kernels do not have (docs/perf/h200.md, run 14): refused, not ignored, until it fits.
-  KVQ_CHECK(options.window == 0, "CUDA decode attention: sliding-window attention (window = ", options.window,
-            ") has no device kernel yet; attend this layer on the CPU (decode_attention over a KVCache)");
   const std::string kernel = decode_kernel(cache, layer);
   const CacheConfig& cfg = cache.config();
   p.device = cache.device();
@@ -438,18 +449,25 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   if (!is_identity(kt, d)) p.key_map = upload(kt, "the key codec's query map");
   if (!is_identity(vt, d)) p.value_map = upload(vt, "the value codec's output map");
 
-  // Block tables and windows of the batch.
-  std::vector<SeqPages> pages;
+  // Block tables and windows of the batch, from where a sliding window starts (window_start.hpp): the split
+  // kernel reads the pages the window sees whole, its window-start variant the page the window starts inside.
+  std::vector<SeqPages> pages, start_pages;
   std::vector<WindowDesc> windows;
   int max_pages = 0;
+  bool starts_inside_a_page = false;
   for (SeqId id : seqs) {
     const DeviceLayerView v = cache.view(id, layer);
-    pages.push_back({v.pages, static_cast<int>(v.n_pages)});
-    windows.push_back({v.window, v.window_count});
-    max_pages = std::max(max_pages, static_cast<int>(v.n_pages));
+    const WindowStart w = window_start(v.n_pages, T, v.window_count, options.window);
+    const size_t whole = w.first_whole_page();
+    pages.push_back({v.pages + whole, static_cast<int>(v.n_pages - whole), 0});
+    start_pages.push_back({v.pages + w.page, w.in_page > 0 ? 1 : 0, w.in_page});
+    windows.push_back({v.window, v.window_count, w.in_residual});
+    max_pages = std::max(max_pages, pages.back().n_pages);
+    starts_inside_a_page |= w.in_page > 0;
   }
   p.seqs = upload(pages, "the batch's block tables");
   p.windows = upload(windows, "the batch's windows");
+  if (starts_inside_a_page) p.window_start_pages = upload(start_pages, "the pages the batch's windows start in");
 
   // Shared memory: the block's query tables, then per warp its tables and its pipeline stages.
   int smem_limit = 0, sms = 0;
@@ -479,7 +497,10 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   const int ranges = (seq_chunks + per_warp - 1) / per_warp;
   p.grid = dim3(static_cast<unsigned>((ranges + per_block - 1) / per_block), static_cast<unsigned>(p.n_kv_heads),
                 static_cast<unsigned>(p.n_seqs));
-  const int splits = static_cast<int>(p.grid.x) * per_block;
+  p.ranges = static_cast<int>(p.grid.x) * per_block;
+  // The window-start variant: one block per (sequence, kv head) whose ranges share the page's chunks, its partial
+  // states in slots after the split kernel's, folded by the merge like any range.
+  const int splits = p.ranges + (p.window_start_pages ? per_block : 0);
 
   a.pool = cache.device_pool();
   a.page_bytes = cache.page_bytes();
@@ -501,6 +522,18 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   if (p.key_map) p.q_space = device_alloc<float>(rows * M, "queries in the key codec's space");
   a.partial_o = p.partial_o.get();
   a.partial_ml = p.partial_ml.get();
+  if (p.window_start_pages) {
+    KVQ_CUDA_CHECK(cudaFuncSetAttribute(k.window_start_fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(p.smem)));
+    SplitArgs& w = p.window_start_args;
+    w = a;
+    w.seqs = p.window_start_pages.get();
+    const int page_chunks = T / k.chunk;
+    w.chunks_per_warp = (page_chunks + per_block - 1) / per_block;
+    w.partial_o = a.partial_o + static_cast<size_t>(p.ranges) * VD;
+    w.partial_ml = a.partial_ml + 2 * static_cast<size_t>(p.ranges);
+    p.window_start_grid = dim3(1, static_cast<unsigned>(p.n_kv_heads), static_cast<unsigned>(p.n_seqs));
+  }
 
   MergeArgs& m = p.merge;
   m.partial_o = a.partial_o;
@@ -520,7 +553,7 @@ DecodePlan::~DecodePlan() = default;
 DecodePlan::DecodePlan(DecodePlan&&) noexcept = default;
 DecodePlan& DecodePlan::operator=(DecodePlan&&) noexcept = default;
 
-int DecodePlan::splits() const { return impl_->split.n_splits; }
+int DecodePlan::splits() const { return impl_->ranges; }
 
 void DecodePlan::run(const float* q_dev, float* out_dev, void* stream_ptr) const {
   Impl& p = *impl_;

@@ -30,6 +30,7 @@ namespace kvq::cuda::detail {
 struct SeqPages {
   const uint32_t* pages;
   int n_pages;
+  int window_first;  // the window-start variant: the tokens of its page before a sliding window (0 elsewhere)
 };
 
 struct SplitArgs {
@@ -158,10 +159,26 @@ KVQ_HD uint32_t param_bytes(const CodecArgs& key, const CodecArgs& value) {
   return total;
 }
 
+/// Hides the scores of the chunk's tokens before `first` (chunk-relative; the chunk a sliding window starts in):
+/// lane (n, i) holds tokens (C / 4) i + {jj, C / 8 + jj}.
+template <int C>
+KVQ_HD void hide_before(int first, int lane, float (&sc)[C / 8][2]) {
+  const int t0 = C / 4 * (lane & 3);
+KVQ_UNROLL
+  for (int jj = 0; jj < C / 8; ++jj) {
+    if (t0 + jj < first) sc[jj][0] = -INFINITY;
+    if (t0 + C / 8 + jj < first) sc[jj][1] = -INFINITY;
+  }
+}
+
 /// GS: log2 of the k steps per key scale group (int8/int4 keys), log2(D / 16) for the codecs without groups (whose
 /// space of more than D channels is scored in groups of D).
-template <class K, class V, int D, int GS>
-__global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V, D>::kMinBlocks)
+/// kWindowStart: the variant run on the one page per sequence that a sliding window starts inside (SeqPages::
+/// window_first): it skips the page's chunks wholly before the window and hides the older tokens of the chunk it
+/// starts in. Its occupancy does not matter (a page per (sequence, kv head)), so it may take every register; the
+/// split kernel itself has none to spare for the mask (docs/perf/h200.md, run 14) and never sees a partial page.
+template <class K, class V, int D, int GS, bool kWindowStart = false>
+__global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, kWindowStart ? 1 : SplitShape<K, V, D>::kMinBlocks)
     decode_split_kernel(const SplitArgs a) {
   using S = SplitShape<K, V, D>;
   constexpr int C = S::C, NT = S::NT, KS = S::KS, VS = S::VS, NJ = S::NJ, DP = S::DP;
@@ -191,8 +208,9 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
   }
 
   const SeqPages sp = a.seqs[s];
-  const int q0 = range * a.chunks_per_warp;
-  const int q1 = min(sp.n_pages << a.page_shift, q0 + a.chunks_per_warp);
+  const int r0 = range * a.chunks_per_warp;
+  const int q0 = kWindowStart ? max(r0, sp.window_first / C) : r0;
+  const int q1 = min(sp.n_pages << a.page_shift, r0 + a.chunks_per_warp);
   const int chunk_mask = (1 << a.page_shift) - 1;
 
   // Where the chunk's parameters sit in a stage: the key ranges, then the value ranges, after the codes (their
@@ -346,6 +364,10 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
       }
       if (ks % kGroupSteps == kGroupSteps - 1) K::template scale_group<D, C>(kprm, a.key, lane, ks >> GS, acc, sc);
     }
+    if constexpr (kWindowStart) {  // read here, not kept: held through the chunk step, int4 at d = 256 spilled
+      const int first = *static_cast<const volatile int*>(&a.seqs[s].window_first);
+      hide_before<C>(first - q * C, lane, sc);
+    }
 
     // Online softmax over the chunk (row n's maximum shared by its 4 lanes).
     float mx = -INFINITY;
@@ -420,26 +442,28 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, SplitShape<K, V
 
 /// What the plan needs of one pair's kernel at one head dimension.
 struct SplitKernel {
-  const void* fn = nullptr;  // the __global__ function
+  const void* fn = nullptr;               // the __global__ function
+  const void* window_start_fn = nullptr;  // its kWindowStart variant
   int threads = 0, warps = 0, parts = 0, chunk = 0, stages = 0;
   int code_bytes = 0;   // per warp and stage
   int param_bytes = 0;  // per warp and stage, for the codecs' arguments
   int block_bytes = 0, warp_bytes = 0;
 };
 
-template <class K, class V, int D>
+template <class K, class V, int D, bool kWindowStart>
 const void* split_kernel_fn(int group_shift) {
   if constexpr (K::kGroups) {
     switch (group_shift) {
       case 0:
-        if constexpr (K::kMinGroupShift == 0) return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 0>);
+        if constexpr (K::kMinGroupShift == 0)
+          return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 0, kWindowStart>);
         return nullptr;
-      case 1: return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 1>);
-      case 2: return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 2>);
+      case 1: return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 1, kWindowStart>);
+      case 2: return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 2, kWindowStart>);
       default: return nullptr;
     }
   } else {
-    return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, log2_of(D / 16)>);
+    return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, log2_of(D / 16), kWindowStart>);
   }
 }
 
@@ -447,7 +471,8 @@ template <class K, class V, int D>
 SplitKernel split_kernel_at(const CodecArgs& key, const CodecArgs& value) {
   using S = SplitShape<K, V, D>;
   SplitKernel k;
-  k.fn = split_kernel_fn<K, V, D>(key.group_shift);
+  k.fn = split_kernel_fn<K, V, D, false>(key.group_shift);
+  k.window_start_fn = split_kernel_fn<K, V, D, true>(key.group_shift);
   k.threads = S::kThreads;
   k.warps = S::kWarps;
   k.parts = S::kParts;

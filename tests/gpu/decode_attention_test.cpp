@@ -146,17 +146,13 @@ TEST(CudaDecodeAttention, SplitCountsGiveTheSameAnswer) {
   for (int splits : {1, 3, 64}) expect_matches({128, 64, 0, 2, 4, {900, 64, 0}, true}, "int4", "int4", seed, splits);
 }
 
-// Sliding windows (Gemma 3's local layers) have no device kernel yet: a plan with one is an error, never a full
-// attention in its place; the options the CPU refuses are refused too.
-TEST(CudaDecodeAttention, SlidingWindowsAndBadOptionsAreRefused) {
+// The options the CPU refuses are refused too (sliding windows: sliding_window_test.cpp).
+TEST(CudaDecodeAttention, BadOptionsAreRefused) {
   KVQ_REQUIRE_GPU();
   KVQ_FRESH_SEED();
   const Shape shape{128, 64, 0, 2, 4, {700}, true};
   const test::Scenario sc = test::build(shape, "int4", "int4", seed);
   const cuda::DeviceKVCache dev(sc.cache);
-  AttentionOptions window;
-  window.window = 512;
-  EXPECT_THROW(cuda::DecodePlan(dev, 1, sc.ids, shape.H * shape.G, window), Error);
   for (const float scale : {-1.0f, NAN, INFINITY}) {
     AttentionOptions bad;
     bad.scale = scale;

@@ -74,3 +74,24 @@ def test_sliding_window_on_the_device(seed):
             assert "window" in str(e)
             pytest.xfail(f"the device refuses sliding windows: {e}")
     assert relative_error(logits, ref) < 1e-3
+
+
+def test_layers_on_two_devices(seed):
+    # accelerate's device_map over two GPUs: each layer's pages live on its layer's device (one kvq.DeviceKVCache
+    # per device), and the logits equal those of the model wholly on the first GPU. (A "cpu" entry in a device_map
+    # means weights offloaded to the CPU and run on a GPU, so one GPU cannot show this.)
+    accelerate = pytest.importorskip("accelerate")
+    if torch.cuda.device_count() < 2:
+        pytest.skip("a model spread over devices needs two GPUs")
+    whole = on_cuda(tiny_model("llama", seed))
+    split = accelerate.dispatch_model(tiny_model("llama", seed), device_map={
+        "model.embed_tokens": 0, "model.rotary_emb": 0, "model.layers.0": 0, "model.layers.1": 1,
+        "model.layers.2": 1, "model.norm": 1, "lm_head": 1})
+    ids = prompt(seed, 1, 150).cuda()
+    with torch.no_grad():
+        ref, _ = greedy(whole, ids, kvq.hf.KvqCache(whole.config, "int4", "int4"), 12)
+        cache = kvq.hf.KvqCache(split.config, "int4", "int4")
+        logits, _ = greedy(split, ids, cache, 12)
+    devices = sorted(store.cache.device for store in cache._stores.values())
+    assert devices == [0, 1]
+    assert relative_error(logits.cpu(), ref.cpu()) < 1e-3
