@@ -1,5 +1,6 @@
-# cmake --install: the libraries (kvq::kvq static, kvq::kvq_shared), the public headers, the kvq command and the
-# CMake package that find_package(kvq) reads (examples/cpp builds against it in scripts/test.sh).
+# cmake --install: the libraries (kvq::kvq static, kvq::kvq_shared), the headers (include/kvq/, detail/ included),
+# the kvq command and the CMake package that find_package(kvq) reads (examples/cpp builds against it in
+# scripts/test.sh).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 set_target_properties(kvq_static PROPERTIES EXPORT_NAME kvq)
