@@ -26,7 +26,7 @@ LLAMA_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, nu
 TINY = dict(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, head_dim=64, max_position_embeddings=4096)
 CACHES = ["dynamic", "f16/f16", "int8/int8", "int4/int4", "turbo_mse:3/turbo_mse:3", "kivi:2/kivi:2",
-          "int4/turbo_mse:3"]
+          "int4/turbo_mse:2"]
 
 
 def build_model(shape: dict, device: str, dtype: torch.dtype):

@@ -12,8 +12,12 @@ exec > >(tee "$OUT/python.log") 2>&1
 start=$(date +%s)
 python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__,
   "cuda devices", torch.cuda.device_count())'
-CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) python3 -m pip install -q --no-build-isolation --no-deps \
-  -Cbuild-dir=build/python-gpu -Ccmake.define.KVQ_CUDA=ON . || { echo "kvq-gpu: pip install failed"; exit 1; }
+# The system compiler: the image's CXX (/opt/gcc) links libstdc++ statically, and an extension holding its own
+# libstdc++ in a process that loads the shared one (numpy, torch) crashes in the locale code of std::ostream (seen
+# as a segmentation fault in CodecSpec::str, session of 2026-12-01).
+CXX=/usr/bin/g++ CC=/usr/bin/gcc CUDAHOSTCXX=/usr/bin/g++ CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) python3 -m pip install -q \
+  --no-build-isolation --no-deps -Cbuild-dir=build/python-gpu -Ccmake.define.KVQ_CUDA=ON . ||
+  { echo "kvq-gpu: pip install failed"; exit 1; }
 echo "kvq-gpu: python package built in $(( $(date +%s) - start )) s"
 # From another folder, so that python/kvq in the clone cannot shadow the installed package.
 (cd tests/python && PYTHONUNBUFFERED=1 python3 -m pytest -q -p no:cacheprovider -rs --rootdir=. .)
