@@ -1,4 +1,4 @@
-// The KV cache and decode attention on a CUDA device: the same codecs, block layout (block_layout.hpp), pages and
+// The KV cache and decode attention on a CUDA device: the same codecs, block layout (src/codec/block_layout.hpp), pages and
 // block tables as the CPU KVCache (cache.hpp), with the pages in one cudaMalloc'd pool on the device.
 //
 // Appends encode on the device: every codec's append kernel (src/cuda/encode_*.cu) rotates, quantizes and packs full

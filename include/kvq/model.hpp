@@ -11,7 +11,7 @@
 //           with their own RoPE base between global ones. Gemma's RMSNorm multiplies by (1 + w); llama.cpp's
 //           converter stores 1 + w in the GGUF, so every norm here is the plain x / rms(x) * w.
 //
-// Checkpoints: GGUF (architectures llama, qwen2, gemma3; any computable ggml format, see ggml_quants.hpp) and
+// Checkpoints: GGUF (architectures llama, qwen2, gemma3; any computable ggml format, see detail/ggml_quants.hpp) and
 // llama2.c's .bin (7 int32 {dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len}, a negative
 // vocab_size meaning an unshared classifier, then fp32 weights in llama2.c's order).
 #pragma once
