@@ -1,5 +1,6 @@
-// The KV cache and decode attention on a CUDA device: the same codecs, block layout (src/codec/block_layout.hpp), pages and
-// block tables as the CPU KVCache (cache.hpp), with the pages in one cudaMalloc'd pool on the device.
+// The KV cache and decode attention on a CUDA device: the same codecs, block layout
+// (src/codec/block_layout.hpp), pages and block tables as the CPU KVCache (cache.hpp), with the pages in one
+// cudaMalloc'd pool on the device.
 //
 // Appends encode on the device: every codec's append kernel (src/cuda/encode_*.cu) rotates, quantizes and packs full
 // pages straight into the pool, the same bytes as the CPU codecs write (bit-exact for f32/f16/bf16, kivi and qjl,
