@@ -168,6 +168,8 @@ def test_unsupported_uses_raise(seed):
         kvq.hf.KvqCache(model.config, "vecinfer:8/4", "int4")
     with pytest.raises(ValueError, match="prefill"):
         kvq.hf.KvqCache(model.config, prefill="fast")
+    with pytest.raises(ValueError, match="max_tokens"):
+        kvq.hf.KvqCache(model.config, max_tokens=0)
     with pytest.raises(kvq.Error):
         kvq.hf.KvqCache(model.config, "int5", "int4")
     with torch.no_grad(), pytest.raises(NotImplementedError, match="beam search"):

@@ -65,9 +65,9 @@ def kvq_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.T
     window = int(sliding_window or 0)
     store, index = layer.store, layer.layer_idx
     own = _own_columns(attention_mask, batch, n)
-    empty = all(store.length(row, index) == 0 for row in range(batch))
+    first_chunk = layer.seen == n  # update() has counted this chunk: nothing came before it
 
-    if empty and layer.parent.options.prefill == "exact":
+    if first_chunk and layer.parent.options.prefill == "exact":
         out, _ = sdpa_attention_forward(module, query, keys, values, attention_mask, scaling=scale,
                                         sliding_window=sliding_window, **kwargs)
         for row in range(batch):
