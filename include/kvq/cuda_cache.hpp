@@ -33,6 +33,10 @@
 
 namespace kvq::cuda {
 
+namespace detail {
+struct DecodeTables;
+}
+
 /// A float array in device memory (cudaMalloc), for queries and outputs.
 class DeviceFloats {
  public:
@@ -121,6 +125,7 @@ class DeviceKVCache {
 
  private:
   friend SeqId add_sequence_repeating(DeviceKVCache& cache, SeqId src, size_t n_tokens);  // detail/cuda_bench_support
+  friend class DecodeStep;
 
   struct Impl;
   std::unique_ptr<Impl> impl_;
@@ -146,6 +151,52 @@ class DecodePlan {
   /// The split kernel's ranges per (sequence, kv head), not counting the window-start variant's (one block's ranges
   /// over the page a sliding window starts inside).
   int splits() const;
+
+ private:
+  friend class DecodeStep;
+  // DecodeStep's plans: a grid for n_seqs sequences of up to max_pages pages, their tables read from `tables`.
+  DecodePlan(const DeviceKVCache& cache, int layer, int n_seqs, int n_q_heads, const AttentionOptions& options,
+             size_t max_pages, const detail::DecodeTables& tables);
+  void enqueue(const float* q_dev, float* out_dev, void* stream) const;  // launches only: capturable
+
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Decode steps of a fixed batch in a form a CUDA graph can capture and replay: each step appends one token per
+/// sequence to each of `layers` and attends the sequences' queries there, with every launch's shape fixed when the
+/// step is made (for sequences of up to max_tokens tokens) and every length, page and window read from device
+/// tables that prepare() rewrites before each step. A step gives what append_device_batch then decode_attention
+/// give, bit for bit.
+///
+/// Per step: prepare() (outside any capture), then run() once for each of `layers`, in any order (the runs may be
+/// a replayed graph). prepare() takes the step's pages from the pool and records the step in the cache's
+/// bookkeeping (lengths, block tables, windows) before the runs write them: between prepare() and the step's runs
+/// the cache's sequences must not change otherwise. The value checks of an append (NaN, Inf, values a codec cannot
+/// store) run on the device within the step and are reported by the second prepare() after it, or by check(): the
+/// sequences are then invalid (their windows hold what was appended) and every later prepare() throws.
+class DecodeStep {
+ public:
+  /// options: one per entry of `layers` (scale, window, splits as decode_attention takes them). The cache must
+  /// outlive the step.
+  DecodeStep(DeviceKVCache& cache, std::span<const SeqId> seqs, std::span<const int> layers, int n_q_heads,
+             std::span<const AttentionOptions> options, size_t max_tokens);
+  ~DecodeStep();
+  DecodeStep(DecodeStep&&) noexcept;
+  DecodeStep& operator=(DecodeStep&&) noexcept;
+
+  /// Makes room for the next step and uploads its tables, queued on `stream` (a cudaStream_t; null: default), the
+  /// stream the runs go to. Throws kvq::Error, changing nothing, where the pool lacks the step's pages or a
+  /// sequence would pass max_tokens, or for an error an earlier step found. Waits for the step before last.
+  void prepare(void* stream = nullptr);
+  /// Layer `layer`'s part of the prepared step: keys, values [seqs][n_kv_heads][head_dim], q, out
+  /// [seqs][n_q_heads][head_dim], fp32 device arrays. Launches only (no allocation, no wait): capturable.
+  void run(int layer, const float* keys_dev, const float* values_dev, const float* q_dev, float* out_dev,
+           void* stream = nullptr);
+  /// Waits for `stream` and throws for an error any step so far found.
+  void check(void* stream = nullptr);
+  /// Steps prepared so far.
+  size_t steps() const;
 
  private:
   struct Impl;

@@ -104,6 +104,43 @@ nb::object decode_attention(PyDeviceKVCache& self, int layer, const std::vector<
   return out;
 }
 
+// A DecodeStep of the cache (cuda_cache.hpp), holding the cache alive and taking turns on its lock.
+struct PyDecodeStep {
+  cuda::DecodeStep step;
+  PyDeviceKVCache* owner;
+  size_t batch, n_q_heads;
+};
+
+PyDecodeStep* make_decode_step(PyDeviceKVCache& self, const std::vector<SeqId>& seqs, const std::vector<int>& layers,
+                               int n_q_heads, const std::vector<std::optional<float>>& scales,
+                               const std::vector<size_t>& windows, size_t max_tokens) {
+  KVQ_CHECK(scales.size() == layers.size() && windows.size() == layers.size(), "decode_step: ", layers.size(),
+            " layers but ", scales.size(), " scales and ", windows.size(), " windows");
+  std::vector<AttentionOptions> options(layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    options[i].scale = scales[i].value_or(0.0f);
+    options[i].window = windows[i];
+  }
+  return without_gil(self.mutex, [&] {
+    return new PyDecodeStep{cuda::DecodeStep(self.cache, seqs, layers, n_q_heads, options, max_tokens), &self,
+                            seqs.size(), static_cast<size_t>(n_q_heads)};
+  });
+}
+
+void run_decode_step(PyDecodeStep& self, int layer, const InputArray& keys, const InputArray& values,
+                     const InputArray& q, OutputArray& out, const nb::object& stream) {
+  const cuda::DeviceKVCache& cache = self.owner->cache;
+  const int device = cache.device();
+  const size_t H = static_cast<size_t>(cache.config().n_kv_heads), d = static_cast<size_t>(cache.config().head_dim);
+  const float* k = float_input(keys, "keys", {{"batch", self.batch}, {"n_kv_heads", H}, {"head_dim", d}}, device);
+  const float* v = float_input(values, "values", {{"batch", self.batch}, {"n_kv_heads", H}, {"head_dim", d}}, device);
+  const float* qp = float_input(q, "q", {{"batch", self.batch}, {"n_q_heads", self.n_q_heads}, {"head_dim", d}}, device);
+  float* op = float_output(out, "out", {{"batch", self.batch}, {"n_q_heads", self.n_q_heads}, {"head_dim", d}}, device);
+  check_disjoint(qp, op, q.size());
+  void* s = stream_of(*self.owner, stream);
+  without_gil(self.owner->mutex, [&] { self.step.run(layer, k, v, qp, op, s); });
+}
+
 // What the device cache can tell of its memory, with KVCache.memory()'s keys where they mean the same.
 nb::dict memory(PyDeviceKVCache& self) {
   const CacheConfig& c = self.cache.config();
@@ -237,6 +274,39 @@ void bind_device_cache(nb::module_& m) {
                ", key_codec='" + c.key_codec + "', value_codec='" + c.value_codec +
                "', device=" + std::to_string(self.cache.device()) + ")";
       });
+  cls.def("decode_step", &make_decode_step, nb::arg("seqs"), nb::arg("layers"), nb::arg("n_q_heads"), nb::kw_only(),
+          nb::arg("scales"), nb::arg("windows"), nb::arg("max_tokens"), nb::keep_alive<0, 1>(),
+          nb::rv_policy::take_ownership,
+          "Decode steps of the batch `seqs` over `layers` whose launches keep one shape, for CUDA graphs "
+          "(torch.cuda.graph): each step appends one token per sequence to each layer and attends there, as "
+          "append_batch then decode_attention would. scales, windows: per layer (None: 1 / sqrt(head_dim); 0: no "
+          "window); max_tokens: the longest a sequence may grow. Per step: prepare(), then run() once per layer "
+          "(the runs may be a captured graph's replay).");
+  nb::class_<PyDecodeStep>(m, "DecodeStep",
+                           "Decode steps of a fixed batch whose launches a CUDA graph can capture and replay "
+                           "(DeviceKVCache.decode_step).")
+      .def(
+          "prepare",
+          [](PyDecodeStep& self, const nb::object& stream) {
+            void* s = stream_of(*self.owner, stream);
+            without_gil(self.owner->mutex, [&] { self.step.prepare(s); });
+          },
+          nb::arg("stream") = nb::none(),
+          "Takes the next step's pages, records it in the cache and uploads its tables on `stream` (as append's). "
+          "Raises kvq.Error, changing nothing, where the pool is full or a sequence would pass max_tokens, and for "
+          "a NaN, Inf or unstorable value a step before last appended (the sequences then hold it).")
+      .def("run", &run_decode_step, nb::arg("layer"), nb::arg("keys"), nb::arg("values"), nb::arg("q"),
+           nb::arg("out"), nb::arg("stream") = nb::none(),
+           "Layer `layer`'s part of the prepared step, launched on `stream` without waiting: keys, values float32 "
+           "[batch, n_kv_heads, head_dim], q and out float32 [batch, n_q_heads, head_dim], on the cache's device.")
+      .def(
+          "check",
+          [](PyDecodeStep& self, const nb::object& stream) {
+            void* s = stream_of(*self.owner, stream);
+            without_gil(self.owner->mutex, [&] { self.step.check(s); });
+          },
+          nb::arg("stream") = nb::none(), "Waits for `stream`; raises kvq.Error for a value any step so far found.")
+      .def_prop_ro("steps", [](PyDecodeStep& self) { return self.step.steps(); }, "Steps prepared so far.");
   m.def(
       "cuda_available", [] { return cuda::device_count() > 0; },
       "Whether kvq.DeviceKVCache can run here: this build has the CUDA backend and the machine a CUDA device.");

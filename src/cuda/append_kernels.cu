@@ -19,9 +19,9 @@ __device__ __forceinline__ const float* stream_row(const EncodeSource& src, cons
 
 __global__ void key_mean_kernel(const __grid_constant__ EncodeSource src, const KeyMean* means) {
   const KeyMean m = means[blockIdx.y];
-  const EncodeStream s = src.streams[m.stream];
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= src.H * src.d) return;
+  if (m.offset == nullptr || i >= src.H * src.d) return;  // an empty entry
+  const EncodeStream s = src.streams[m.stream];
   const int h = i / src.d, c = i % src.d;
   float sum = 0;
   for (int t = 0; t < src.T; ++t) sum = __fadd_rn(sum, stream_row(src, s, static_cast<size_t>(t), h)[c]);
@@ -62,7 +62,7 @@ __global__ void place_page_ids_kernel(const EncodePage* pages, size_t n, PageId*
   for (size_t p = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; p < n;
        p += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const EncodePage page = pages[p];
-    table_ends[page.stream][page.first / T] = page.target;
+    if (page.stream != kNoStream) table_ends[page.stream][page.first / T] = page.target;
   }
 }
 

@@ -41,7 +41,7 @@ struct WindowMove {
   int count = 0;
 };
 
-/// Every key mean of the batch (n of them, device array).
+/// Every key mean of the batch (n of them, device array; entries with a null offset are empty).
 void launch_key_means(const EncodeSource& keys, const KeyMean* means, size_t n, cudaStream_t stream);
 
 /// Every gather of the batch (n, device array; max_count: the largest count). A NaN or Inf among the fresh tokens
@@ -54,7 +54,7 @@ void launch_move_windows(const WindowMove* moves, size_t n, size_t max_count, in
                          cudaStream_t stream);
 
 /// The commit's block table entries: page p's target goes to table_ends[pages[p].stream][pages[p].first / T] (each
-/// table_ends[i]: the first unused entry of sequence i's device block table).
+/// table_ends[i]: the first unused entry of sequence i's device block table; entries of kNoStream are empty).
 void launch_place_page_ids(const EncodePage* pages, size_t n, PageId* const* table_ends, int T, cudaStream_t stream);
 
 }  // namespace kvq::cuda::detail

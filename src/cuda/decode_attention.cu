@@ -4,6 +4,7 @@
 // that folds the splits, maps the output back from the value codec's space, adds the fp32 window (from where a
 // window starts) and normalizes.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <numbers>
 #include <mutex>
@@ -25,12 +26,6 @@
 namespace kvq::cuda {
 namespace detail {
 namespace {
-
-struct WindowDesc {
-  const float* window;  // keys [H][slots][D], then values [H][slots][D]
-  int count;
-  int first;  // tokens before it lie outside a sliding window (0: none)
-};
 
 struct MergeArgs {
   const float* partial_o;
@@ -346,15 +341,18 @@ std::string decode_kernel(const DeviceKVCache& cache, int layer) {
 struct DecodePlan::Impl {
   int device = 0, n_seqs = 0, n_q_heads = 0, n_kv_heads = 0, d = 0, key_space = 0, value_space = 0, group = 0;
   int ranges = 0;  // the split kernel's per (sequence, kv head)
+  std::string kernel_name;
   SplitKernel kernel;
+  int blocks_per_sm = 0, sms = 0;
   dim3 grid;
   SplitArgs split{};
-  // The pages sliding windows start inside, through the kernel's window-start variant (none: no launch).
+  // The pages sliding windows start inside, through the kernel's window-start variant (false: no launch).
+  bool window_start = false;
   dim3 window_start_grid;
   SplitArgs window_start_args{};
   MergeArgs merge{};
   size_t smem = 0;
-  DevicePtr<SeqPages> seqs, window_start_pages;
+  DevicePtr<SeqPages> seqs, window_start_pages;  // the plan's own tables (a DecodeStep's are the step's)
   DevicePtr<WindowDesc> windows;
   DevicePtr<float> key_map, value_map, q_space, partial_o, partial_ml;
   DevicePtr<uint32_t> key_table, value_table;  // the codecs' tables (vecinfer's codebooks)
@@ -370,7 +368,11 @@ struct DecodePlan::Impl {
     if (capture) cudaStreamDestroy(capture);
   }
 
-  // The three kernels of one call, enqueued on `stream`.
+  void choose_kernel(const DeviceKVCache& cache, int layer, int n_q_heads);
+  void shape(const DeviceKVCache& cache, int max_pages, const DecodeTables& tables, const AttentionOptions& options,
+             float scale);
+
+  // The three kernels of one call (four with the window-start variant), enqueued on `stream`.
   void enqueue(const float* q_dev, float* out_dev, cudaStream_t stream) const {
     const dim3 rows(static_cast<unsigned>(n_q_heads), static_cast<unsigned>(n_seqs));
     SplitArgs a = split;
@@ -383,7 +385,7 @@ struct DecodePlan::Impl {
     }
     void* args[] = {&a};
     KVQ_CUDA_CHECK(cudaLaunchKernel(kernel.fn, grid, dim3(static_cast<unsigned>(kernel.threads)), args, smem, stream));
-    if (window_start_pages) {
+    if (window_start) {
       SplitArgs w = window_start_args;
       w.q_space = a.q_space;
       void* w_args[] = {&w};
@@ -398,44 +400,40 @@ struct DecodePlan::Impl {
   }
 };
 
-DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const SeqId> seqs, int n_q_heads,
-                       const AttentionOptions& options)
-    : impl_(std::make_unique<Impl>()) {
-  Impl& p = *impl_;
-  const float scale = options.resolved_scale(cache.config().head_dim);  // the CPU's checks, before any allocation
-  const std::string kernel = decode_kernel(cache, layer);
+// What does not depend on the batch: the pair's kernel, the codecs' maps and tables, shared memory and occupancy.
+void DecodePlan::Impl::choose_kernel(const DeviceKVCache& cache, int layer, int n_q_heads_) {
+  kernel_name = decode_kernel(cache, layer);
   const CacheConfig& cfg = cache.config();
-  p.device = cache.device();
-  use_device(p.device);
-  p.n_seqs = static_cast<int>(seqs.size());
-  p.n_q_heads = n_q_heads;
-  p.n_kv_heads = cfg.n_kv_heads;
-  p.d = cfg.head_dim;
+  device = cache.device();
+  use_device(device);
+  n_q_heads = n_q_heads_;
+  n_kv_heads = cfg.n_kv_heads;
+  d = cfg.head_dim;
   KVQ_CHECK(n_q_heads > 0 && n_q_heads % cfg.n_kv_heads == 0, "CUDA decode attention: ", n_q_heads,
             " query heads is not a multiple of the cache's ", cfg.n_kv_heads, " kv heads");
-  p.group = n_q_heads / cfg.n_kv_heads;
-  KVQ_CHECK(p.group == 1 || p.group == 2 || p.group == 4 || p.group == 8, "CUDA decode attention: GQA group of ",
-            p.group, " query heads per kv head has no kernel (1, 2, 4 or 8)");
+  group = n_q_heads / cfg.n_kv_heads;
+  KVQ_CHECK(group == 1 || group == 2 || group == 4 || group == 8, "CUDA decode attention: GQA group of ", group,
+            " query heads per kv head has no kernel (1, 2, 4 or 8)");
   const Codec& kc = cache.key_codec(layer);
   const Codec& vc = cache.value_codec(layer);
-  const int d = p.d, T = cfg.block_tokens;
-  SplitArgs& a = p.split;
+  const int T = cfg.block_tokens;
+  SplitArgs& a = split;
   a.key = host_codec_args(kc, true);
   a.value = host_codec_args(vc, false);
-  p.key_table = upload(codec_table(kc, true), "the key codec's table");
-  p.value_table = upload(codec_table(vc, false), "the value codec's table");
-  a.key.table = p.key_table.get();
-  a.value.table = p.value_table.get();
-  p.kernel = (*find_kernel(kc, vc))(d, a.key, a.value);
-  KVQ_CHECK(p.kernel.fn != nullptr, "CUDA decode attention: no instantiation for d = ", d);
-  KVQ_CHECK(T % p.kernel.chunk == 0, "CUDA decode attention: pages of ", T, " tokens are not whole chunks of ",
-            p.kernel.chunk, " (", kernel, ")");
+  key_table = upload(codec_table(kc, true), "the key codec's table");
+  value_table = upload(codec_table(vc, false), "the value codec's table");
+  a.key.table = key_table.get();
+  a.value.table = value_table.get();
+  kernel = (*find_kernel(kc, vc))(d, a.key, a.value);
+  KVQ_CHECK(kernel.fn != nullptr, "CUDA decode attention: no instantiation for d = ", d);
+  KVQ_CHECK(T % kernel.chunk == 0, "CUDA decode attention: pages of ", T, " tokens are not whole chunks of ",
+            kernel.chunk, " (", kernel_name, ")");
 
   // The codecs' maps, once: Kt[j][c] = sigma_k[c] (A_k e_j)[c] (d x M, M the key space) and Vt[j][c] = sigma_v[j]
   // (A_v^T e_j)[c] (VD x d, VD the value space).
   const int M = kc.space_dim(), VD = vc.space_dim();
-  p.key_space = M;
-  p.value_space = VD;
+  key_space = M;
+  value_space = VD;
   KVQ_CHECK(VD % d == 0, "CUDA decode attention: value codec '", vc.spec().str(), "' has a space of ", VD,
             " channels; the kernels take a multiple of d = ", d);
   std::vector<float> kt(static_cast<size_t>(d) * M), vt(static_cast<size_t>(VD) * d);
@@ -446,11 +444,108 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
     for (int c = 0; c < M; ++c) kt[static_cast<size_t>(j) * M + c] *= sk[static_cast<size_t>(c)];
   for (int j = 0; j < VD; ++j)
     for (int c = 0; c < d; ++c) vt[static_cast<size_t>(j) * d + c] *= sv[static_cast<size_t>(j)];
-  if (!is_identity(kt, d)) p.key_map = upload(kt, "the key codec's query map");
-  if (!is_identity(vt, d)) p.value_map = upload(vt, "the value codec's output map");
+  if (!is_identity(kt, d)) key_map = upload(kt, "the key codec's query map");
+  if (!is_identity(vt, d)) value_map = upload(vt, "the value codec's output map");
+
+  // Shared memory: the block's query tables, then per warp its tables and its pipeline stages.
+  int smem_limit = 0;
+  KVQ_CUDA_CHECK(cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  KVQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const SplitKernel& k = kernel;
+  a.stage_bytes = k.code_bytes + k.param_bytes;
+  const size_t warp_bytes = static_cast<size_t>(k.warp_bytes) + static_cast<size_t>(k.stages) * a.stage_bytes;
+  smem = static_cast<size_t>(k.block_bytes) + a.key.table_bytes + a.value.table_bytes +
+         static_cast<size_t>(k.warps) * warp_bytes;
+  KVQ_CHECK(smem <= static_cast<size_t>(smem_limit), "CUDA decode attention: ", kernel_name, " needs ", smem,
+            " bytes of shared memory per block, the device offers ", smem_limit);
+  KVQ_CUDA_CHECK(cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  KVQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, k.fn, k.threads, smem));
+}
+
+// The grid, split-K and workspace for n_seqs sequences of at most max_pages pages each, read from `tables`.
+void DecodePlan::Impl::shape(const DeviceKVCache& cache, int max_pages, const DecodeTables& tables,
+                             const AttentionOptions& options, float scale) {
+  const CacheConfig& cfg = cache.config();
+  const SplitKernel& k = kernel;
+  const int T = cfg.block_tokens, VD = value_space;
+  SplitArgs& a = split;
+  // Split-K: each warp (k.parts warps for d > 128) takes a range of chunks of one (sequence, kv head); how many
+  // chunks a range holds comes from the waves the batch's blocks make on the device (chunks_per_warp), unless the
+  // options say how many ranges per sequence.
+  const int per_block = k.warps / k.parts;
+  const int seq_chunks = std::max(1, max_pages * (T / k.chunk));
+  const long long units = std::max(1, n_seqs * n_kv_heads);
+  int per_warp = options.splits > 0
+                     ? (seq_chunks + options.splits - 1) / options.splits
+                     : chunks_per_warp(seq_chunks, units, per_block, static_cast<long long>(blocks_per_sm) * sms);
+  per_warp = std::clamp(per_warp, 1, seq_chunks);
+  const int n_ranges = (seq_chunks + per_warp - 1) / per_warp;
+  grid = dim3(static_cast<unsigned>((n_ranges + per_block - 1) / per_block), static_cast<unsigned>(n_kv_heads),
+              static_cast<unsigned>(n_seqs));
+  ranges = static_cast<int>(grid.x) * per_block;
+  // The window-start variant: one block per (sequence, kv head) whose ranges share the page's chunks, its partial
+  // states in slots after the split kernel's, folded by the merge like any range.
+  window_start = tables.window_start != nullptr;
+  const int splits = ranges + (window_start ? per_block : 0);
+
+  a.pool = cache.device_pool();
+  a.page_bytes = cache.page_bytes();
+  a.key_offset = cache.key_block_offset(0);
+  a.key_stride = cache.key_block_offset(1 % cfg.n_kv_heads) - a.key_offset;
+  a.value_offset = cache.value_block_offset(0);
+  a.value_stride = cache.value_block_offset(1 % cfg.n_kv_heads) - a.value_offset;
+  a.G = group;
+  a.n_q_heads = n_q_heads;
+  a.n_splits = splits;
+  a.chunks_per_warp = per_warp;
+  for (int c = T / k.chunk; c > 1; c /= 2) ++a.page_shift;
+  a.seqs = tables.seqs;
+  a.scale_log2 = scale * std::numbers::log2e_v<float>;
+
+  const size_t rows = static_cast<size_t>(n_seqs) * n_q_heads;
+  partial_o = device_alloc<float>(rows * splits * VD, "split-K partial outputs");
+  partial_ml = device_alloc<float>(rows * splits * 2, "split-K partial maxima and sums");
+  if (key_map) q_space = device_alloc<float>(rows * key_space, "queries in the key codec's space");
+  a.partial_o = partial_o.get();
+  a.partial_ml = partial_ml.get();
+  if (window_start) {
+    KVQ_CUDA_CHECK(cudaFuncSetAttribute(k.window_start_fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem)));
+    SplitArgs& w = window_start_args;
+    w = a;
+    w.seqs = tables.window_start;
+    const int page_chunks = T / k.chunk;
+    w.chunks_per_warp = (page_chunks + per_block - 1) / per_block;
+    w.partial_o = a.partial_o + static_cast<size_t>(ranges) * VD;
+    w.partial_ml = a.partial_ml + 2 * static_cast<size_t>(ranges);
+    window_start_grid = dim3(1, static_cast<unsigned>(n_kv_heads), static_cast<unsigned>(n_seqs));
+  }
+
+  MergeArgs& m = merge;
+  m.partial_o = a.partial_o;
+  m.partial_ml = a.partial_ml;
+  m.n_splits = splits;
+  m.n_q_heads = n_q_heads;
+  m.group = group;
+  m.n_kv_heads = cfg.n_kv_heads;
+  m.slots = static_cast<int>(cache.residual_slots());
+  m.value_space = VD;
+  m.value_map = value_map.get();
+  m.windows = tables.windows;
+  m.scale_log2 = a.scale_log2;
+}
+
+DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const SeqId> seqs, int n_q_heads,
+                       const AttentionOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& p = *impl_;
+  const float scale = options.resolved_scale(cache.config().head_dim);  // the CPU's checks, before any allocation
+  p.choose_kernel(cache, layer, n_q_heads);
+  p.n_seqs = static_cast<int>(seqs.size());
 
   // Block tables and windows of the batch, from where a sliding window starts (window_start.hpp): the split
   // kernel reads the pages the window sees whole, its window-start variant the page the window starts inside.
+  const int T = cache.config().block_tokens;
   std::vector<SeqPages> pages, start_pages;
   std::vector<WindowDesc> windows;
   int max_pages = 0;
@@ -468,85 +563,18 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   p.seqs = upload(pages, "the batch's block tables");
   p.windows = upload(windows, "the batch's windows");
   if (starts_inside_a_page) p.window_start_pages = upload(start_pages, "the pages the batch's windows start in");
+  p.shape(cache, max_pages, {p.seqs.get(), p.windows.get(), p.window_start_pages.get()}, options, scale);
+}
 
-  // Shared memory: the block's query tables, then per warp its tables and its pipeline stages.
-  int smem_limit = 0, sms = 0;
-  KVQ_CUDA_CHECK(cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, p.device));
-  KVQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, p.device));
-  const SplitKernel& k = p.kernel;
-  a.stage_bytes = k.code_bytes + k.param_bytes;
-  const size_t warp_bytes = static_cast<size_t>(k.warp_bytes) + static_cast<size_t>(k.stages) * a.stage_bytes;
-  p.smem = static_cast<size_t>(k.block_bytes) + a.key.table_bytes + a.value.table_bytes +
-           static_cast<size_t>(k.warps) * warp_bytes;
-  KVQ_CHECK(p.smem <= static_cast<size_t>(smem_limit), "CUDA decode attention: ", kernel, " needs ", p.smem,
-            " bytes of shared memory per block, the device offers ", smem_limit);
-  KVQ_CUDA_CHECK(cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem)));
-  int blocks_per_sm = 0;
-  KVQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, k.fn, k.threads, p.smem));
-
-  // Split-K: each warp (k.parts warps for d > 128) takes a range of chunks of one (sequence, kv head); how many
-  // chunks a range holds comes from the waves the batch's blocks make on the device (chunks_per_warp), unless the
-  // options say how many ranges per sequence.
-  const int per_block = k.warps / k.parts;
-  const int seq_chunks = std::max(1, max_pages * (T / k.chunk));
-  const long long units = std::max(1, p.n_seqs * p.n_kv_heads);
-  int per_warp = options.splits > 0
-                     ? (seq_chunks + options.splits - 1) / options.splits
-                     : chunks_per_warp(seq_chunks, units, per_block, static_cast<long long>(blocks_per_sm) * sms);
-  per_warp = std::clamp(per_warp, 1, seq_chunks);
-  const int ranges = (seq_chunks + per_warp - 1) / per_warp;
-  p.grid = dim3(static_cast<unsigned>((ranges + per_block - 1) / per_block), static_cast<unsigned>(p.n_kv_heads),
-                static_cast<unsigned>(p.n_seqs));
-  p.ranges = static_cast<int>(p.grid.x) * per_block;
-  // The window-start variant: one block per (sequence, kv head) whose ranges share the page's chunks, its partial
-  // states in slots after the split kernel's, folded by the merge like any range.
-  const int splits = p.ranges + (p.window_start_pages ? per_block : 0);
-
-  a.pool = cache.device_pool();
-  a.page_bytes = cache.page_bytes();
-  a.key_offset = cache.key_block_offset(0);
-  a.key_stride = cache.key_block_offset(1 % cfg.n_kv_heads) - a.key_offset;
-  a.value_offset = cache.value_block_offset(0);
-  a.value_stride = cache.value_block_offset(1 % cfg.n_kv_heads) - a.value_offset;
-  a.G = p.group;
-  a.n_q_heads = n_q_heads;
-  a.n_splits = splits;
-  a.chunks_per_warp = per_warp;
-  for (int c = T / k.chunk; c > 1; c /= 2) ++a.page_shift;
-  a.seqs = p.seqs.get();
-  a.scale_log2 = scale * std::numbers::log2e_v<float>;
-
-  const size_t rows = static_cast<size_t>(p.n_seqs) * n_q_heads;
-  p.partial_o = device_alloc<float>(rows * splits * VD, "split-K partial outputs");
-  p.partial_ml = device_alloc<float>(rows * splits * 2, "split-K partial maxima and sums");
-  if (p.key_map) p.q_space = device_alloc<float>(rows * M, "queries in the key codec's space");
-  a.partial_o = p.partial_o.get();
-  a.partial_ml = p.partial_ml.get();
-  if (p.window_start_pages) {
-    KVQ_CUDA_CHECK(cudaFuncSetAttribute(k.window_start_fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(p.smem)));
-    SplitArgs& w = p.window_start_args;
-    w = a;
-    w.seqs = p.window_start_pages.get();
-    const int page_chunks = T / k.chunk;
-    w.chunks_per_warp = (page_chunks + per_block - 1) / per_block;
-    w.partial_o = a.partial_o + static_cast<size_t>(p.ranges) * VD;
-    w.partial_ml = a.partial_ml + 2 * static_cast<size_t>(p.ranges);
-    p.window_start_grid = dim3(1, static_cast<unsigned>(p.n_kv_heads), static_cast<unsigned>(p.n_seqs));
-  }
-
-  MergeArgs& m = p.merge;
-  m.partial_o = a.partial_o;
-  m.partial_ml = a.partial_ml;
-  m.n_splits = splits;
-  m.n_q_heads = n_q_heads;
-  m.group = p.group;
-  m.n_kv_heads = cfg.n_kv_heads;
-  m.slots = static_cast<int>(cache.residual_slots());
-  m.value_space = VD;
-  m.value_map = p.value_map.get();
-  m.windows = p.windows.get();
-  m.scale_log2 = a.scale_log2;
+DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, int n_seqs, int n_q_heads,
+                       const AttentionOptions& options, size_t max_pages, const DecodeTables& tables)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& p = *impl_;
+  const float scale = options.resolved_scale(cache.config().head_dim);
+  p.choose_kernel(cache, layer, n_q_heads);
+  p.n_seqs = n_seqs;
+  KVQ_CHECK(max_pages <= static_cast<size_t>(INT_MAX), "CUDA decode attention: ", max_pages, " pages per sequence");
+  p.shape(cache, static_cast<int>(max_pages), tables, options, scale);
 }
 
 DecodePlan::~DecodePlan() = default;
@@ -554,6 +582,10 @@ DecodePlan::DecodePlan(DecodePlan&&) noexcept = default;
 DecodePlan& DecodePlan::operator=(DecodePlan&&) noexcept = default;
 
 int DecodePlan::splits() const { return impl_->ranges; }
+
+void DecodePlan::enqueue(const float* q_dev, float* out_dev, void* stream) const {
+  if (impl_->n_seqs > 0) impl_->enqueue(q_dev, out_dev, static_cast<cudaStream_t>(stream));
+}
 
 void DecodePlan::run(const float* q_dev, float* out_dev, void* stream_ptr) const {
   Impl& p = *impl_;

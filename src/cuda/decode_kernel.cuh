@@ -22,16 +22,10 @@
 
 #include "cuda/codec_traits.cuh"
 #include "cuda/cuda_check.cuh"
+#include "cuda/decode_tables.hpp"
 #include "cuda/fragment_ops.cuh"
 
 namespace kvq::cuda::detail {
-
-/// One sequence of a batch: its device block table.
-struct SeqPages {
-  const uint32_t* pages;
-  int n_pages;
-  int window_first;  // the window-start variant: the tokens of its page before a sliding window (0 elsewhere)
-};
 
 struct SplitArgs {
   const uint8_t* pool;

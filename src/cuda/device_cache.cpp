@@ -1,7 +1,6 @@
-// The device-side KV cache: pages in one cudaMalloc'd pool with the CPU KVCache's layout, block tables, fp32 windows
-// and key offsets in device memory (the host keeps the bookkeeping: page lists, window counts). Appends of tokens in
-// device memory encode full pages with the append kernels (device_encoder.hpp) straight into the pool and move the
-// rest into the window on the device; appends from host memory upload the tokens first.
+// The device-side KV cache (its state: device_cache_impl.hpp). Appends of tokens in device memory encode full pages
+// with the append kernels (device_encoder.hpp) straight into the pool and move the rest into the window on the
+// device; appends from host memory upload the tokens first.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,10 +11,7 @@
 #include "cache/cache_builder.hpp"
 #include "cache/key_offset.hpp"
 #include "cache/residual_window.hpp"
-#include "cuda/append_kernels.hpp"
-#include "cuda/append_plan.hpp"
-#include "cuda/device_encoder.hpp"
-#include "cuda/device_memory.hpp"
+#include "cuda/device_cache_impl.hpp"
 #include "cuda/encode_layout.cuh"
 #include "kvq/cuda.hpp"
 #include "kvq/cuda_cache.hpp"
@@ -33,13 +29,7 @@ void use_device(int device) {
 
 }  // namespace detail
 
-using detail::device_alloc;
-using detail::DevicePtr;
-
 namespace {
-
-constexpr size_t kBlockAlign = 64;
-size_t align64(size_t n) { return (n + kBlockAlign - 1) / kBlockAlign * kBlockAlign; }
 
 std::unique_ptr<Codec> copy_codec(const Codec& c) {
   auto copy = make_codec(c.spec().str(), c.params());
@@ -49,125 +39,6 @@ std::unique_ptr<Codec> copy_codec(const Codec& c) {
 
 }  // namespace
 
-struct DeviceKVCache::Impl {
-  struct Layer {
-    std::vector<PageId> pages;
-    DevicePtr<PageId> pages_dev;
-    size_t pages_capacity = 0;
-    int window_count = 0;
-    DevicePtr<float> window_dev;      // keys [H][slots][d], then values
-    DevicePtr<float> key_offset_dev;  // centered keys (cache.hpp): [H][d] once the first page is encoded
-    bool has_offset = false;
-  };
-  struct Sequence {
-    std::vector<Layer> layers;
-  };
-
-  CacheConfig config;
-  int device = 0;
-  std::vector<std::unique_ptr<Codec>> key_codecs, value_codecs;
-  size_t key_stride = 0, value_stride = 0, page_bytes = 0;
-  DevicePtr<uint8_t> pool;
-  std::vector<PageId> free;
-  std::map<SeqId, Sequence> sequences;
-  SeqId next_id = 0;
-  // The append kernels of each layer's codecs (null: none, for the reason in *_why).
-  std::vector<std::unique_ptr<detail::DeviceEncoder>> key_encoders, value_encoders;
-  std::vector<std::string> key_why, value_why;
-  // Scratch of the append path: uploaded host tokens, the batch's descriptors (pinned, uploaded in one copy), the
-  // tokens gathered for windows whose used slots the append still reads, error positions.
-  DevicePtr<float> upload;
-  size_t upload_capacity = 0;
-  std::unique_ptr<uint8_t[], detail::CudaFreeHost> staging_host;  // pinned
-  DevicePtr<uint8_t> staging_dev;
-  size_t staging_capacity = 0;
-  DevicePtr<float> window_scratch;
-  size_t window_scratch_capacity = 0;
-  DevicePtr<unsigned long long> errors;
-  std::unique_ptr<unsigned long long[], detail::CudaFreeHost> found;  // pinned copy of errors
-
-  void init(int dev) {
-    device = dev;
-    detail::use_device(device);
-    key_stride = align64(key_codecs[0]->block_bytes());
-    value_stride = align64(value_codecs[0]->block_bytes());
-    page_bytes = static_cast<size_t>(config.n_kv_heads) * (key_stride + value_stride);
-    pool = device_alloc<uint8_t>(config.capacity_pages * page_bytes,
-                                 "the KV cache pool (" + std::to_string(config.capacity_pages) + " pages)");
-    free.resize(config.capacity_pages);
-    for (size_t i = 0; i < free.size(); ++i) free[i] = static_cast<PageId>(free.size() - 1 - i);
-    for (int l = 0; l < config.n_layers; ++l) {
-      key_why.emplace_back();
-      value_why.emplace_back();
-      key_encoders.push_back(detail::make_device_encoder(*key_codecs[static_cast<size_t>(l)], &key_why.back()));
-      value_encoders.push_back(detail::make_device_encoder(*value_codecs[static_cast<size_t>(l)], &value_why.back()));
-    }
-    errors = device_alloc<unsigned long long>(4, "the append path's error flags");
-    found = detail::pinned_alloc<unsigned long long>(4, "the append path's error flags");
-  }
-  size_t slots() const { return static_cast<size_t>(config.residual_tokens + config.block_tokens - 1); }
-  size_t window_floats() const {
-    return 2 * static_cast<size_t>(config.n_kv_heads) * slots() * static_cast<size_t>(config.head_dim);
-  }
-  void check_layer(int layer) const {
-    KVQ_CHECK(layer >= 0 && layer < config.n_layers, "DeviceKVCache: layer ", layer, " out of range (0..",
-              config.n_layers - 1, ")");
-  }
-  Sequence& sequence(SeqId seq) {
-    const auto it = sequences.find(seq);
-    KVQ_CHECK(it != sequences.end(), "DeviceKVCache: no sequence with id ", seq);
-    return it->second;
-  }
-  Sequence& insert(SeqId id) {
-    Sequence s;
-    s.layers.resize(static_cast<size_t>(config.n_layers));
-    // Block tables start with room for 128 pages, so that appends rarely reallocate (a synchronizing cudaMalloc).
-    const size_t table = std::min<size_t>(128, config.capacity_pages);
-    for (Layer& l : s.layers) {
-      l.pages_dev = device_alloc<PageId>(table, "a block table");
-      l.pages_capacity = table;
-      l.window_dev = device_alloc<float>(window_floats(), "a sequence's fp32 window");
-      KVQ_CUDA_CHECK(cudaMemset(l.window_dev.get(), 0, window_floats() * sizeof(float)));
-    }
-    return sequences.emplace(id, std::move(s)).first->second;
-  }
-  uint8_t* page(PageId id) const { return pool.get() + static_cast<size_t>(id) * page_bytes; }
-  // Room for `need` entries in the layer's device block table. Growing it waits for the device: an append's
-  // commit, queued on the caller's stream, may still be writing entries of the old table.
-  void reserve_table(Layer& l, size_t need) {
-    if (need > l.pages_capacity) {
-      KVQ_CUDA_CHECK(cudaDeviceSynchronize());
-      const size_t cap = std::max<size_t>(need, 2 * l.pages_capacity);
-      DevicePtr<PageId> grown = device_alloc<PageId>(cap, "a block table");
-      if (!l.pages.empty())
-        KVQ_CUDA_CHECK(cudaMemcpy(grown.get(), l.pages_dev.get(), l.pages.size() * sizeof(PageId),
-                                  cudaMemcpyDeviceToDevice));
-      l.pages_dev = std::move(grown);
-      l.pages_capacity = cap;
-    }
-  }
-  void push_pages(Layer& l, const PageId* ids, size_t n, cudaStream_t stream = nullptr) {
-    reserve_table(l, l.pages.size() + n);
-    if (n > 0)
-      KVQ_CUDA_CHECK(cudaMemcpyAsync(l.pages_dev.get() + l.pages.size(), ids, n * sizeof(PageId),
-                                     cudaMemcpyHostToDevice, stream));
-    l.pages.insert(l.pages.end(), ids, ids + n);
-  }
-  std::vector<float> download_window(const Layer& l) const {
-    std::vector<float> w(window_floats());
-    KVQ_CUDA_CHECK(cudaMemcpy(w.data(), l.window_dev.get(), w.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    return w;
-  }
-  void set_key_offset(Layer& l, const float* host) const {
-    const size_t n = static_cast<size_t>(config.n_kv_heads) * config.head_dim;
-    if (!l.key_offset_dev) l.key_offset_dev = device_alloc<float>(n, "a key offset");
-    KVQ_CUDA_CHECK(cudaMemcpy(l.key_offset_dev.get(), host, n * sizeof(float), cudaMemcpyHostToDevice));
-    l.has_offset = true;
-  }
-  void append_on_host(Layer& ls, int layer, SeqId seq, const float* keys, const float* values, size_t n_tokens);
-  void append_batch(const char* who, std::span<const SeqId> seqs, int layer, const float* keys_dev,
-                    const float* values_dev, std::span<const size_t> n_tokens, cudaStream_t stream);
-};
 
 DeviceKVCache::DeviceKVCache(const CacheConfig& config, int device) : impl_(std::make_unique<Impl>()) {
   detail::use_device(device);
@@ -372,35 +243,6 @@ void DeviceKVCache::append_device_batch(std::span<const SeqId> seqs, int layer, 
                       static_cast<cudaStream_t>(stream));
 }
 
-namespace {
-
-// The batch's descriptors in one buffer: byte offsets of each array, 16-byte aligned.
-struct StagingLayout {
-  size_t key_streams = 0, value_streams = 0, pages = 0, table_ends = 0, gathers = 0, means = 0, moves = 0, bytes = 0;
-
-  template <class T>
-  size_t place(size_t n) {
-    const size_t at = bytes;
-    bytes = (bytes + n * sizeof(T) + 15) / 16 * 16;
-    return at;
-  }
-  StagingLayout(size_t seqs, size_t pages_n, size_t gathers_n, size_t means_n, size_t moves_n) {
-    key_streams = place<detail::EncodeStream>(seqs);
-    value_streams = place<detail::EncodeStream>(seqs);
-    pages = place<detail::EncodePage>(pages_n);
-    table_ends = place<PageId*>(seqs);
-    gathers = place<detail::WindowGather>(gathers_n);
-    means = place<detail::KeyMean>(means_n);
-    moves = place<detail::WindowMove>(moves_n);
-  }
-};
-
-template <class T>
-T* at(uint8_t* base, size_t offset) {
-  return reinterpret_cast<T*>(base + offset);
-}
-
-}  // namespace
 
 void DeviceKVCache::Impl::append_batch(const char* who, std::span<const SeqId> seqs, int layer, const float* keys_dev,
                                        const float* values_dev, std::span<const size_t> n_tokens,
@@ -453,26 +295,16 @@ void DeviceKVCache::Impl::append_batch(const char* who, std::span<const SeqId> s
   KVQ_CHECK(plan.pages * uT <= 0xffffffffull, who, ": ", plan.pages, " new pages in one batch (at most ",
             0xffffffffull / uT, ")");
 
-  // Room for what the launches write (allocations only: nothing a reader sees changes).
-  std::vector<size_t> gathered, moved, offsets;  // sequences with a gather, a window move, a new key offset
-  size_t max_gather = 0, max_move = 0;
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    const detail::SequencePlan& p = plan.seqs[i];
-    reserve_table(*layers[i], layers[i]->pages.size() + p.n_pages);
-    if (p.new_offset && !layers[i]->key_offset_dev) layers[i]->key_offset_dev = device_alloc<float>(hd, "a key offset");
-    if (p.gather_count > 0) {
-      gathered.push_back(i);
-      max_gather = std::max(max_gather, p.gather_count);
-    }
-    if (p.through_scratch) {
-      moved.push_back(i);
-      max_move = std::max(max_move, p.kept);
-    }
-    if (p.new_offset) offsets.push_back(i);
-  }
+  reserve_append(plan, layers);
   // A buffer outgrown is replaced only once no earlier append's commit (queued on any stream) can still read it.
+  size_t gathers = 0, means = 0, moves = 0;
+  for (const detail::SequencePlan& p : plan.seqs) {
+    gathers += p.gather_count > 0 ? 1 : 0;
+    means += p.new_offset ? 1 : 0;
+    moves += p.through_scratch ? 1 : 0;
+  }
   const size_t scratch_floats = 2 * hd * plan.scratch_tokens;
-  const StagingLayout lay(seqs.size(), plan.pages, gathered.size(), offsets.size(), moved.size());
+  const StagingLayout lay(seqs.size(), plan.pages, gathers, means, moves);
   if (scratch_floats > window_scratch_capacity || lay.bytes > staging_capacity)
     KVQ_CUDA_CHECK(cudaDeviceSynchronize());
   if (scratch_floats > window_scratch_capacity) {
@@ -484,65 +316,14 @@ void DeviceKVCache::Impl::append_batch(const char* who, std::span<const SeqId> s
     staging_dev = device_alloc<uint8_t>(lay.bytes, "the append path's batch descriptors");
     staging_capacity = lay.bytes;
   }
+  const AppendLaunch launch = describe_append(plan, layers, keys_dev, values_dev, window_scratch.get(),
+                                              staging_host.get(), staging_dev.get(), lay, false);
 
-  // The descriptors: streams, pages (the free list's next pages, in batch order), gathers, key means, moves.
-  uint8_t* host = staging_host.get();
-  uint8_t* dev = staging_dev.get();
-  const size_t slots_n = slots();
-  const int n_slots = static_cast<int>(slots_n);
-  float* scratch = window_scratch.get();
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    const detail::SequencePlan& p = plan.seqs[i];
-    Layer& ls = *layers[i];
-    float* window_k = ls.window_dev.get();
-    const float* offset = centered && (ls.has_offset || p.new_offset) ? ls.key_offset_dev.get() : nullptr;
-    at<detail::EncodeStream>(host, lay.key_streams)[i] = {window_k, keys_dev + p.fresh_first * hd, offset,
-                                                          static_cast<int>(p.used), p.new_offset};
-    at<detail::EncodeStream>(host, lay.value_streams)[i] = {window_k + hd * slots_n, values_dev + p.fresh_first * hd,
-                                                            nullptr, static_cast<int>(p.used), false};
-    at<PageId*>(host, lay.table_ends)[i] = ls.pages_dev.get() + ls.pages.size();
-    for (size_t j = 0; j < p.n_pages; ++j)
-      at<detail::EncodePage>(host, lay.pages)[p.first_page + j] = {
-          static_cast<uint32_t>(i), static_cast<uint32_t>(j * uT), free[free.size() - 1 - (p.first_page + j)]};
-  }
-  for (size_t g = 0; g < gathered.size(); ++g) {
-    const size_t i = gathered[g];
-    const detail::SequencePlan& p = plan.seqs[i];
-    float* to = p.through_scratch ? scratch + 2 * hd * p.scratch_first : layers[i]->window_dev.get();
-    at<detail::WindowGather>(host, lay.gathers)[g] = {
-        static_cast<uint32_t>(i), static_cast<uint32_t>(p.gather_first), static_cast<uint32_t>(p.gather_count), to,
-        p.through_scratch ? static_cast<int>(p.kept) : n_slots, static_cast<int>(p.window_slot)};
-  }
-  for (size_t k = 0; k < offsets.size(); ++k)
-    at<detail::KeyMean>(host, lay.means)[k] = {static_cast<uint32_t>(offsets[k]),
-                                               layers[offsets[k]]->key_offset_dev.get()};
-  for (size_t k = 0; k < moved.size(); ++k) {
-    const detail::SequencePlan& p = plan.seqs[moved[k]];
-    at<detail::WindowMove>(host, lay.moves)[k] = {scratch + 2 * hd * p.scratch_first,
-                                                  layers[moved[k]]->window_dev.get(), static_cast<int>(p.kept)};
-  }
-
-  // One pass over the fresh tokens: the key offsets, the pages (encoded into free pages) and the tokens that stay
-  // unencoded (behind the windows' used slots or into the scratch), NaN and Inf noted on the way. No reader sees
-  // any of it before the checks below pass.
-  KVQ_CUDA_CHECK(cudaMemcpyAsync(dev, host, lay.bytes, cudaMemcpyHostToDevice, st));
+  // One pass over the fresh tokens, checked before the commit: no reader sees any of it before the checks pass.
+  KVQ_CUDA_CHECK(cudaMemcpyAsync(staging_dev.get(), staging_host.get(), lay.bytes, cudaMemcpyHostToDevice, st));
   unsigned long long* err = errors.get();
   KVQ_CUDA_CHECK(cudaMemsetAsync(err, 0xff, 4 * sizeof(unsigned long long), st));
-  const detail::EncodeSource ks{at<detail::EncodeStream>(dev, lay.key_streams), keys_dev, H, n_slots, d, T};
-  const detail::EncodeSource vs{at<detail::EncodeStream>(dev, lay.value_streams), values_dev, H, n_slots, d, T};
-  const auto* pages = at<detail::EncodePage>(dev, lay.pages);
-  detail::launch_key_means(ks, at<detail::KeyMean>(dev, lay.means), offsets.size(), st);
-  if (plan.pages > 0) {
-    const detail::EncodeRole kr{ks, {pool.get(), page_bytes, 0, key_stride, key_codecs[l]->block_bytes()}, pages,
-                                err + 2, err};
-    const detail::EncodeRole vr{
-        vs, {pool.get(), page_bytes, static_cast<size_t>(H) * key_stride, value_stride, value_codecs[l]->block_bytes()},
-        pages, err + 3, err + 1};
-    if (!key_encoders[l]->encode(kr, value_encoders[l].get(), &vr, plan.pages, st))
-      value_encoders[l]->encode(vr, nullptr, nullptr, plan.pages, st);
-  }
-  detail::launch_gather_windows(ks, vs, at<detail::WindowGather>(dev, lay.gathers), gathered.size(), max_gather, err,
-                                st);
+  launch_append(launch, layer, err, st);
   unsigned long long* flags = found.get();
   KVQ_CUDA_CHECK(cudaMemcpyAsync(flags, err, 4 * sizeof(unsigned long long), cudaMemcpyDeviceToHost, st));
   KVQ_CUDA_CHECK(cudaStreamSynchronize(st));
@@ -567,11 +348,105 @@ void DeviceKVCache::Impl::append_batch(const char* who, std::span<const SeqId> s
                                     (e >> 16) & 0xffff, " channel ", e & 0xffff,
                                     " is beyond what the codec's fp16 fields can hold"));
   }
+  launch_commit(launch, st);
+  commit_append(plan, layers);
+}
 
-  // Commit: the pages join the block tables, the windows take their gathered tokens, the key offsets are set.
-  detail::launch_place_page_ids(pages, plan.pages, at<PageId*>(dev, lay.table_ends), T, st);
-  detail::launch_move_windows(at<detail::WindowMove>(dev, lay.moves), moved.size(), max_move, H, n_slots, d, st);
-  for (size_t i = 0; i < seqs.size(); ++i) {
+void DeviceKVCache::Impl::reserve_append(const detail::AppendPlan& plan, std::span<Layer* const> layers) {
+  const size_t hd = static_cast<size_t>(config.n_kv_heads) * config.head_dim;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const detail::SequencePlan& p = plan.seqs[i];
+    reserve_table(*layers[i], layers[i]->pages.size() + p.n_pages);
+    if (p.new_offset && !layers[i]->key_offset_dev) layers[i]->key_offset_dev = device_alloc<float>(hd, "a key offset");
+  }
+}
+
+AppendLaunch DeviceKVCache::Impl::describe_append(const detail::AppendPlan& plan, std::span<Layer* const> layers,
+                                                  const float* keys_dev, const float* values_dev, float* scratch,
+                                                  uint8_t* host, uint8_t* dev, const StagingLayout& lay,
+                                                  bool fixed) const {
+  using detail::at;
+  const int H = config.n_kv_heads, d = config.head_dim, T = config.block_tokens;
+  const size_t uT = static_cast<size_t>(T), hd = static_cast<size_t>(H) * d, n = layers.size();
+  const bool centered = kvq::detail::centers_keys(config);
+  const size_t slots_n = slots();
+  const int n_slots = static_cast<int>(slots_n);
+  AppendLaunch a;
+  a.keys = {at<detail::EncodeStream>(dev, lay.key_streams), keys_dev, H, n_slots, d, T};
+  a.values = {at<detail::EncodeStream>(dev, lay.value_streams), values_dev, H, n_slots, d, T};
+  a.pages = at<detail::EncodePage>(dev, lay.pages);
+  a.gathers = at<detail::WindowGather>(dev, lay.gathers);
+  a.means = at<detail::KeyMean>(dev, lay.means);
+  a.moves = at<detail::WindowMove>(dev, lay.moves);
+  a.table_ends = at<PageId*>(dev, lay.table_ends);
+  a.n_pages = plan.pages;
+  // Streams, pages (the free list's next pages, in batch order), gathers, key means, window moves.
+  for (size_t i = 0; i < n; ++i) {
+    const detail::SequencePlan& p = plan.seqs[i];
+    Layer& ls = *layers[i];
+    float* window_k = ls.window_dev.get();
+    const float* offset = centered && (ls.has_offset || p.new_offset) ? ls.key_offset_dev.get() : nullptr;
+    at<detail::EncodeStream>(host, lay.key_streams)[i] = {window_k, keys_dev + p.fresh_first * hd, offset,
+                                                          static_cast<int>(p.used), p.new_offset};
+    at<detail::EncodeStream>(host, lay.value_streams)[i] = {window_k + hd * slots_n, values_dev + p.fresh_first * hd,
+                                                            nullptr, static_cast<int>(p.used), false};
+    at<PageId*>(host, lay.table_ends)[i] = ls.pages_dev.get() + ls.pages.size();
+    for (size_t j = 0; j < p.n_pages; ++j)
+      at<detail::EncodePage>(host, lay.pages)[p.first_page + j] = {
+          static_cast<uint32_t>(i), static_cast<uint32_t>(j * uT), free[free.size() - 1 - (p.first_page + j)]};
+    if (p.gather_count > 0) {
+      float* to = p.through_scratch ? scratch + 2 * hd * p.scratch_first : ls.window_dev.get();
+      at<detail::WindowGather>(host, lay.gathers)[a.n_gathers++] = {
+          static_cast<uint32_t>(i), static_cast<uint32_t>(p.gather_first), static_cast<uint32_t>(p.gather_count),
+          to, p.through_scratch ? static_cast<int>(p.kept) : n_slots, static_cast<int>(p.window_slot)};
+      a.max_gather = std::max(a.max_gather, p.gather_count);
+    }
+    if (p.new_offset) at<detail::KeyMean>(host, lay.means)[a.n_means++] = {static_cast<uint32_t>(i), ls.key_offset_dev.get()};
+    if (p.through_scratch) {
+      at<detail::WindowMove>(host, lay.moves)[a.n_moves++] = {scratch + 2 * hd * p.scratch_first, ls.window_dev.get(),
+                                                              static_cast<int>(p.kept)};
+      a.max_move = std::max(a.max_move, p.kept);
+    }
+  }
+  if (fixed) {  // one entry per sequence in every array, the rest empty; the largest counts a token's step can have
+    for (size_t j = a.n_pages; j < n; ++j) at<detail::EncodePage>(host, lay.pages)[j] = {detail::kNoStream, 0, 0};
+    for (size_t j = a.n_gathers; j < n; ++j) at<detail::WindowGather>(host, lay.gathers)[j] = {};
+    for (size_t j = a.n_means; j < n; ++j) at<detail::KeyMean>(host, lay.means)[j] = {};
+    for (size_t j = a.n_moves; j < n; ++j) at<detail::WindowMove>(host, lay.moves)[j] = {};
+    const size_t R = static_cast<size_t>(config.residual_tokens);
+    a.n_pages = a.n_gathers = a.n_means = a.n_moves = n;
+    a.max_gather = std::max<size_t>(1, R);
+    a.max_move = R;
+  }
+  return a;
+}
+
+void DeviceKVCache::Impl::launch_append(const AppendLaunch& a, int layer, unsigned long long* err,
+                                        cudaStream_t st) const {
+  const size_t l = static_cast<size_t>(layer);
+  const int H = config.n_kv_heads;
+  detail::launch_key_means(a.keys, a.means, a.n_means, st);
+  if (a.n_pages > 0) {
+    const detail::EncodeRole kr{a.keys, {pool.get(), page_bytes, 0, key_stride, key_codecs[l]->block_bytes()},
+                                a.pages, err + 2, err};
+    const detail::EncodeRole vr{
+        a.values,
+        {pool.get(), page_bytes, static_cast<size_t>(H) * key_stride, value_stride, value_codecs[l]->block_bytes()},
+        a.pages, err + 3, err + 1};
+    if (!key_encoders[l]->encode(kr, value_encoders[l].get(), &vr, a.n_pages, st))
+      value_encoders[l]->encode(vr, nullptr, nullptr, a.n_pages, st);
+  }
+  detail::launch_gather_windows(a.keys, a.values, a.gathers, a.n_gathers, a.max_gather, err, st);
+}
+
+void DeviceKVCache::Impl::launch_commit(const AppendLaunch& a, cudaStream_t st) const {
+  detail::launch_place_page_ids(a.pages, a.n_pages, a.table_ends, config.block_tokens, st);
+  detail::launch_move_windows(a.moves, a.n_moves, a.max_move, config.n_kv_heads, static_cast<int>(slots()),
+                              config.head_dim, st);
+}
+
+void DeviceKVCache::Impl::commit_append(const detail::AppendPlan& plan, std::span<Layer* const> layers) {
+  for (size_t i = 0; i < layers.size(); ++i) {
     const detail::SequencePlan& p = plan.seqs[i];
     Layer& ls = *layers[i];
     for (size_t j = 0; j < p.n_pages; ++j) ls.pages.push_back(free[free.size() - 1 - (p.first_page + j)]);

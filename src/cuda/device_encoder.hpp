@@ -40,6 +40,8 @@ struct EncodePage {
   uint32_t first = 0;
   PageId target = 0;
 };
+/// EncodePage::stream of an entry without a page (the empty entries of a DecodeStep's launches of fixed shape).
+constexpr uint32_t kNoStream = 0xffffffffu;
 
 /// Where a page's block of head h goes: pool + target * page_bytes + block_offset + h * head_stride.
 struct EncodeTarget {

@@ -96,6 +96,7 @@ __global__ void __launch_bounds__(kEncodeThreads)
   const Enc& enc = second ? e1 : e0;
   const int page = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y), T = src.T, d = src.d;
   const EncodePage job = role.pages[page];
+  if (job.stream == kNoStream) return;
   const EncodeStream stream = src.streams[job.stream];
   const int used = stream.used, first = static_cast<int>(job.first);
   const FastDiv dd = FastDiv::of(d);

@@ -66,6 +66,19 @@ DecodePlan& DecodePlan::operator=(DecodePlan&&) noexcept = default;
 void DecodePlan::run(const float*, float*, void*) const { no_backend(); }
 int DecodePlan::splits() const { no_backend(); }
 
+struct DecodeStep::Impl {};
+DecodeStep::DecodeStep(DeviceKVCache&, std::span<const SeqId>, std::span<const int>, int,
+                       std::span<const AttentionOptions>, size_t) {
+  no_backend();
+}
+DecodeStep::~DecodeStep() = default;
+DecodeStep::DecodeStep(DecodeStep&&) noexcept = default;
+DecodeStep& DecodeStep::operator=(DecodeStep&&) noexcept = default;
+void DecodeStep::prepare(void*) { no_backend(); }
+void DecodeStep::run(int, const float*, const float*, const float*, float*, void*) { no_backend(); }
+void DecodeStep::check(void*) { no_backend(); }
+size_t DecodeStep::steps() const { no_backend(); }
+
 void decode_attention(const DeviceKVCache&, int, std::span<const SeqId>, const float*, float*, int,
                       const AttentionOptions&, void*) {
   no_backend();

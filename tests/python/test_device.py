@@ -301,3 +301,32 @@ def test_stream_arguments():
     for bad in ("0", 1.5, -1, True):
         with pytest.raises(TypeError, match="stream: expected None, a cudaStream_t"):
             stream_handle(bad, 0)
+
+
+@needs_gpu
+def test_decode_step_equals_append_then_decode(seed):
+    # kvq.DecodeStep run eagerly: the same cache contents and attention (to float32 rounding of the splits) as
+    # append_batch then decode_attention on a twin cache.
+    gen = torch.Generator().manual_seed(seed)
+    caches = [kvq.DeviceKVCache(2, 2, 64, capacity_pages=32, key_codec="int4", value_codec="int4") for _ in range(2)]
+    seqs = [[c.add_sequence() for _ in range(3)] for c in caches]
+    step = caches[1].decode_step(seqs[1], [0, 1], 4, scales=[None, 0.2], windows=[0, 50], max_tokens=200)
+    for _ in range(70):
+        for layer, (scale, window) in enumerate([(None, 0), (0.2, 50)]):
+            k, v = (torch.randn(3, 2, 64, generator=gen).cuda() for _ in range(2))
+            q = torch.randn(3, 4, 64, generator=gen).cuda()
+            caches[0].append_batch(seqs[0], layer, k, v, [1, 1, 1])
+            want = caches[0].decode_attention(layer, seqs[0], q, scale=scale, window=window)
+            if layer == 0:
+                step.prepare()
+            got = torch.empty_like(q)
+            step.run(layer, k, v, q, got)
+            torch.cuda.synchronize()
+            assert (got - want).abs().max() <= 1e-5 * max(1.0, float(want.abs().max()))
+    step.check()
+    assert step.steps == 70
+    assert caches[1].length(seqs[1][2], 1) == 70
+    with pytest.raises(kvq.Error, match="not one of the step's layers"):
+        step.run(2, k, v, q, got)
+    with pytest.raises(ValueError):
+        step.run(0, k[:2], v, q, got)

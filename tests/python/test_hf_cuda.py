@@ -95,3 +95,67 @@ def test_layers_on_two_devices(seed):
     devices = sorted(store.cache.device for store in cache._stores.values())
     assert devices == [0, 1]
     assert relative_error(logits.cpu(), ref.cpu()) < 1e-3
+
+
+def graph_greedy(model, ids, cache, steps):
+    """greedy() with the decode steps through a kvq.hf.DecodeGraph: the first eager, the second captured, the rest
+    replayed."""
+    logits, tokens = [], []
+    out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    step_logits = out.logits[:, -1].float()
+    graph = kvq.hf.DecodeGraph(model, cache)
+    for _ in range(steps):
+        logits.append(step_logits)
+        token = step_logits.argmax(-1, keepdim=True)
+        tokens.append(token)
+        step_logits = graph(token)[:, -1].float().clone()
+    graph.check()
+    return torch.stack(logits), torch.cat(tokens, dim=1), graph
+
+
+@pytest.mark.parametrize("codecs", [("f16", "f16"), ("int4", "int4"), ("kivi:2", "kivi:2")])
+def test_decode_graph_follows_the_eager_steps(codecs, seed):
+    # 90 steps after a 140-token prompt cross page boundaries (64 tokens) in the replays; the graph's attention
+    # folds its splits in another order than the eager plan's (float32 rounding), the appends are the same kernels.
+    model = on_cuda(tiny_model("llama", seed))
+    ids = prompt(seed, 3, 140).cuda()
+    with torch.no_grad():
+        ref_logits, ref_tokens = greedy(model, ids, kvq.hf.KvqCache(model.config, *codecs, max_tokens=256), 90)
+        cache = kvq.hf.KvqCache(model.config, *codecs, max_tokens=256)
+        logits, tokens, graph = graph_greedy(model, ids, cache, 90)
+    assert graph.graph is not None and graph.calls == 90
+    assert relative_error(logits, ref_logits) < 1e-4
+    assert torch.equal(tokens, ref_tokens)
+    assert cache.get_seq_length() == 140 + 90 - 1
+
+
+def test_decode_graph_with_sliding_windows_and_mixed_layers(seed):
+    # Gemma 3's local and global layers, keys and values of different codecs per layer: one kvq.DecodeStep per
+    # codec pair, each over its own layers.
+    model = on_cuda(tiny_model("gemma3", seed, sliding_window=100))
+    n = model.config.num_hidden_layers
+    keys = ["int4" if i % 2 else "f16" for i in range(n)]
+    ids = prompt(seed, 2, 150).cuda()
+    with torch.no_grad():
+        ref, ref_tokens = greedy(model, ids, kvq.hf.KvqCache(model.config, keys, "int4", max_tokens=256), 40)
+        logits, tokens, _ = graph_greedy(model, ids, kvq.hf.KvqCache(model.config, keys, "int4", max_tokens=256), 40)
+    assert relative_error(logits, ref) < 1e-4
+    assert torch.equal(tokens, ref_tokens)
+
+
+def test_decode_graph_errors(seed):
+    model = on_cuda(tiny_model("llama", seed))
+    cache = kvq.hf.KvqCache(model.config, "int4", "int4", max_tokens=150)
+    graph = kvq.hf.DecodeGraph(model, cache)
+    with pytest.raises(RuntimeError, match="prompt"):
+        graph(torch.zeros(1, 1, dtype=torch.long, device="cuda"))
+    ids = prompt(seed, 2, 140).cuda()
+    with torch.no_grad():
+        model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        with pytest.raises(ValueError, match=r"\[2, 1\]"):
+            graph(torch.zeros(3, 1, dtype=torch.long, device="cuda"))
+        token = torch.zeros(2, 1, dtype=torch.long, device="cuda")
+        for _ in range(10):  # 140 + 10 = max_tokens
+            graph(token)
+        with pytest.raises(kvq.Error, match="max_tokens"):
+            graph(token)

@@ -35,6 +35,8 @@ class Store:
         self.block_tokens = options.block_tokens
         self.residual_tokens = options.residual_tokens
         self.seqs = [self.cache.add_sequence() for _ in range(batch)]
+        self.attention_args: dict[int, tuple[float, int]] = {}  # layer -> (scale, window) of its decode steps
+        self.graph_step = None  # a kvq.DecodeStep while a DecodeGraph captures or replays (graph.py)
 
     def length(self, row: int, layer: int) -> int:
         return self.cache.length(self.seqs[row], layer)
@@ -51,12 +53,17 @@ class Store:
         then attends every row at once. Returns float32 [batch, q heads, d]."""
         k = keys[:, :, 0].to(torch.float32).contiguous()
         v = values[:, :, 0].to(torch.float32).contiguous()
+        q = query[:, :, 0].to(torch.float32).contiguous()
+        if self.graph_step is not None:  # launches only: a CUDA graph is being captured
+            out = torch.empty_like(q)
+            self.graph_step.run(layer, k, v, q, out)
+            return out
+        self.attention_args[layer] = (scale, window)
         if self.device.type == "cuda":
             self.cache.append_batch(self.seqs, layer, k, v, [1] * len(self.seqs))
         else:
             for row, seq in enumerate(self.seqs):
                 self.cache.append(seq, layer, k[row:row + 1], v[row:row + 1])
-        q = query[:, :, 0].to(torch.float32).contiguous()
         return self._as_tensor(self.cache.decode_attention(layer, self.seqs, q, scale=scale, window=window))
 
     def append_attend(self, row: int, layer: int, keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor,

@@ -1,0 +1,32 @@
+// What the decode kernels read of a batch's sequences, in device memory: each sequence's block table (the split
+// kernel's and its window-start variant's) and fp32 window (the merge kernel's). A DecodePlan writes them once; a
+// DecodeStep rewrites them before every step, so that launches of a fixed shape (a CUDA graph) follow the lengths.
+#pragma once
+
+#include <cstdint>
+
+namespace kvq::cuda::detail {
+
+/// One sequence of a batch: its device block table.
+struct SeqPages {
+  const uint32_t* pages;
+  int n_pages;
+  int window_first;  // the window-start variant: the tokens of its page before a sliding window (0 elsewhere)
+};
+
+/// One sequence's fp32 window, as the merge kernel folds it in.
+struct WindowDesc {
+  const float* window;  // keys [H][slots][D], then values [H][slots][D]
+  int count;
+  int first;  // tokens before it lie outside a sliding window (0: none)
+};
+
+/// A batch's tables, one entry per sequence each (device arrays). window_start: the pages sliding windows start
+/// inside (n_pages 0 where a window starts on a page boundary or there is none), or null.
+struct DecodeTables {
+  const SeqPages* seqs = nullptr;
+  const WindowDesc* windows = nullptr;
+  const SeqPages* window_start = nullptr;
+};
+
+}  // namespace kvq::cuda::detail

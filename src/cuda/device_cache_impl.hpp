@@ -1,0 +1,211 @@
+// DeviceKVCache's state (cuda_cache.hpp), shared by the files of the device cache: device_cache.cpp (the cache, its
+// appends) and decode_step.cpp (decode steps of a fixed shape). Pages live in one cudaMalloc'd pool with the CPU
+// KVCache's layout; block tables, fp32 windows and key offsets in device memory; the host keeps the bookkeeping
+// (page lists, window counts, the free list).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cuda/append_kernels.hpp"
+#include "cuda/append_plan.hpp"
+#include "cuda/device_encoder.hpp"
+#include "cuda/device_memory.hpp"
+#include "kvq/cuda_cache.hpp"
+
+namespace kvq::cuda {
+
+namespace detail {
+
+constexpr size_t kBlockAlign = 64;
+inline size_t align64(size_t n) { return (n + kBlockAlign - 1) / kBlockAlign * kBlockAlign; }
+
+// The batch's descriptors in one buffer: byte offsets of each array, 16-byte aligned.
+struct StagingLayout {
+  size_t key_streams = 0, value_streams = 0, pages = 0, table_ends = 0, gathers = 0, means = 0, moves = 0, bytes = 0;
+
+  template <class T>
+  size_t place(size_t n) {
+    const size_t at = bytes;
+    bytes = (bytes + n * sizeof(T) + 15) / 16 * 16;
+    return at;
+  }
+  StagingLayout(size_t seqs, size_t pages_n, size_t gathers_n, size_t means_n, size_t moves_n) {
+    key_streams = place<detail::EncodeStream>(seqs);
+    value_streams = place<detail::EncodeStream>(seqs);
+    pages = place<detail::EncodePage>(pages_n);
+    table_ends = place<PageId*>(seqs);
+    gathers = place<detail::WindowGather>(gathers_n);
+    means = place<detail::KeyMean>(means_n);
+    moves = place<detail::WindowMove>(moves_n);
+  }
+};
+
+template <class T>
+T* at(uint8_t* base, size_t offset) {
+  return reinterpret_cast<T*>(base + offset);
+}
+
+/// One batched append's launches: the descriptors (device arrays) and how many of each.
+struct AppendLaunch {
+  EncodeSource keys, values;
+  const EncodePage* pages = nullptr;
+  size_t n_pages = 0;
+  const WindowGather* gathers = nullptr;
+  size_t n_gathers = 0, max_gather = 0;
+  const KeyMean* means = nullptr;
+  size_t n_means = 0;
+  const WindowMove* moves = nullptr;
+  size_t n_moves = 0, max_move = 0;
+  PageId* const* table_ends = nullptr;
+};
+
+}  // namespace detail
+
+using detail::AppendLaunch;
+using detail::device_alloc;
+using detail::DevicePtr;
+using detail::StagingLayout;
+
+struct DeviceKVCache::Impl {
+  struct Layer {
+    std::vector<PageId> pages;
+    DevicePtr<PageId> pages_dev;
+    size_t pages_capacity = 0;
+    int window_count = 0;
+    DevicePtr<float> window_dev;      // keys [H][slots][d], then values
+    DevicePtr<float> key_offset_dev;  // centered keys (cache.hpp): [H][d] once the first page is encoded
+    bool has_offset = false;
+  };
+  struct Sequence {
+    std::vector<Layer> layers;
+  };
+
+  CacheConfig config;
+  int device = 0;
+  std::vector<std::unique_ptr<Codec>> key_codecs, value_codecs;
+  size_t key_stride = 0, value_stride = 0, page_bytes = 0;
+  DevicePtr<uint8_t> pool;
+  std::vector<PageId> free;
+  std::map<SeqId, Sequence> sequences;
+  SeqId next_id = 0;
+  // The append kernels of each layer's codecs (null: none, for the reason in *_why).
+  std::vector<std::unique_ptr<detail::DeviceEncoder>> key_encoders, value_encoders;
+  std::vector<std::string> key_why, value_why;
+  // Scratch of the append path: uploaded host tokens, the batch's descriptors (pinned, uploaded in one copy), the
+  // tokens gathered for windows whose used slots the append still reads, error positions.
+  DevicePtr<float> upload;
+  size_t upload_capacity = 0;
+  std::unique_ptr<uint8_t[], detail::CudaFreeHost> staging_host;  // pinned
+  DevicePtr<uint8_t> staging_dev;
+  size_t staging_capacity = 0;
+  DevicePtr<float> window_scratch;
+  size_t window_scratch_capacity = 0;
+  DevicePtr<unsigned long long> errors;
+  std::unique_ptr<unsigned long long[], detail::CudaFreeHost> found;  // pinned copy of errors
+
+  void init(int dev) {
+    device = dev;
+    detail::use_device(device);
+    key_stride = detail::align64(key_codecs[0]->block_bytes());
+    value_stride = detail::align64(value_codecs[0]->block_bytes());
+    page_bytes = static_cast<size_t>(config.n_kv_heads) * (key_stride + value_stride);
+    pool = device_alloc<uint8_t>(config.capacity_pages * page_bytes,
+                                 "the KV cache pool (" + std::to_string(config.capacity_pages) + " pages)");
+    free.resize(config.capacity_pages);
+    for (size_t i = 0; i < free.size(); ++i) free[i] = static_cast<PageId>(free.size() - 1 - i);
+    for (int l = 0; l < config.n_layers; ++l) {
+      key_why.emplace_back();
+      value_why.emplace_back();
+      key_encoders.push_back(detail::make_device_encoder(*key_codecs[static_cast<size_t>(l)], &key_why.back()));
+      value_encoders.push_back(detail::make_device_encoder(*value_codecs[static_cast<size_t>(l)], &value_why.back()));
+    }
+    errors = device_alloc<unsigned long long>(4, "the append path's error flags");
+    found = detail::pinned_alloc<unsigned long long>(4, "the append path's error flags");
+  }
+  size_t slots() const { return static_cast<size_t>(config.residual_tokens + config.block_tokens - 1); }
+  size_t window_floats() const {
+    return 2 * static_cast<size_t>(config.n_kv_heads) * slots() * static_cast<size_t>(config.head_dim);
+  }
+  void check_layer(int layer) const {
+    KVQ_CHECK(layer >= 0 && layer < config.n_layers, "DeviceKVCache: layer ", layer, " out of range (0..",
+              config.n_layers - 1, ")");
+  }
+  Sequence& sequence(SeqId seq) {
+    const auto it = sequences.find(seq);
+    KVQ_CHECK(it != sequences.end(), "DeviceKVCache: no sequence with id ", seq);
+    return it->second;
+  }
+  Sequence& insert(SeqId id) {
+    Sequence s;
+    s.layers.resize(static_cast<size_t>(config.n_layers));
+    // Block tables start with room for 128 pages, so that appends rarely reallocate (a synchronizing cudaMalloc).
+    const size_t table = std::min<size_t>(128, config.capacity_pages);
+    for (Layer& l : s.layers) {
+      l.pages_dev = device_alloc<PageId>(table, "a block table");
+      l.pages_capacity = table;
+      l.window_dev = device_alloc<float>(window_floats(), "a sequence's fp32 window");
+      KVQ_CUDA_CHECK(cudaMemset(l.window_dev.get(), 0, window_floats() * sizeof(float)));
+    }
+    return sequences.emplace(id, std::move(s)).first->second;
+  }
+  uint8_t* page(PageId id) const { return pool.get() + static_cast<size_t>(id) * page_bytes; }
+  // Room for `need` entries in the layer's device block table. Growing it waits for the device: an append's
+  // commit, queued on the caller's stream, may still be writing entries of the old table.
+  void reserve_table(Layer& l, size_t need) {
+    if (need > l.pages_capacity) {
+      KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+      const size_t cap = std::max<size_t>(need, 2 * l.pages_capacity);
+      DevicePtr<PageId> grown = device_alloc<PageId>(cap, "a block table");
+      if (!l.pages.empty())
+        KVQ_CUDA_CHECK(cudaMemcpy(grown.get(), l.pages_dev.get(), l.pages.size() * sizeof(PageId),
+                                  cudaMemcpyDeviceToDevice));
+      l.pages_dev = std::move(grown);
+      l.pages_capacity = cap;
+    }
+  }
+  void push_pages(Layer& l, const PageId* ids, size_t n, cudaStream_t stream = nullptr) {
+    reserve_table(l, l.pages.size() + n);
+    if (n > 0)
+      KVQ_CUDA_CHECK(cudaMemcpyAsync(l.pages_dev.get() + l.pages.size(), ids, n * sizeof(PageId),
+                                     cudaMemcpyHostToDevice, stream));
+    l.pages.insert(l.pages.end(), ids, ids + n);
+  }
+  std::vector<float> download_window(const Layer& l) const {
+    std::vector<float> w(window_floats());
+    KVQ_CUDA_CHECK(cudaMemcpy(w.data(), l.window_dev.get(), w.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    return w;
+  }
+  void set_key_offset(Layer& l, const float* host) const {
+    const size_t n = static_cast<size_t>(config.n_kv_heads) * config.head_dim;
+    if (!l.key_offset_dev) l.key_offset_dev = device_alloc<float>(n, "a key offset");
+    KVQ_CUDA_CHECK(cudaMemcpy(l.key_offset_dev.get(), host, n * sizeof(float), cudaMemcpyHostToDevice));
+    l.has_offset = true;
+  }
+  void append_on_host(Layer& ls, int layer, SeqId seq, const float* keys, const float* values, size_t n_tokens);
+  void append_batch(const char* who, std::span<const SeqId> seqs, int layer, const float* keys_dev,
+                    const float* values_dev, std::span<const size_t> n_tokens, cudaStream_t stream);
+
+  // The stages of a batched append, shared by append_batch and DecodeStep (decode_step.cpp).
+  /// Allocations for what the append writes: block table entries, key offsets (nothing a reader sees changes).
+  void reserve_append(const detail::AppendPlan& plan, std::span<Layer* const> layers);
+  /// The batch's descriptors, written into `host` at lay's offsets; the launch reads their copy at `dev`. fixed:
+  /// every array one entry per sequence (DecodeStep's launches of one shape), entries without work left empty.
+  AppendLaunch describe_append(const detail::AppendPlan& plan, std::span<Layer* const> layers, const float* keys_dev,
+                               const float* values_dev, float* scratch, uint8_t* host, uint8_t* dev,
+                               const StagingLayout& lay, bool fixed) const;
+  /// Key offsets, pages (encoded into free pages) and the tokens that stay unencoded (gathered), NaN, Inf and
+  /// values a codec cannot store noted in err[0..3] (keys' and values' nonfinite, keys' and values' storage).
+  void launch_append(const AppendLaunch& a, int layer, unsigned long long* err, cudaStream_t stream) const;
+  /// The commit on the device: the pages join the block tables, the windows take their gathered tokens.
+  void launch_commit(const AppendLaunch& a, cudaStream_t stream) const;
+  /// The commit of the bookkeeping: pages, window counts, key offsets, the free list.
+  void commit_append(const detail::AppendPlan& plan, std::span<Layer* const> layers);
+};
+
+}  // namespace kvq::cuda
