@@ -126,7 +126,7 @@ def test_decode_graph_follows_the_eager_steps(codecs, seed):
     assert graph.graph is not None and graph.calls == 90
     assert relative_error(logits, ref_logits) < 1e-4
     assert torch.equal(tokens, ref_tokens)
-    assert cache.get_seq_length() == 140 + 90 - 1
+    assert cache.get_seq_length() == 140 + 90
 
 
 def test_decode_graph_with_sliding_windows_and_mixed_layers(seed):
