@@ -194,7 +194,7 @@ class Stepper:
         self.keyword = cache_keyword(model)
         if name == "static-compile":
             self.path = "compiled"
-            self.forward = compiled_forward(model)
+            self.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
         elif name.startswith("kvq:") and graphs and is_cuda(device) and hasattr(kvq.hf, "DecodeGraph"):
             self.path = "graph"
             self.graph = kvq.hf.DecodeGraph(model, cache)
@@ -209,20 +209,6 @@ class Stepper:
             torch.compiler.cudagraph_mark_step_begin()  # the previous step's outputs may be overwritten now
         out = self.forward(input_ids=token, position_ids=positions, use_cache=True, **{self.keyword: self.cache})
         return out.logits
-
-
-_compiled = None
-
-
-def compiled_forward(model):
-    """model.forward compiled once per process (each new shape or cache recompiles it during the warm-up)."""
-    global _compiled
-    if _compiled is None:
-        config = torch._dynamo.config
-        limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
-        setattr(config, limit, max(getattr(config, limit), 64))
-        _compiled = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
-    return _compiled
 
 
 def compiled_graphs() -> int:
@@ -249,7 +235,7 @@ def warm_up(model, name: str, device: str) -> float:
     start = time.perf_counter()
     cache = make_cache(name, model, 1, 40)
     keyword = cache_keyword(model)
-    with torch.inference_mode():
+    with torch.no_grad():  # as generate() runs
         ids = torch.zeros(1, 32, dtype=torch.long, device=device)
         model(input_ids=ids, use_cache=True, logits_to_keep=1, **{keyword: cache})
         for _ in range(2):
@@ -286,7 +272,7 @@ def run_cell(model, name: str, batch: int, ctx: int, args) -> dict:
     try:
         row["first_use_s"] = warm_up(model, name, device)
         cache = make_cache(name, model, batch, tokens)
-        with torch.inference_mode():
+        with torch.no_grad():  # as generate() runs
             model_tokens = chunk if synthetic else ctx
             synchronize(device)
             start = time.perf_counter()
@@ -311,8 +297,12 @@ def run_cell(model, name: str, batch: int, ctx: int, args) -> dict:
                 row["fill_s"] = time.perf_counter() - start
             token = logits[:, -1:].argmax(-1)
             logits = None
+            start = time.perf_counter()
             stepper = Stepper(name, model, cache, device, args.graphs)
             row["path"] = stepper.path
+            if stepper.path == "graph":
+                synchronize(device)
+                row["graph_capture_s"] = time.perf_counter() - start
             positions = torch.arange(ctx, ctx + args.warmup + args.steps, device=device)
             positions = positions.view(-1, 1, 1).expand(-1, batch, 1).contiguous()  # [step] -> [batch, 1]
             synchronize(device)
@@ -346,6 +336,8 @@ def run_cell(model, name: str, batch: int, ctx: int, args) -> dict:
         row.update(status="error", reason=f"{type(e).__name__}: {e}"[:400])
     finally:
         del cache, stepper, logits
+        if name == "static-compile":
+            torch.compiler.reset()  # its CUDA graphs hold a memory pool, and the static cache as their input
         free_memory(device)
     return row
 
@@ -399,12 +391,13 @@ def meta_row(model, args, build_s: float) -> dict:
 
 
 def done_cells(path: str | None) -> set:
-    """(cache, batch, ctx) of the cells already in the JSON file, for --resume."""
+    """(cache, batch, ctx) of the cells the JSON file already holds, for --resume: every outcome but an error, which
+    a fixed install or a new kvq may cure."""
     if not path or not os.path.exists(path):
         return set()
     with open(path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
-    return {(r["cache"], r["batch"], r["ctx"]) for r in rows if r.get("kind") == "cell"}
+    return {(r["cache"], r["batch"], r["ctx"]) for r in rows if r.get("kind") == "cell" and r["status"] != "error"}
 
 
 def parse_shape(text: str) -> tuple[int, int]:
@@ -449,7 +442,8 @@ def parse_args(argv=None):
                         "and values after it (auto: synthetic on CUDA)")
     parser.add_argument("--tiny", action="store_true", help="a small model instead of the 8B shape")
     parser.add_argument("--json", help="append the rows to this file (JSON lines)")
-    parser.add_argument("--resume", action="store_true", help="skip the cells the --json file already holds")
+    parser.add_argument("--resume", action="store_true", help="skip the cells the --json file already holds, "
+                        "except those that ended in an error")
     parser.add_argument("--max-seconds", type=float, default=0, help="start no cell after this many seconds of "
                         "the run (0: no limit); what is left is listed on stderr")
     args = parser.parse_args(argv)
