@@ -102,20 +102,21 @@ def cache_keyword(model) -> str:
 
 
 def bytes_per_token(name: str, config, dtype: torch.dtype) -> tuple[float, float]:
-    """Bytes one token of one sequence takes in the cache over all layers, and the bytes per token that a decode step
-    allocates on top for a while (copies of one layer's cache: DynamicCache's torch.cat, the quantized caches'
-    dequantized layer, SDPA's keys and values repeated for GQA where a mask keeps it from attending grouped)."""
+    """Bytes one token of one sequence takes in the cache over all layers, and the bytes per token that a forward
+    allocates on top for a while: copies of one layer's cache (DynamicCache's torch.cat, the quantized caches'
+    dequantized layer, and SDPA's keys and values repeated for GQA under a mask: prefill chunks after the first, every
+    step of the static cache)."""
     layers, kv_heads, d = config.num_hidden_layers, config.num_key_value_heads, config.head_dim
     elements = layers * kv_heads * d  # of keys, and as many of values
     element_bytes = torch.finfo(dtype).bits / 8
     layer_bytes = 2 * kv_heads * d * element_bytes
     groups = config.num_attention_heads // kv_heads
     if name == "dynamic":
-        return 2 * elements * element_bytes, layer_bytes
+        return 2 * elements * element_bytes, (groups + 1) * layer_bytes
     if name == "static-compile":
         return 2 * elements * element_bytes, groups * layer_bytes
     if name in QUANTIZED:
-        return 2 * elements * QUANTIZED_BITS / 8, 2 * layer_bytes
+        return 2 * elements * QUANTIZED_BITS / 8, (groups + 2) * layer_bytes
     key, value = kvq_codecs(name)
     bits = kvq.Codec(key, d, role="key").bits_per_element + kvq.Codec(value, d, role="value").bits_per_element
     return elements * bits / 8, 0.0
@@ -129,7 +130,7 @@ def prefill_bytes(config, rows: int, chunk: int, dtype: torch.dtype) -> float:
     return rows * chunk * per_token * torch.finfo(dtype).bits / 8
 
 
-def make_cache(name: str, model, batch: int, tokens: int):
+def make_cache(name: str, model, tokens: int):
     if name == "dynamic":
         return transformers.DynamicCache(config=model.config)
     if name == "static-compile":
@@ -233,7 +234,7 @@ def warm_up(model, name: str, device: str) -> float:
         return 0.0
     _warm.add(name)
     start = time.perf_counter()
-    cache = make_cache(name, model, 1, 40)
+    cache = make_cache(name, model, 40)
     keyword = cache_keyword(model)
     with torch.no_grad():  # as generate() runs
         ids = torch.zeros(1, 32, dtype=torch.long, device=device)
@@ -271,7 +272,7 @@ def run_cell(model, name: str, batch: int, ctx: int, args) -> dict:
     cache = stepper = logits = None
     try:
         row["first_use_s"] = warm_up(model, name, device)
-        cache = make_cache(name, model, batch, tokens)
+        cache = make_cache(name, model, tokens)
         with torch.no_grad():  # as generate() runs
             model_tokens = chunk if synthetic else ctx
             synchronize(device)
@@ -480,7 +481,7 @@ def main(argv=None) -> int:
             rows.append(row)
             write(args.json, row)
     print(f"\nlargest batch at {args.capacity_ctx} tokens (computed: device memory - weights - "
-          f"{MARGIN / 2**30:.0f} GiB, over bytes per sequence incl. a decode step's copies)", flush=True)
+          f"{MARGIN / 2**30:.0f} GiB, over bytes per sequence incl. a forward's transient copies)", flush=True)
     for name in args.caches:
         row = capacity_row(name, model, args.capacity_ctx, args)
         print(f"{name:>28} {row['max_batch']:>5}   {row['bytes_per_token'] / 1024:.1f} KiB/token", flush=True)

@@ -23,14 +23,13 @@ pairs=${KVQ_E2E_PAIRS:-"Bf16/Bf16;Int8/Int8;Int4/Int4;TurboMse3/TurboMse3;Kivi2/
 [ "$pairs" = default ] && pairs=""
 # The system compiler, as in python-tests.sh: the image's CXX links libstdc++ statically, which crashes beside
 # torch's shared one.
-CXX=/usr/bin/g++ CC=/usr/bin/gcc CUDAHOSTCXX=/usr/bin/g++ CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) python3 -m pip install -q \
-  --no-build-isolation --no-deps -Cbuild-dir=build/python-e2e -Ccmake.define.KVQ_CUDA=ON \
+CXX=/usr/bin/g++ CC=/usr/bin/gcc CUDAHOSTCXX=/usr/bin/g++ CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+  python3 -m pip install -q --no-build-isolation --no-deps -Cbuild-dir=build/python-e2e -Ccmake.define.KVQ_CUDA=ON \
   "-Ccmake.define.KVQ_CUDA_PAIRS=$pairs" . || { echo "kvq-e2e: pip install failed"; exit 1; }
 echo "kvq-e2e: packages installed in $(( $(date +%s) - start )) s"
 from=${E2E_FROM:-docs/perf/data/e2e/e2e.jsonl}
 [ -f "$from" ] && [ ! -f "$json" ] && cp "$from" "$json"
 left=$(( ${KVQ_E2E_SECONDS:-420} - ($(date +%s) - start) ))
-# From another folder, so that python/kvq in the clone cannot shadow the installed package.
-(cd build && PYTHONUNBUFFERED=1 python3 ../bench/gpu/e2e.py --json "$json" --resume --max-seconds "$left" "$@")
+PYTHONUNBUFFERED=1 python3 bench/gpu/e2e.py --json "$json" --resume --max-seconds "$left" "$@"
 python3 bench/gpu/e2e_plot.py "$json" --png "${json%.jsonl}.png" || echo "kvq-e2e: no plot"
 echo "kvq-e2e: done in $(( $(date +%s) - start )) s"
