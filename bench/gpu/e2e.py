@@ -168,7 +168,7 @@ def _tensors(x):
     return [x] if isinstance(x, torch.Tensor) else []
 
 
-def fill_kvq(cache, model, batch: int, start: int, ctx: int, chunk: int, device: str) -> None:
+def fill_kvq(cache, model, start: int, ctx: int, chunk: int, device: str) -> None:
     """Appends positions start..ctx of every row to each layer's kvq cache as random keys and values, `chunk` tokens
     at a time, and counts them as seen by the layer, as a prefill through the model would have."""
     config = model.config
@@ -191,7 +191,7 @@ class Stepper:
     [batch, 1, vocab]; `path` says which way it runs."""
 
     def __init__(self, name: str, model, cache, device: str, graphs: bool):
-        self.model, self.cache = model, cache
+        self.cache = cache
         self.keyword = cache_keyword(model)
         if name == "static-compile":
             self.path = "compiled"
@@ -293,7 +293,7 @@ def run_cell(model, name: str, batch: int, ctx: int, args) -> dict:
             row["prefill_tokens"] = model_tokens
             if synthetic and ctx > chunk:
                 start = time.perf_counter()
-                fill_kvq(cache, model, batch, chunk, ctx, args.chunk, device)
+                fill_kvq(cache, model, chunk, ctx, args.chunk, device)
                 synchronize(device)
                 row["fill_s"] = time.perf_counter() - start
             token = logits[:, -1:].argmax(-1)
@@ -381,14 +381,13 @@ def capacity_row(name: str, model, ctx: int, args) -> dict:
 
 
 def meta_row(model, args, build_s: float) -> dict:
-    row = {"kind": "meta", "time": time.strftime("%Y-%m-%d %H:%M:%S"), "device": args.device,
+    return {"kind": "meta", "time": time.strftime("%Y-%m-%d %H:%M:%S"), "device": args.device,
            "gpu": torch.cuda.get_device_name(0) if is_cuda(args.device) else None,
            "torch": torch.__version__, "transformers": transformers.__version__, "kvq": kvq.__version__,
            "model": "tiny Llama" if args.tiny else "Llama-3.1-8B shape", "config": TINY if args.tiny else LLAMA_8B,
            "dtype": str(model.dtype), "weights_note": NOTE, "steps": args.steps, "warmup": args.warmup,
            "chunk": args.chunk, "graphs": args.graphs, "kvq_decode_graph": hasattr(kvq.hf, "DecodeGraph"),
            "kvq_prefill": args.kvq_prefill, "model_build_s": build_s}
-    return row
 
 
 def done_cells(path: str | None) -> set:
