@@ -60,13 +60,15 @@ def plot(cells: dict, meta: dict, png: str) -> None:
     import matplotlib.pyplot as plt
 
     batches = sorted({b for _, b, _ in cells})
+    # One colour per cache in every panel, and every cache in the legend of each.
+    colours = {cache: f"C{i % 10}" for i, cache in enumerate(caches_in_order(cells))}
     fig, axes = plt.subplots(1, len(batches), figsize=(5 * len(batches), 4.5), squeeze=False)
     for ax, batch in zip(axes[0], batches):
         for cache in caches_in_order(cells):
             points = sorted((c, row["tokens_per_s"]) for (name, b, c), row in cells.items()
                             if name == cache and b == batch and row["status"] == "ok")
             if points:
-                ax.plot(*zip(*points), marker="o", label=cache)
+                ax.plot(*zip(*points), marker="o", label=cache, color=colours[cache])
         ax.set_xscale("log", base=2)
         contexts = sorted({c for _, b, c in cells if b == batch})
         ax.set_xticks(contexts, [f"{c // 1024}K" if c % 1024 == 0 else str(c) for c in contexts])
@@ -76,7 +78,7 @@ def plot(cells: dict, meta: dict, png: str) -> None:
         ax.set_ylabel("decode tokens/s (all sequences)")
         ax.set_title(f"batch {batch}")
         ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+        ax.legend(fontsize=7)
     title = meta.get("gpu") or meta.get("device", "")
     fig.suptitle(f"{meta.get('model', '')}, random weights, {title}; torch {meta.get('torch', '')}, "
                  f"transformers {meta.get('transformers', '')}", fontsize=9)
