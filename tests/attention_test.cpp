@@ -227,6 +227,55 @@ std::string spec_name(const testing::TestParamInfo<std::string>& info) {
 
 INSTANTIATE_TEST_SUITE_P(AttentionAllKeyCodecs, AttentionCodecs, testing::ValuesIn(codec_test_specs()), spec_name);
 
+// A DecodePlan made once and run at every step, tokens appended between the runs, gives decode_attention's bits:
+// the same engine over the sequences as they are at each run, its scratch kept (and grown) between runs.
+TEST(AttentionDecodePlan, RunsEqualDecodeAttentionAsSequencesGrow) {
+  KVQ_FRESH_SEED();
+  const Shape shape{128, 64, 64, 2, 4, {0, 63, 200}, true};
+  CacheConfig cfg = config_for(shape, "int4", "kivi:2", seed);
+  cfg.capacity_pages += 12;
+  KVCache cache(cfg);
+  std::vector<SeqId> ids;
+  std::vector<Tokens> tokens;
+  for (size_t i = 0; i < shape.lengths.size(); ++i) {
+    ids.push_back(cache.add_sequence());
+    tokens.push_back(make_tokens(cfg, shape.lengths[i] + 140, seed + 10 * i, true));
+    append_range(cache, ids.back(), 1, tokens.back(), 0, shape.lengths[i]);
+  }
+  ThreadPool two(2);
+  AttentionOptions windowed;
+  windowed.window = 100;
+  for (const AttentionOptions& options : {AttentionOptions{}, windowed})
+    for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two}) {
+      KVCache grown(cfg);  // the same prompts again, for this plan
+      for (size_t i = 0; i < ids.size(); ++i) {
+        ASSERT_EQ(grown.add_sequence(), ids[i]);
+        append_range(grown, ids[i], 1, tokens[i], 0, shape.lengths[i]);
+      }
+      DecodePlan plan(grown, 1, ids, shape.H * shape.G, options, pool);
+      for (size_t step = 0; step < 140; step += 7) {
+        SCOPED_TRACE("window " + std::to_string(options.window) + ", pool " + std::to_string(pool != nullptr) +
+                     ", step " + std::to_string(step));
+        for (size_t i = 0; i < ids.size(); ++i)
+          append_range(grown, ids[i], 1, tokens[i], shape.lengths[i] + step, shape.lengths[i] + step + 7);
+        const auto q = queries(shape, ids.size(), seed + step);
+        std::vector<float> want(q.size()), got(q.size(), NAN);
+        decode_attention(grown, 1, ids, q, want, options, pool);
+        plan.run(q, got);
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0);
+      }
+    }
+  std::vector<float> q(3 * 8 * 128), out(q.size());
+  DecodePlan plan(cache, 1, ids, 8);
+  EXPECT_THROW(plan.run(std::span<const float>(q).first(8 * 128), std::span<float>(out).first(8 * 128)), Error);
+  EXPECT_THROW(DecodePlan(cache, 2, ids, 8), Error);                   // no layer 2
+  EXPECT_THROW(DecodePlan(cache, 1, ids, 7), Error);                   // not a multiple of 2 kv heads
+  EXPECT_THROW(DecodePlan(cache, 1, std::vector<SeqId>{99}, 8), Error);  // no such sequence
+  AttentionOptions bad;
+  bad.splits = -1;
+  EXPECT_THROW(DecodePlan(cache, 1, ids, 8, bad), Error);
+}
+
 TEST(AttentionDecode, RejectsBadArguments) {
   KVQ_FRESH_SEED();
   const Shape shape{64, 64, 0, 2, 2, {100}, false};

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <limits>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -59,6 +60,29 @@ struct AttentionOptions {
 /// pool: null runs on the calling thread.
 void decode_attention(const KVCache& cache, int layer, std::span<const SeqId> seqs, std::span<const float> q,
                       std::span<float> out, const AttentionOptions& options = {}, ThreadPool* pool = nullptr);
+
+/// Decode attention of one batch planned once and run at every step, the CPU's counterpart of cuda::DecodePlan: the
+/// batch's (sequence, kv head) groups are made with the plan, and the scratch of a run (gathered queries, split-K
+/// states, the workers' buffers) is kept for the next, so that a step allocates only when the sequences outgrow the
+/// last one. Each run reads the sequences as they are then (tokens appended between runs are attended) and gives
+/// decode_attention's output bit for bit. The cache and the pool must outlive the plan; one run at a time.
+class DecodePlan {
+ public:
+  /// As decode_attention's arguments; throws kvq::Error for a bad layer, unknown sequence, n_q_heads that is not a
+  /// multiple of the cache's kv heads, or bad options.
+  DecodePlan(const KVCache& cache, int layer, std::span<const SeqId> seqs, int n_q_heads,
+             const AttentionOptions& options = {}, ThreadPool* pool = nullptr);
+  ~DecodePlan();
+  DecodePlan(DecodePlan&&) noexcept;
+  DecodePlan& operator=(DecodePlan&&) noexcept;
+
+  /// q, out: [seqs][n_q_heads][head_dim].
+  void run(std::span<const float> q, std::span<float> out);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 /// Causal attention for n_queries consecutive positions start .. start + n_queries - 1 of one sequence, whose keys
 /// and values are already appended to `layer`. q and out: [n_queries][n_q_heads][head_dim]; the query at position

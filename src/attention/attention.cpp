@@ -80,6 +80,59 @@ void prefill_attention(const KVCache& cache, int layer, SeqId seq, size_t start,
   }
 }
 
+struct DecodePlan::Impl {
+  const KVCache* cache = nullptr;
+  int layer = 0, G = 0;
+  size_t n_seqs = 0, row = 0;  // row: floats of one sequence's queries
+  AttentionOptions options;
+  ThreadPool* pool = nullptr;
+  std::vector<detail::QueryGroup> groups;  // q and out filled in by each run
+  detail::AttentionEngine engine;
+};
+
+DecodePlan::DecodePlan(const KVCache& cache, int layer, std::span<const SeqId> seqs, int n_q_heads,
+                       const AttentionOptions& options, ThreadPool* pool)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& p = *impl_;
+  const CacheConfig& cfg = cache.config();
+  cache.key_codec(layer);  // checks the layer
+  options.resolved_scale(cfg.head_dim);
+  KVQ_CHECK(n_q_heads > 0 && n_q_heads % cfg.n_kv_heads == 0 && n_q_heads <= 65536, "DecodePlan: ", n_q_heads,
+            " query heads is not a multiple of the cache's ", cfg.n_kv_heads, " kv heads");
+  for (const SeqId id : seqs) cache.length(id, layer);  // checks the sequence
+  p.cache = &cache;
+  p.layer = layer;
+  p.G = n_q_heads / cfg.n_kv_heads;
+  p.n_seqs = seqs.size();
+  p.row = static_cast<size_t>(n_q_heads) * static_cast<size_t>(cfg.head_dim);
+  p.options = options;
+  p.pool = pool;
+  for (const SeqId id : seqs)
+    for (int h = 0; h < cfg.n_kv_heads; ++h)
+      p.groups.push_back({id, h, nullptr, nullptr, p.row, 1, std::numeric_limits<size_t>::max()});
+}
+
+DecodePlan::~DecodePlan() = default;
+DecodePlan::DecodePlan(DecodePlan&&) noexcept = default;
+DecodePlan& DecodePlan::operator=(DecodePlan&&) noexcept = default;
+
+void DecodePlan::run(std::span<const float> q, std::span<float> out) {
+  Impl& p = *impl_;
+  KVQ_CHECK(q.size() == p.n_seqs * p.row && out.size() == q.size(), "DecodePlan::run: q holds ", q.size(),
+            " floats and out ", out.size(), "; the plan's batch takes ", p.n_seqs * p.row, " ([", p.n_seqs,
+            " sequences][query heads][head_dim])");
+  if (p.n_seqs == 0) return;
+  const size_t d = static_cast<size_t>(p.cache->config().head_dim);
+  for (size_t i = 0; i < p.groups.size(); ++i) {
+    const size_t s = i / static_cast<size_t>(p.cache->config().n_kv_heads);
+    const size_t h = i % static_cast<size_t>(p.cache->config().n_kv_heads);
+    const size_t offset = s * p.row + h * static_cast<size_t>(p.G) * d;
+    p.groups[i].q = q.data() + offset;
+    p.groups[i].out = out.data() + offset;
+  }
+  p.engine.run(*p.cache, p.layer, p.groups, p.G, p.options, p.pool);
+}
+
 std::string attention_kernel(const KVCache& cache, int layer) {
   return detail::select_page_kernel(cache.key_codec(layer), cache.value_codec(layer), cache.config().block_tokens,
                                     detail::active_isa())

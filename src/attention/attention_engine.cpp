@@ -32,7 +32,7 @@ struct Piece {
   size_t group, begin, end, state_row;
 };
 
-// Per-worker scratch, allocated once per call.
+// Per-worker scratch.
 struct Workspace {
   std::vector<float> scores;      // max n_q x max(T, window) scores
   std::vector<float> out;         // max n_q x d: states mapped back to the original space
@@ -88,8 +88,31 @@ void attend_window(const LayerView& view, int kv_head, int d, const float* q, in
 
 }  // namespace
 
+// What a run allocates, kept for the next: vectors are cleared or resized, never shrunk.
+struct AttentionEngine::Scratch {
+  std::vector<GroupPlan> plan;
+  std::vector<float> queries;
+  std::vector<size_t> visible, first;
+  std::vector<Piece> pieces;
+  std::vector<size_t> slice_start;
+  std::vector<float> piece_o;
+  std::vector<AttnState> piece_states;
+  std::vector<Workspace> ws;
+};
+
+AttentionEngine::AttentionEngine() : scratch_(std::make_unique<Scratch>()) {}
+AttentionEngine::~AttentionEngine() = default;
+AttentionEngine::AttentionEngine(AttentionEngine&&) noexcept = default;
+AttentionEngine& AttentionEngine::operator=(AttentionEngine&&) noexcept = default;
+
 void run_attention(const KVCache& cache, int layer, std::span<const QueryGroup> groups, int group_size,
                    const AttentionOptions& options, ThreadPool* pool) {
+  AttentionEngine().run(cache, layer, groups, group_size, options, pool);
+}
+
+void AttentionEngine::run(const KVCache& cache, int layer, std::span<const QueryGroup> groups, int group_size,
+                          const AttentionOptions& options, ThreadPool* pool) {
+  Scratch& sc = *scratch_;
   const CacheConfig& cfg = cache.config();
   const Codec& kc = cache.key_codec(layer);
   const Codec& vc = cache.value_codec(layer);
@@ -99,7 +122,8 @@ void run_attention(const KVCache& cache, int layer, std::span<const QueryGroup> 
   const PageKernel kernel = select_page_kernel(kc, vc, cfg.block_tokens, active_isa());
 
   // Plan: gather the queries (scaled) and their causal limits (and window starts), count the pages each group sees.
-  std::vector<GroupPlan> plan(groups.size());
+  std::vector<GroupPlan>& plan = sc.plan;
+  plan.assign(groups.size(), GroupPlan{});
   size_t rows = 0;
   int max_q = 0;
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -109,8 +133,12 @@ void run_attention(const KVCache& cache, int layer, std::span<const QueryGroup> 
     rows += static_cast<size_t>(plan[g].n_q);
     max_q = std::max(max_q, plan[g].n_q);
   }
-  std::vector<float> queries(rows * ud);
-  std::vector<size_t> visible(rows), first(rows);
+  std::vector<float>& queries = sc.queries;
+  std::vector<size_t>& visible = sc.visible;
+  std::vector<size_t>& first = sc.first;
+  queries.resize(rows * ud);
+  visible.resize(rows);
+  first.resize(rows);
   for (size_t g = 0; g < groups.size(); ++g) {
     const QueryGroup& qg = groups[g];
     GroupPlan& gp = plan[g];
@@ -142,8 +170,10 @@ void run_attention(const KVCache& cache, int layer, std::span<const QueryGroup> 
   for (const auto& gp : plan) total_pages += gp.n_pages;
   const size_t workers = pool ? static_cast<size_t>(pool->size()) : 1;
   const size_t n_slices = std::min(options.splits > 0 ? static_cast<size_t>(options.splits) : workers, total_pages);
-  std::vector<Piece> pieces;
-  std::vector<size_t> slice_start(n_slices + 1, 0);
+  std::vector<Piece>& pieces = sc.pieces;
+  std::vector<size_t>& slice_start = sc.slice_start;
+  pieces.clear();
+  slice_start.assign(n_slices + 1, 0);
   size_t state_rows = 0;
   {
     size_t g = 0, group_start = 0;  // group g's pages are [group_start, group_start + n_pages) globally
@@ -162,14 +192,17 @@ void run_attention(const KVCache& cache, int layer, std::span<const QueryGroup> 
     }
     slice_start[n_slices] = pieces.size();
   }
-  std::vector<float> piece_o(state_rows * static_cast<size_t>(m), 0.f);
-  std::vector<AttnState> piece_states(state_rows);
+  std::vector<float>& piece_o = sc.piece_o;
+  std::vector<AttnState>& piece_states = sc.piece_states;
+  piece_o.assign(state_rows * static_cast<size_t>(m), 0.f);
+  piece_states.assign(state_rows, AttnState{});
   for (size_t i = 0; i < state_rows; ++i)
     piece_states[i].o = std::span<float>(piece_o.data() + i * static_cast<size_t>(m), static_cast<size_t>(m));
 
   const size_t window = static_cast<size_t>(cfg.residual_tokens + cfg.block_tokens - 1);
   const size_t score_stride = std::max(T, window);
-  std::vector<Workspace> ws(workers);
+  std::vector<Workspace>& ws = sc.ws;
+  ws.resize(workers);
   for (auto& w : ws) {
     w.scores.resize(static_cast<size_t>(max_q) * score_stride);
     w.out.resize(static_cast<size_t>(max_q) * ud);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <span>
 
 #include "kvq/attention.hpp"
@@ -22,7 +23,25 @@ struct QueryGroup {
 };
 
 /// Plans the split of the groups' pages over the pool, runs the page loops, then merges, adds the residual
-/// windows and writes the outputs. Allocates once per call; nothing inside the page loop.
+/// windows and writes the outputs. The scratch of a run (gathered queries, split-K states, each worker's buffers)
+/// stays with the engine for the next: a run allocates only what the last one did not need; nothing inside the
+/// page loop.
+class AttentionEngine {
+ public:
+  AttentionEngine();
+  ~AttentionEngine();
+  AttentionEngine(AttentionEngine&&) noexcept;
+  AttentionEngine& operator=(AttentionEngine&&) noexcept;
+
+  void run(const KVCache& cache, int layer, std::span<const QueryGroup> groups, int group_size,
+           const AttentionOptions& options, ThreadPool* pool);
+
+ private:
+  struct Scratch;
+  std::unique_ptr<Scratch> scratch_;
+};
+
+/// One run of a new engine.
 void run_attention(const KVCache& cache, int layer, std::span<const QueryGroup> groups, int group_size,
                    const AttentionOptions& options, ThreadPool* pool);
 
