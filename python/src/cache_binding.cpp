@@ -115,6 +115,33 @@ nb::object attend_prefill(PyKVCache& self, int layer, SeqId seq, size_t start, c
                 });
 }
 
+// A DecodePlan of the cache (attention.hpp), holding the cache alive and taking turns on its lock and pool.
+struct PyDecodePlan {
+  DecodePlan plan;
+  PyKVCache* owner;
+  size_t n_seqs;
+  size_t n_q_heads;
+};
+
+PyDecodePlan* make_decode_plan(PyKVCache& self, int layer, const std::vector<SeqId>& seqs, int n_q_heads,
+                               std::optional<float> scale, size_t window) {
+  AttentionOptions options;
+  options.scale = scale.value_or(0.0f);
+  options.window = window;
+  return without_gil(self.mutex, [&] {
+    return new PyDecodePlan{DecodePlan(self.cache, layer, seqs, n_q_heads, options, &self.pool), &self, seqs.size(),
+                            static_cast<size_t>(n_q_heads)};
+  });
+}
+
+nb::object run_decode_plan(PyDecodePlan& self, const InputArray& q, const nb::object& out) {
+  if (q.ndim() == 3 && q.shape(1) != self.n_q_heads)
+    throw nb::value_error(("q: " + std::to_string(q.shape(1)) + " query heads; the plan was made for " +
+                           std::to_string(self.n_q_heads)).c_str());
+  return attend(*self.owner, self.n_seqs, "len(seqs)", q, std::nullopt, 0, out,
+                [&](std::span<const float> qs, std::span<float> os, const AttentionOptions&) { self.plan.run(qs, os); });
+}
+
 nb::dict memory(PyKVCache& self) {
   const CacheMemory m = without_gil(self.mutex, [&] { return self.cache.memory(); });
   nb::dict d;
@@ -214,6 +241,11 @@ void bind_cache(nb::module_& m) {
            "[len(seqs), n_q_heads, head_dim], n_q_heads a multiple of n_kv_heads (GQA). scale: None for "
            "1 / sqrt(head_dim); window: sliding window (0: none). Returns float32 [len(seqs), n_q_heads, "
            "head_dim], a new NumPy array or `out`.")
+      .def("decode_plan", &make_decode_plan, nb::arg("layer"), nb::arg("seqs"), nb::arg("n_q_heads"),
+           nb::arg("scale") = nb::none(), nb::arg("window") = 0, nb::keep_alive<0, 1>(),
+           nb::rv_policy::take_ownership,
+           "decode_attention of the batch `seqs` planned once for every step: DecodePlan.run(q) attends the "
+           "sequences as they are then, reusing the scratch of the last run (the same output, bit for bit).")
       .def("prefill_attention", &attend_prefill, nb::arg("layer"), nb::arg("seq"), nb::arg("start"), nb::arg("q"),
            nb::arg("scale") = nb::none(), nb::arg("window") = 0, nb::arg("out") = nb::none(),
            "Causal attention of positions start .. start + n - 1 of a sequence whose tokens are appended: q "
@@ -235,6 +267,12 @@ void bind_cache(nb::module_& m) {
            "block_table_bytes, codec_state_bytes, key_offset_bytes, used_bytes, total_bytes, bits_per_element.")
       .def_prop_ro("free_pages",
                    [](PyKVCache& self) { return without_gil(self.mutex, [&] { return self.cache.free_pages(); }); });
+  nb::class_<PyDecodePlan>(m, "DecodePlan",
+                           "Decode attention of one batch of a KVCache, planned once and run at every step "
+                           "(KVCache.decode_plan).")
+      .def("run", &run_decode_plan, nb::arg("q"), nb::arg("out") = nb::none(),
+           "Attention of one query token per sequence of the plan over what each holds now: q float32 "
+           "[len(seqs), n_q_heads, head_dim]. Returns as KVCache.decode_attention.");
   // The configuration does not change after construction: read without the lock.
   cls.def_prop_ro("n_layers", [](PyKVCache& self) { return self.cache.config().n_layers; })
       .def_prop_ro("n_kv_heads", [](PyKVCache& self) { return self.cache.config().n_kv_heads; })

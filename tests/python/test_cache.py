@@ -250,3 +250,22 @@ def test_bad_input_raises_clear_errors(rng):
     k, v = tokens(rng, 128, 1, 64)
     with pytest.raises(kvq.Error, match="pool exhausted"):
         small.append(s, 0, k, v)
+
+
+def test_decode_plan_runs_equal_decode_attention_as_sequences_grow(rng):
+    # One plan for every step: each run attends the sequences as they are then, bit for bit decode_attention's.
+    cache, seqs, _ = filled_cache(rng, [0, 63, 200], key_codec="int4", value_codec="kivi:2")
+    plan = cache.decode_plan(1, seqs, 8, window=100)
+    for _ in range(5):
+        for seq in seqs:
+            keys, values = tokens(rng, 1, 2, 64, True)
+            cache.append(seq, 1, keys, values)
+        q = rng.standard_normal((3, 8, 64)).astype(np.float32)
+        want = cache.decode_attention(1, seqs, q, window=100)
+        assert np.array_equal(plan.run(q), want)
+        out = np.empty_like(q)
+        assert plan.run(q, out=out) is out and np.array_equal(out, want)
+    with pytest.raises(ValueError, match="query heads"):
+        plan.run(rng.standard_normal((3, 4, 64)).astype(np.float32))
+    with pytest.raises(kvq.Error, match="kv heads"):
+        cache.decode_plan(1, seqs, 3)

@@ -36,6 +36,7 @@ class Store:
         self.residual_tokens = options.residual_tokens
         self.seqs = [self.cache.add_sequence() for _ in range(batch)]
         self.attention_args: dict[int, tuple[float, int]] = {}  # layer -> (scale, window) of its decode steps
+        self.plans: dict[int, tuple] = {}  # CPU: layer -> ((n_q_heads, scale, window), kvq.DecodePlan)
         self.graph_step = None  # a kvq.DecodeStep while a DecodeGraph captures or replays (graph.py)
 
     def length(self, row: int, layer: int) -> int:
@@ -61,10 +62,10 @@ class Store:
         self.attention_args[layer] = (scale, window)
         if self.device.type == "cuda":
             self.cache.append_batch(self.seqs, layer, k, v, [1] * len(self.seqs))
-        else:
-            for row, seq in enumerate(self.seqs):
-                self.cache.append(seq, layer, k[row:row + 1], v[row:row + 1])
-        return self._as_tensor(self.cache.decode_attention(layer, self.seqs, q, scale=scale, window=window))
+            return self._as_tensor(self.cache.decode_attention(layer, self.seqs, q, scale=scale, window=window))
+        for row, seq in enumerate(self.seqs):
+            self.cache.append(seq, layer, k[row:row + 1], v[row:row + 1])
+        return self._as_tensor(self._plan(layer, q.shape[1], scale, window).run(q))
 
     def append_attend(self, row: int, layer: int, keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor,
                       scale: float, window: int) -> torch.Tensor:
@@ -94,6 +95,7 @@ class Store:
         for seq in self.seqs:
             self.cache.remove_sequence(seq)
         self.seqs = []
+        self.plans.clear()
 
     def memory(self) -> dict:
         return self.cache.memory()
@@ -108,6 +110,13 @@ class Store:
         R, T = self.residual_tokens, self.block_tokens
         window = length if length < R else R + (length - R) % T
         return max(R + T - 1 - window, 1)
+
+    def _plan(self, layer: int, n_q_heads: int, scale: float, window: int):
+        """The layer's CPU decode plan, made at its first decode step (steps reuse its scratch)."""
+        key = (n_q_heads, scale, window)
+        if layer not in self.plans or self.plans[layer][0] != key:
+            self.plans[layer] = (key, self.cache.decode_plan(layer, self.seqs, n_q_heads, scale=scale, window=window))
+        return self.plans[layer][1]
 
     def _as_tensor(self, array) -> torch.Tensor:
         return array if isinstance(array, torch.Tensor) else torch.from_numpy(array)
