@@ -4,6 +4,7 @@
 // that read the quantized weights in place (split over threads by output rows); a chunk uses matrix-matrix
 // products on dequantized weight tiles (chunk_matmul.hpp), split by tiles.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <thread>
 
@@ -73,6 +74,15 @@ void rmsnorm_rows(float* x, const float* weight, int rows, int width, float eps)
                                          weight, width, eps);
 }
 
+using Clock = std::chrono::steady_clock;
+
+// Adds the time since `start` to `seconds` and returns now, the start of the next stage.
+Clock::time_point add_since(double& seconds, Clock::time_point start) {
+  const Clock::time_point now = Clock::now();
+  seconds += std::chrono::duration<double>(now - start).count();
+  return now;
+}
+
 int default_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
 KVShape kv_shape(const LlamaConfig& c) {
@@ -97,14 +107,15 @@ std::string KVCacheSpec::label() const {
   return s;
 }
 
-LlamaRunner::LlamaRunner(const LlamaModel& model, int context, int threads, const KVCacheSpec& cache)
+LlamaRunner::LlamaRunner(const LlamaModel& model, int context, int threads, const KVCacheSpec& cache,
+                         ContextLimit limit)
     : model_(model),
       context_(context),
       cache_spec_(cache),
       pool_(std::make_unique<ThreadPool>(threads > 0 ? threads : default_threads())) {
   const LlamaConfig& c = model.config();
-  KVQ_CHECK(context > 0 && context <= c.max_seq_len, "context ", context, " must be in [1, ", c.max_seq_len,
-            "] (the model's max_seq_len)");
+  KVQ_CHECK(context > 0 && (limit == ContextLimit::any || context <= c.max_seq_len), "context ", context,
+            " must be in [1, ", c.max_seq_len, "] (the model's max_seq_len)");
   KVQ_CHECK(threads >= 0, "threads = ", threads, " (need >= 0; 0 means one per core)");
   kv_ = make_kv_store(c, context, cache, pool_.get());
   scratch_.resize(static_cast<size_t>(pool_->size()));
@@ -162,6 +173,12 @@ void LlamaRunner::reserve_chunk(int n) {
 }
 
 void LlamaRunner::project(std::initializer_list<Product> products, const float* x, int n) {
+  const Clock::time_point start = Clock::now();
+  multiply(products, x, n);
+  add_since(stage_times_.weights, start);
+}
+
+void LlamaRunner::multiply(std::initializer_list<Product> products, const float* x, int n) {
   if (n == 1) {  // one contiguous range of rows of all the products together per worker
     int64_t total = 0;
     for (const auto& [w, out] : products) total += w->rows;
@@ -223,7 +240,15 @@ void LlamaRunner::attention_block(const LlamaLayerWeights& w, int layer, int pos
     capture_->keys[layer].insert(capture_->keys[layer].end(), k_.begin(), k_.begin() + floats);
     capture_->values[layer].insert(capture_->values[layer].end(), v_.begin(), v_.begin() + floats);
   }
-  kv_->append_attend(layer, k_.data(), v_.data(), q_.data(), n, att_.data());
+  Clock::time_point start = Clock::now();
+  if (n == 1) {  // decode: the append and the attention timed apart
+    kv_->append(layer, k_.data(), v_.data(), 1);
+    start = add_since(stage_times_.append, start);
+    kv_->attend(layer, q_.data(), 1, att_.data());
+  } else {
+    kv_->append_attend(layer, k_.data(), v_.data(), q_.data(), n, att_.data());
+  }
+  add_since(stage_times_.attention, start);
   project({{&w.wo, proj_.data()}}, att_.data(), n);
   rmsnorm_rows(proj_.data(), w.post_attn_norm, n, c.dim, c.norm_eps);
   for (size_t i = 0; i < static_cast<size_t>(n) * c.dim; ++i) x_[i] += proj_[i];
@@ -256,6 +281,7 @@ std::span<const float> LlamaRunner::forward_chunk(std::span<const int> tokens, i
   KVQ_CHECK(pos == position(), "forward at position ", pos, " but ", position(), " positions have been run");
   KVQ_CHECK(n <= context_ - pos, "positions ", pos, "..", pos + n - 1, " go beyond the runner's context of ",
             context_);
+  const Clock::time_point start = Clock::now();
   reserve_chunk(n);
   for (int i = 0; i < n; ++i)
     dequantize_row(w.token_embedding.type, w.token_embedding.row(tokens[i]), &x_[static_cast<size_t>(i) * c.dim],
@@ -275,6 +301,7 @@ std::span<const float> LlamaRunner::forward_chunk(std::span<const int> tokens, i
     rmsnorm(x + static_cast<size_t>(i) * c.dim, x + static_cast<size_t>(i) * c.dim, w.final_norm, c.dim, c.norm_eps);
   project({{&w.classifier, logits_.data()}}, x, rows);
   check_finite(logits_.data(), static_cast<size_t>(rows) * c.vocab_size, "the classifier");
+  add_since(stage_times_.total, start);
   return {logits_.data(), static_cast<size_t>(rows) * c.vocab_size};
 }
 
