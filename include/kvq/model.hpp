@@ -164,6 +164,10 @@ struct KVSample {
 class KVStore;
 class KVCache;
 class ThreadPool;
+namespace detail {
+enum class Isa;
+class Q8Rows;
+}  // namespace detail
 
 /// Where a runner's time went, in seconds, summed over its forward passes. The clock is read at stage boundaries
 /// only (a few times per layer), so the split costs microseconds per forward pass.
@@ -177,6 +181,12 @@ struct StageTimes {
   StageTimes operator-(const StageTimes& o) const {
     return {weights - o.weights, attention - o.attention, append - o.append, total - o.total};
   }
+};
+
+/// What the matrix products with quantized weights (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) take as their input.
+enum class ProductInput {
+  q8,   ///< activations quantized to 8 bits per block of 32, integer dot products (as llama.cpp): the default
+  f32,  ///< the fp32 activations, weights dequantized on the fly: slower; the forward pass against fp32 references
 };
 
 /// Whether a runner's context may go beyond the positions the model was trained for.
@@ -211,6 +221,8 @@ class LlamaRunner {
   int position() const;
   int context() const { return context_; }
   int threads() const;
+  /// What the matrix products take as input from the next forward on (ProductInput::q8 at construction).
+  void set_product_input(ProductInput input) { product_input_ = input; }
   /// The time of every forward pass since construction, by stage.
   const StageTimes& stage_times() const { return stage_times_; }
 
@@ -240,6 +252,8 @@ class LlamaRunner {
   void project(std::initializer_list<Product> products, const float* x, int n);
   /// project's products, untimed.
   void multiply(std::initializer_list<Product> products, const float* x, int n);
+  /// multiply where every weight format has an integer kernel: x quantized to 8 bits per block of 32 once.
+  void multiply_q8(std::initializer_list<Product> products, const float* x, int n);
   void attention_block(const LlamaLayerWeights& w, int layer, int pos, int n);
   void ffn_block(const LlamaLayerWeights& w, int layer, int n);
   void reserve_chunk(int n);
@@ -249,6 +263,9 @@ class LlamaRunner {
   int context_;
   KVCacheSpec cache_spec_;
   std::unique_ptr<ThreadPool> pool_;
+  detail::Isa isa_;                      // the instruction set of the weight kernels, chosen at construction
+  ProductInput product_input_ = ProductInput::q8;
+  std::unique_ptr<detail::Q8Rows> x_q8_;  // the input of the current product, quantized
   std::unique_ptr<KVStore> kv_;
   std::vector<std::vector<float>> scratch_;  // [worker] dequantized weight tiles
   // Per RoPE base: [context][rope_dim / 2][2], cos and sin of pos * theta^(-2i / rope_dim); layer l uses table
@@ -289,8 +306,8 @@ struct Generation {
 inline constexpr int kPrefillChunk = 512;
 
 /// Continues `prompt` (its tokens, BOS included where the tokenizer adds one) by up to `steps` tokens: the prompt
-/// but its last token in chunks of kPrefillChunk from the runner's position 0, then one token at a time, each drawn by `sampler`;
-/// stops early at the tokenizer's EOS or BOS. on_token(previous, next), when set, sees each new token as it comes.
+/// but its last token in chunks of kPrefillChunk from the runner's position 0, then one token at a time, each
+/// drawn by `sampler`; stops early at the tokenizer's EOS or BOS. on_token(previous, next), when set, sees each new token as it comes.
 Generation generate(LlamaRunner& runner, const Tokenizer& tokenizer, std::span<const int> prompt, int steps,
                     Sampler& sampler, const std::function<void(int, int)>& on_token = {});
 

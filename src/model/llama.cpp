@@ -13,6 +13,7 @@
 #include "kvq/model.hpp"
 #include "kvq/thread_pool.hpp"
 #include "model/chunk_matmul.hpp"
+#include "model/q8_dot.hpp"
 #include "model/kv_store.hpp"
 
 namespace kvq {
@@ -112,7 +113,9 @@ LlamaRunner::LlamaRunner(const LlamaModel& model, int context, int threads, cons
     : model_(model),
       context_(context),
       cache_spec_(cache),
-      pool_(std::make_unique<ThreadPool>(threads > 0 ? threads : default_threads())) {
+      pool_(std::make_unique<ThreadPool>(threads > 0 ? threads : default_threads())),
+      isa_(detail::active_isa()),
+      x_q8_(std::make_unique<detail::Q8Rows>()) {
   const LlamaConfig& c = model.config();
   KVQ_CHECK(context > 0 && (limit == ContextLimit::any || context <= c.max_seq_len), "context ", context,
             " must be in [1, ", c.max_seq_len, "] (the model's max_seq_len)");
@@ -179,6 +182,12 @@ void LlamaRunner::project(std::initializer_list<Product> products, const float* 
 }
 
 void LlamaRunner::multiply(std::initializer_list<Product> products, const float* x, int n) {
+  bool quantized = product_input_ == ProductInput::q8;
+  for (const auto& [w, out] : products) quantized = quantized && detail::q8_kernels(w->type, isa_);
+  if (quantized) {
+    multiply_q8(products, x, n);
+    return;
+  }
   if (n == 1) {  // one contiguous range of rows of all the products together per worker
     int64_t total = 0;
     for (const auto& [w, out] : products) total += w->rows;
@@ -207,6 +216,63 @@ void LlamaRunner::multiply(std::initializer_list<Product> products, const float*
       if (t >= 0 && t < tasks) {
         detail::multiply_tiles(*w, t * kTilesPerTask, std::min(tiles, (t + 1) * kTilesPerTask), x, n, out,
                                static_cast<size_t>(w->rows), scratch_[static_cast<size_t>(worker)]);
+        return;
+      }
+      first += tasks;
+    }
+  });
+}
+
+void LlamaRunner::multiply_q8(std::initializer_list<Product> products, const float* x, int n) {
+  const int64_t cols = products.begin()->first->cols;
+  const size_t blocks = static_cast<size_t>(cols / detail::kQ8Block);
+  x_q8_->quantize(x, n, cols);
+  if (n == 1) {  // one contiguous range of rows of all the products together per worker
+    int64_t total = 0;
+    for (const auto& [w, out] : products) total += w->rows;
+    const int64_t parts = pool_->size();
+    const detail::Q8Row xq = x_q8_->row(0);
+    pool_->parallel_for(static_cast<size_t>(parts), [&](size_t part) {
+      const int64_t begin = total * static_cast<int64_t>(part) / parts;
+      const int64_t end = total * static_cast<int64_t>(part + 1) / parts;
+      int64_t first = 0;  // global index of the current product's row 0
+      for (const auto& [w, out] : products) {
+        const int64_t lo = std::max(begin, first) - first, hi = std::min(end, first + w->rows) - first;
+        const detail::Q8RowDot dot = detail::q8_kernels(w->type, isa_).one;
+        for (int64_t r = lo; r < hi; ++r) dot(reinterpret_cast<const uint8_t*>(w->row(r)), &xq, blocks, out + r);
+        first += w->rows;
+      }
+    });
+    return;
+  }
+  // Chunks: tasks of kTileRows weight rows, each row read from L1 for every position of the chunk and unpacked
+  // once per kQ8Rows positions.
+  constexpr int64_t kTileRows = 16;
+  int64_t total = 0;
+  for (const auto& [w, out] : products) total += (w->rows + kTileRows - 1) / kTileRows;
+  pool_->parallel_for(static_cast<size_t>(total), [&](size_t task) {
+    int64_t first = 0;  // global index of the current product's first task
+    for (const auto& [w, out] : products) {
+      const int64_t tasks = (w->rows + kTileRows - 1) / kTileRows, t = static_cast<int64_t>(task) - first;
+      if (t >= 0 && t < tasks) {
+        const detail::Q8Kernels dot = detail::q8_kernels(w->type, isa_);
+        const int64_t r0 = t * kTileRows, r1 = std::min(w->rows, r0 + kTileRows);
+        const size_t ldy = static_cast<size_t>(w->rows);
+        for (int i = 0; i < n; i += detail::kQ8Rows) {
+          const int m = std::min(detail::kQ8Rows, n - i);
+          detail::Q8Row xq[detail::kQ8Rows];
+          for (int k = 0; k < m; ++k) xq[k] = x_q8_->row(i + k);
+          for (int64_t r = r0; r < r1; ++r) {
+            const auto* row = reinterpret_cast<const uint8_t*>(w->row(r));
+            float y[detail::kQ8Rows];
+            if (m == detail::kQ8Rows) {
+              dot.rows(row, xq, blocks, y);
+            } else {
+              for (int k = 0; k < m; ++k) dot.one(row, xq + k, blocks, y + k);
+            }
+            for (int k = 0; k < m; ++k) out[static_cast<size_t>(i + k) * ldy + static_cast<size_t>(r)] = y[k];
+          }
+        }
         return;
       }
       first += tasks;
