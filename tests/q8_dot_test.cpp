@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "attention/isa.hpp"
+#include "kvq/thread_pool.hpp"
 #include "ggml_block_encoder.hpp"
 #include "model/q8_activations.hpp"
 #include "model/q8_dot.hpp"
@@ -30,6 +31,7 @@ TEST_P(Q8Dot, EveryIsaMatchesTheDequantizedRowWithinRoundingBounds) {
   KVQ_FRESH_SEED();
   Rng rng(seed);
   const GgmlType type = GetParam();
+  ThreadPool pool(1);
   const int per_block = ggml_traits(type).block_size / detail::kQ8Block;
   for (int blocks : {1, 2, 7}) {  // superblocks of the k-quants, blocks of 32 of the others
     const test::EncodedRow row = test::encode_row(rng, type, blocks);
@@ -38,10 +40,10 @@ TEST_P(Q8Dot, EveryIsaMatchesTheDequantizedRowWithinRoundingBounds) {
     for (auto& v : x) v = static_cast<float>(rng.normal() * (rng.uniform() < 0.05 ? 20.0 : 1.0));  // some outliers
     for (int j = 0; j < 32 && blocks > 1; ++j) x[static_cast<size_t>(32 + j)] = 0;  // an all-zero block
     detail::Q8Rows q8, zero;
-    q8.quantize(x.data(), 1, n);
+    q8.quantize(x.data(), 1, n, pool);
     const detail::Q8Row xq = q8.row(0);
     const std::vector<float> zeros(x.size());
-    zero.quantize(zeros.data(), 1, n);
+    zero.quantize(zeros.data(), 1, n, pool);
 
     double exact = 0, mag = 0, unquantized = 0, rounding = 0;
     for (int64_t j = 0; j < n; ++j) {
@@ -95,7 +97,8 @@ TEST(Q8Activations, CodesSumsAndZeroBlocks) {
   for (auto& v : x) v = static_cast<float>(rng.normal());
   for (int j = 0; j < 32; ++j) x[64 + j] = 0;  // row 1, block 0
   detail::Q8Rows q8;
-  q8.quantize(x.data(), 3, 64);
+  ThreadPool pool(2);  // rows split over two workers
+  q8.quantize(x.data(), 3, 64, pool);
   for (int r = 0; r < 3; ++r) {
     const detail::Q8Row row = q8.row(r);
     for (int b = 0; b < 2; ++b) {

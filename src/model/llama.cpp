@@ -226,7 +226,7 @@ void LlamaRunner::multiply(std::initializer_list<Product> products, const float*
 void LlamaRunner::multiply_q8(std::initializer_list<Product> products, const float* x, int n) {
   const int64_t cols = products.begin()->first->cols;
   const size_t blocks = static_cast<size_t>(cols / detail::kQ8Block);
-  x_q8_->quantize(x, n, cols);
+  x_q8_->quantize(x, n, cols, *pool_);
   if (n == 1) {  // one contiguous range of rows of all the products together per worker
     int64_t total = 0;
     for (const auto& [w, out] : products) total += w->rows;

@@ -8,6 +8,10 @@
 #include <cstdint>
 #include <vector>
 
+namespace kvq {
+class ThreadPool;
+}  // namespace kvq
+
 namespace kvq::detail {
 
 /// Elements per activation block.
@@ -24,8 +28,8 @@ struct Q8Row {
 /// pass allocates nothing per token.
 class Q8Rows {
  public:
-  /// Quantizes the n rows of x [n][cols]; cols a multiple of kQ8Block.
-  void quantize(const float* x, int n, int64_t cols);
+  /// Quantizes the n rows of x [n][cols] (cols a multiple of kQ8Block), several rows split over `pool`.
+  void quantize(const float* x, int n, int64_t cols, ThreadPool& pool);
   /// Row i < n of the last quantize.
   Q8Row row(int i) const {
     const size_t b = static_cast<size_t>(i) * blocks_per_row_;

@@ -2,6 +2,7 @@
 // fixed prompt greedily, then measures on a short text, for the f16 cache and a few compressed ones in lockstep:
 // bits per element, true cache bytes, compression, decode speed, perplexity change, KL divergence and top-1
 // agreement against f16.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -108,12 +109,14 @@ void run_demo(DemoOptions o) {
   // Decode speed where the cache matters: after speed_depth tokens of the text (kvq bench decode's measurement).
   std::vector<KVCacheSpec> speed_caches = {f16};
   speed_caches.insert(speed_caches.end(), options.caches.begin(), options.caches.end());
+  const std::vector<int> speed_prompt =
+      tokenize_prefix(*tok, text.text, std::max(tokens.size(), static_cast<size_t>(o.speed_depth)));
   std::vector<double> rates;
   Progress speed_bar("decode speed");
   for (const KVCacheSpec& spec : speed_caches) {
     speed_bar.update(rates.size(), speed_caches.size());
-    rates.push_back(
-        measure_decode_speed(model, *tok, tokens, spec, o.speed_depth, kSpeedSteps, o.threads).decode_tokens_per_second);
+    const DecodeSpeed s = measure_decode_speed(model, *tok, speed_prompt, spec, o.speed_depth, kSpeedSteps, o.threads);
+    rates.push_back(s.decode_tokens_per_second);
   }
 
   std::vector<CacheQuality> rows = {*r.reference};
@@ -148,8 +151,9 @@ void run_demo(DemoOptions o) {
   } else {
     std::printf("\nf16 perplexity %.4f over %zu tokens. bits: per cached element, keys and values averaged; cache "
                 "bytes: the whole cache after a full window (pages, fp32 window, tables); tokens/s: greedy decode after %d "
-                "tokens of the text (kvq bench decode --depth %d, %d threads).\n",
-                rows[0].ppl, r.tokens, o.speed_depth, o.speed_depth, o.threads);
+                "tokens of the text, %s (kvq bench decode --depth %d).\n",
+                rows[0].ppl, r.tokens, o.speed_depth,
+                o.threads > 0 ? (std::to_string(o.threads) + " threads").c_str() : "all cores", o.speed_depth);
   }
 }
 
