@@ -1,8 +1,9 @@
 // The forward pass of the Llama family for a chunk of positions: RMSNorm, attention with RoPE and grouped-query
 // heads, a gated feed-forward network, residual connections, a final RMSNorm and the classifier; the config and
-// the optional weights add what Qwen2 and Gemma 3 differ by (model.hpp). One position uses matrix-vector products
-// that read the quantized weights in place (split over threads by output rows); a chunk uses matrix-matrix
-// products on dequantized weight tiles (chunk_matmul.hpp), split by tiles.
+// the optional weights add what Qwen2 and Gemma 3 differ by (model.hpp). The matrix products read the quantized
+// weights in place: for the common block formats in integer arithmetic on activations quantized to 8 bits
+// (q8_dot.hpp), otherwise on fp32 activations (dot_row for one position, chunk_matmul.hpp's dequantized tiles for
+// a chunk); one position splits them over threads by output rows, a chunk by tiles of rows.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,8 +14,8 @@
 #include "kvq/model.hpp"
 #include "kvq/thread_pool.hpp"
 #include "model/chunk_matmul.hpp"
-#include "model/q8_dot.hpp"
 #include "model/kv_store.hpp"
+#include "model/q8_dot.hpp"
 
 namespace kvq {
 namespace {
