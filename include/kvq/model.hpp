@@ -185,7 +185,8 @@ struct StageTimes {
 
 /// What the matrix products with quantized weights (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) take as their input.
 enum class ProductInput {
-  q8,   ///< activations quantized to 8 bits per block of 32, integer dot products (as llama.cpp): the default
+  q8,   ///< activations quantized to 8 bits per block of 32, integer dot products (as llama.cpp): the default,
+        ///< where the CPU has vector kernels for them (AVX2, AVX-512); fp32 elsewhere
   f32,  ///< the fp32 activations, weights dequantized on the fly: slower; the forward pass against fp32 references
 };
 

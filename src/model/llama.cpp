@@ -183,7 +183,7 @@ void LlamaRunner::project(std::initializer_list<Product> products, const float* 
 }
 
 void LlamaRunner::multiply(std::initializer_list<Product> products, const float* x, int n) {
-  bool quantized = product_input_ == ProductInput::q8;
+  bool quantized = product_input_ == ProductInput::q8 && detail::q8_vectorized(isa_);
   for (const auto& [w, out] : products) quantized = quantized && detail::q8_kernels(w->type, isa_);
   if (quantized) {
     multiply_q8(products, x, n);

@@ -36,6 +36,8 @@ Q8Kernels entry(const Q8DotTable& t, GgmlType type) {
 
 }  // namespace
 
+bool q8_vectorized(Isa isa) { return isa == Isa::avx2 || isa == Isa::avx512 || isa == Isa::avx512vnni; }
+
 Q8Kernels q8_kernels(GgmlType type, Isa isa) { return entry(table(isa), type); }
 
 }  // namespace kvq::detail

@@ -44,6 +44,10 @@ extern const Q8DotTable kQ8DotScalar;
 extern const Q8DotTable kQ8DotAvx2;
 extern const Q8DotTable kQ8DotAvx512Vnni;
 
+/// Whether `isa` has vector kernels. Where it has none (scalar, NEON) the runner keeps the fp32 path, whose loops
+/// are vectorized: the scalar kernels are the tests' reference, not meant to be fast.
+bool q8_vectorized(Isa isa);
+
 /// The kernels for `type` at `isa` (AVX-512 without VNNI takes AVX2's, NEON the scalar ones); empty for a type no
 /// kernel takes (F32, F16, BF16, Q5_0, Q5_1, Q5_K: the float path).
 Q8Kernels q8_kernels(GgmlType type, Isa isa);
