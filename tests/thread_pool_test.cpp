@@ -56,11 +56,11 @@ TEST(ThreadPool, TwoWorkersRunConcurrently) {
 }
 
 TEST(ThreadPool, WorkersThatWentToSleepWakeForTheNextLoop) {
-  // Loops back to back (workers still polling) and after pauses past kSpin (workers asleep on the condition
-  // variable): every task runs once either way, and both threads take part.
+  // Loops back to back (workers still polling) and after pauses far past their polling time (workers asleep on the
+  // condition variable): every task runs once either way, and both threads take part.
   ThreadPool pool(2);
   for (int round = 0; round < 6; ++round) {
-    if (round % 2) std::this_thread::sleep_for(ThreadPool::kSpin * 5);
+    if (round % 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     std::atomic<int> started{0}, count{0};
     std::atomic<bool> timed_out{false};
     pool.parallel_for(2, [&](size_t) {  // each of the two tasks waits for the other: two threads at once

@@ -1,12 +1,12 @@
 // A fixed set of worker threads for data-parallel loops: attention and the model's matrix products split their work
 // into tasks and wait for all of them. The calling thread works too (it is worker 0), so a pool of 1 starts no
-// thread and runs everything inline. Between loops the workers stay hot for a while (kSpin): a forward pass runs a
-// few loops per layer, tens of microseconds apart, and a sleep and wake-up through the kernel costs about as much
-// as a loop; after kSpin without work they sleep.
+// thread and runs everything inline. Between loops the workers stay hot for a while (kSpin in thread_pool.cpp): a
+// forward pass runs a few loops per layer, microseconds apart, and a sleep and wake-up through the kernel costs
+// about as much as a loop; polling, they offer the core to other threads now and then, and after kSpin without
+// work they sleep.
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -27,9 +27,6 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_workers_; }
-
-  /// How long an idle worker (and a caller waiting for the others) polls before it sleeps.
-  static constexpr std::chrono::microseconds kSpin{200};
 
   /// Runs fn(task) or fn(task, worker) for every task < n_tasks and returns when all have finished. `worker` in
   /// [0, size()) names the worker running the task (for per-worker scratch); tasks are handed out in increasing
@@ -53,7 +50,7 @@ class ThreadPool {
   void run(size_t n_tasks, void* ctx, Call call);
   void work(int worker);
   void worker_loop(int worker);
-  /// Returns once `ready()` holds: polls for kSpin, then sleeps on `cv` (whose notifier holds mutex_).
+  /// Returns once `ready()` holds: polls for a while, then sleeps on `cv` (whose notifier holds mutex_).
   template <class Ready>
   void wait_for(std::condition_variable& cv, Ready ready);
 
