@@ -61,3 +61,10 @@ execute_process(COMMAND ${KVQ} bench decode --model ${models}/stories260K.bin --
 if(rc EQUAL 0 OR NOT err MATCHES "give as many --v as --k")
   message(FATAL_ERROR "unpaired --k/--v must fail with a clear message, got rc=${rc}: ${err}")
 endif()
+
+execute_process(COMMAND ${KVQ} bench decode --model ${models}/stories260K.bin --tokenizer ${models}/tok512.bin
+                        --k bogus --v int4
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(rc EQUAL 0 OR NOT err MATCHES "unknown codec 'bogus'" OR out MATCHES "depth")
+  message(FATAL_ERROR "an unknown codec must fail before any row runs, got rc=${rc}: ${out}\n${err}")
+endif()

@@ -18,6 +18,7 @@
 #include "decode_speed.hpp"
 #include "default_files.hpp"
 #include "kvq/attention.hpp"
+#include "kvq/codec.hpp"
 #include "kvq/detail/perplexity.hpp"
 #include "kvq/error.hpp"
 #include "system_info.hpp"
@@ -65,6 +66,11 @@ void run_decode_bench(DecodeBenchOptions o) {
   const LlamaConfig& c = model.config();
   // No --k/--v: the f16 cache, or the fp32 store where the codecs cannot hold the model's heads.
   if (o.caches.keys.empty() && codec_refusal(c).empty()) caches = {f16_cache_like(o.caches.common)};
+  for (const KVCacheSpec& cache : caches)  // a bad spec fails here, before any row runs
+    if (cache.compressed()) {
+      make_codec(cache.key_codec, {c.head_dim(), cache.block_tokens, 0, Role::key});
+      make_codec(cache.value_codec, {c.head_dim(), cache.block_tokens, 0, Role::value});
+    }
   const TextFile text = default_text(o.text);
   const std::vector<int> tokens = tokenize_prefix(*tok, text.text, 1 << 16);
   KVQ_CHECK(!tokens.empty(), "kvq bench decode: ", text.name, " holds no tokens");
