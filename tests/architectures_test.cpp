@@ -115,7 +115,8 @@ class RandomModel {
 };
 
 
-// Token by token and in chunks of 64, through the fp32 store and through an f32 KVCache (T = 16 pages).
+// Token by token and in chunks of 64, through the fp32 store and through an f32 KVCache (T = 16 pages), the matrix
+// products on fp32 activations as the reference's.
 void expect_matches_reference(const LlamaModel& m, const std::vector<int>& ids) {
   const auto ref = test::reference_logits(m, ids);
   const int n = static_cast<int>(ids.size());
@@ -125,8 +126,10 @@ void expect_matches_reference(const LlamaModel& m, const std::vector<int>& ids) 
   for (const KVCacheSpec& spec : {KVCacheSpec{}, f32_cache}) {
     SCOPED_TRACE(spec.label());
     LlamaRunner step(m, n, 2, spec);
+    step.set_product_input(ProductInput::f32);
     for (int t = 0; t < n; ++t) ASSERT_LT(relative_error(step.forward(ids[t], t), ref[t]), 1e-4) << "position " << t;
     LlamaRunner chunked(m, n, 2, spec);
+    chunked.set_product_input(ProductInput::f32);
     for (int pos = 0; pos < n; pos += 64) {
       const int len = std::min(64, n - pos);
       const auto logits = chunked.forward_chunk(std::span<const int>(ids).subspan(pos, len), pos);

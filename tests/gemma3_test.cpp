@@ -107,11 +107,13 @@ TEST_F(Gemma3, LogitsMatchTheNumpyReference) {
   ids.resize(kIds.size());
   EXPECT_EQ(ids, kIds);
   LlamaRunner fp32(m, 8, 2);
+  fp32.set_product_input(ProductInput::f32);  // the reference's products take fp32 activations
   test::expect_reference_logits(fp32, kIds, kProbeIds, kReference);
   // The same through a KVCache (f32 pages), as every compressed cache runs.
   KVCacheSpec spec;
   spec.key_codec = spec.value_codec = "f32";
   LlamaRunner cached(m, 8, 2, spec);
+  cached.set_product_input(ProductInput::f32);
   test::expect_reference_logits(cached, kIds, kProbeIds, kReference);
 }
 

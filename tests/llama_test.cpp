@@ -34,6 +34,7 @@ const char* const kFetchShared = "the shared data folder lies beside the reposit
 void expect_matches_reference(const LlamaModel& model, const std::vector<int>& ids, int threads) {
   const auto ref = test::reference_logits(model, ids);
   LlamaRunner runner(model, static_cast<int>(ids.size()), threads);
+  runner.set_product_input(ProductInput::f32);  // the reference's products take fp32 activations
   for (size_t t = 0; t < ids.size(); ++t) {
     const auto logits = runner.forward(ids[t], static_cast<int>(t));
     EXPECT_LT(relative_error(logits, ref[t]), 1e-4) << "position " << t;
@@ -289,7 +290,13 @@ TEST(LlamaSmolLM2, LogitsMatchTheNumpyReference) {
   const auto tok = load_tokenizer(m, "");
   EXPECT_EQ(tok->encode("Once upon a time, there was a"), kIds);
   LlamaRunner runner(m, 8, 2);
+  runner.set_product_input(ProductInput::f32);
   test::expect_reference_logits(runner, kIds, kProbeIds, kReference);
+  // 8-bit activations (the default) move the logits by their rounding, which the layers carry on and which is not
+  // smooth (a 1e-6 relative change of the reference's activations moved its logits by up to 3.8% of their range):
+  // measured 1.8% at most on these probes; the kernels themselves are checked to float rounding in q8_dot_test.
+  LlamaRunner q8(m, 8, 2);
+  test::expect_reference_logits(q8, kIds, kProbeIds, kReference, 3e-2);
 }
 
 }  // namespace

@@ -21,18 +21,19 @@ struct ReferencePosition {
 };
 
 /// Runs ids through runner.forward one token at a time: the same argmax, and max, min and probe logits within
-/// 1e-3 of the reference's logit range.
+/// `tolerance` of the reference's logit range.
 inline void expect_reference_logits(LlamaRunner& runner, const std::vector<int>& ids,
-                                    const std::vector<int>& probe_ids, const std::vector<ReferencePosition>& ref) {
+                                    const std::vector<int>& probe_ids, const std::vector<ReferencePosition>& ref,
+                                    double tolerance = 1e-3) {
   for (size_t t = 0; t < ids.size(); ++t) {
     const auto logits = runner.forward(ids[t], static_cast<int>(t));
     const ReferencePosition& r = ref[t];
-    const double tolerance = 1e-3 * (r.max - r.min);
+    const double range = tolerance * (r.max - r.min);
     EXPECT_EQ(std::max_element(logits.begin(), logits.end()) - logits.begin(), r.argmax) << "position " << t;
-    EXPECT_NEAR(*std::max_element(logits.begin(), logits.end()), r.max, tolerance) << "position " << t;
-    EXPECT_NEAR(*std::min_element(logits.begin(), logits.end()), r.min, tolerance) << "position " << t;
+    EXPECT_NEAR(*std::max_element(logits.begin(), logits.end()), r.max, range) << "position " << t;
+    EXPECT_NEAR(*std::min_element(logits.begin(), logits.end()), r.min, range) << "position " << t;
     for (size_t i = 0; i < probe_ids.size(); ++i)
-      EXPECT_NEAR(logits[probe_ids[i]], r.probe[i], tolerance) << "position " << t << " token " << probe_ids[i];
+      EXPECT_NEAR(logits[probe_ids[i]], r.probe[i], range) << "position " << t << " token " << probe_ids[i];
   }
 }
 

@@ -55,6 +55,29 @@ TEST(ThreadPool, TwoWorkersRunConcurrently) {
   EXPECT_FALSE(timed_out);
 }
 
+TEST(ThreadPool, WorkersThatWentToSleepWakeForTheNextLoop) {
+  // Loops back to back (workers still polling) and after pauses far past their polling time (workers asleep on the
+  // condition variable): every task runs once either way, and both threads take part.
+  ThreadPool pool(2);
+  for (int round = 0; round < 6; ++round) {
+    if (round % 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::atomic<int> started{0}, count{0};
+    std::atomic<bool> timed_out{false};
+    pool.parallel_for(2, [&](size_t) {  // each of the two tasks waits for the other: two threads at once
+      started.fetch_add(1);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (started.load() < 2)
+        if (std::chrono::steady_clock::now() > deadline) {
+          timed_out = true;
+          return;
+        }
+      count.fetch_add(1);
+    });
+    EXPECT_FALSE(timed_out) << "round " << round;
+    EXPECT_EQ(count.load(), 2) << "round " << round;
+  }
+}
+
 TEST(ThreadPool, PropagatesExceptionsAndStaysUsable) {
   for (int workers : {1, 2}) {
     ThreadPool pool(workers);

@@ -164,13 +164,46 @@ struct KVSample {
 class KVStore;
 class KVCache;
 class ThreadPool;
+namespace detail {
+enum class Isa;
+class Q8Rows;
+}  // namespace detail
+
+/// Where a runner's time went, in seconds, summed over its forward passes. The clock is read at stage boundaries
+/// only (a few times per layer), so the split costs microseconds per forward pass.
+struct StageTimes {
+  double weights = 0;    ///< matrix products with the weights: projections, feed-forward network, classifier
+  double attention = 0;  ///< attention over the cache; in a chunk of several positions, their cache append too
+  double append = 0;     ///< appending one position's keys and values to the cache (one-position forwards)
+  double total = 0;      ///< whole forward passes
+  /// total minus the stages: norms, RoPE, activations, embeddings, checks.
+  double rest() const { return total - weights - attention - append; }
+  StageTimes operator-(const StageTimes& o) const {
+    return {weights - o.weights, attention - o.attention, append - o.append, total - o.total};
+  }
+};
+
+/// What the matrix products with quantized weights (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) take as their input.
+enum class ProductInput {
+  q8,   ///< activations quantized to 8 bits per block of 32, integer dot products (as llama.cpp): the default,
+        ///< where the CPU has vector kernels for them (AVX2, AVX-512); fp32 elsewhere
+  f32,  ///< the fp32 activations, weights dequantized on the fly: slower; the forward pass against fp32 references
+};
+
+/// Whether a runner's context may go beyond the positions the model was trained for.
+enum class ContextLimit {
+  trained,  ///< at most the model's max_seq_len
+  any,      ///< any length: RoPE extrapolates, the output is meaningless past max_seq_len; for speed measurements
+};
 
 /// The run state of one sequence: activations, the key/value cache, the logits. One runner per sequence; the
 /// model must outlive it.
 class LlamaRunner {
  public:
-  /// context: positions this runner can hold (<= the model's max_seq_len); threads: 0 = all hardware threads.
-  LlamaRunner(const LlamaModel& model, int context, int threads = 0, const KVCacheSpec& cache = {});
+  /// context: positions this runner can hold (<= the model's max_seq_len unless limit is ContextLimit::any);
+  /// threads: 0 = all hardware threads.
+  LlamaRunner(const LlamaModel& model, int context, int threads = 0, const KVCacheSpec& cache = {},
+              ContextLimit limit = ContextLimit::trained);
   ~LlamaRunner();
   LlamaRunner(const LlamaRunner&) = delete;
   LlamaRunner& operator=(const LlamaRunner&) = delete;
@@ -189,6 +222,10 @@ class LlamaRunner {
   int position() const;
   int context() const { return context_; }
   int threads() const;
+  /// What the matrix products take as input from the next forward on (ProductInput::q8 at construction).
+  void set_product_input(ProductInput input) { product_input_ = input; }
+  /// The time of every forward pass since construction, by stage.
+  const StageTimes& stage_times() const { return stage_times_; }
 
   /// The cache's configuration.
   const KVCacheSpec& cache_spec() const { return cache_spec_; }
@@ -212,15 +249,24 @@ class LlamaRunner {
  private:
   using Product = std::pair<const WeightMatrix*, float*>;
   /// out_k[i] = W_k x[i] for the n rows of x (out_k: [n][W_k.rows]); all products share x and their column count.
+  /// Timed as StageTimes::weights.
   void project(std::initializer_list<Product> products, const float* x, int n);
+  /// project's products, untimed.
+  void multiply(std::initializer_list<Product> products, const float* x, int n);
+  /// multiply where every weight format has an integer kernel: x quantized to 8 bits per block of 32 once.
+  void multiply_q8(std::initializer_list<Product> products, const float* x, int n);
   void attention_block(const LlamaLayerWeights& w, int layer, int pos, int n);
   void ffn_block(const LlamaLayerWeights& w, int layer, int n);
   void reserve_chunk(int n);
 
   const LlamaModel& model_;
+  StageTimes stage_times_;
   int context_;
   KVCacheSpec cache_spec_;
   std::unique_ptr<ThreadPool> pool_;
+  detail::Isa isa_;                      // the instruction set of the weight kernels, chosen at construction
+  ProductInput product_input_ = ProductInput::q8;
+  std::unique_ptr<detail::Q8Rows> x_q8_;  // the input of the current product, quantized
   std::unique_ptr<KVStore> kv_;
   std::vector<std::vector<float>> scratch_;  // [worker] dequantized weight tiles
   // Per RoPE base: [context][rope_dim / 2][2], cos and sin of pos * theta^(-2i / rope_dim); layer l uses table
@@ -246,8 +292,9 @@ class LlamaRunner {
 struct Generation {
   std::vector<int> tokens;      ///< the new tokens, the end token (EOS or BOS) that stopped it excluded
   size_t prompt_tokens = 0;
-  double prefill_seconds = 0;   ///< the prompt but its last token, as one chunk
+  double prefill_seconds = 0;   ///< the prompt but its last token, in chunks of kPrefillChunk
   double decode_seconds = 0;    ///< from the first new token to the last
+  StageTimes decode_stages;     ///< decode_seconds by stage: the runner's forward passes in that time
   /// The prefill's tokens/s (0 for a prompt of one token).
   double prefill_tokens_per_second() const;
   /// Decode tokens/s: the tokens after the first over the time since the first came (the first step also runs the
@@ -255,9 +302,13 @@ struct Generation {
   double decode_tokens_per_second() const;
 };
 
+/// Positions per forward_chunk when generate() runs a prompt: every weight is read once per chunk, and the
+/// activations of a chunk stay small (a whole long prompt at once would hold [n][vocab_size] logits).
+inline constexpr int kPrefillChunk = 512;
+
 /// Continues `prompt` (its tokens, BOS included where the tokenizer adds one) by up to `steps` tokens: the prompt
-/// but its last token as one chunk from the runner's position 0, then one token at a time, each drawn by `sampler`;
-/// stops early at the tokenizer's EOS or BOS. on_token(previous, next), when set, sees each new token as it comes.
+/// but its last token in chunks of kPrefillChunk from the runner's position 0, then one token at a time, each
+/// drawn by `sampler`; stops early at the tokenizer's EOS or BOS. on_token(previous, next), when set, sees each new token as it comes.
 Generation generate(LlamaRunner& runner, const Tokenizer& tokenizer, std::span<const int> prompt, int steps,
                     Sampler& sampler, const std::function<void(int, int)>& on_token = {});
 

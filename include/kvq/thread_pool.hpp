@@ -1,9 +1,15 @@
-// A fixed set of worker threads for data-parallel loops: attention splits its work into tasks and waits for all of
-// them. The calling thread works too (it is worker 0), so a pool of 1 starts no thread and runs everything inline.
+// A fixed set of worker threads for data-parallel loops: attention and the model's matrix products split their work
+// into tasks and wait for all of them. The calling thread works too (it is worker 0), so a pool of 1 starts no
+// thread and runs everything inline. Between loops the workers stay hot for a while (kSpin in thread_pool.cpp): a
+// forward pass runs a few loops per layer, microseconds apart, and a sleep and wake-up through the kernel costs
+// about as much as a loop; polling, they offer the core to other threads now and then, and after kSpin without
+// work they sleep.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -44,20 +50,24 @@ class ThreadPool {
   void run(size_t n_tasks, void* ctx, Call call);
   void work(int worker);
   void worker_loop(int worker);
+  /// Returns once `ready()` holds: polls for a while, then sleeps on `cv` (whose notifier holds mutex_).
+  template <class Ready>
+  void wait_for(std::condition_variable& cv, Ready ready);
 
   int n_workers_;
   std::vector<std::thread> threads_;
-  std::mutex mutex_;
+  std::mutex mutex_;  // guards the sleeps on wake_ and done_, and error_
   std::condition_variable wake_, done_;
-  // The current job, published under mutex_ with a new generation.
+  // The current job: written by the caller before it increments generation_, read by workers after they see it.
   size_t n_tasks_ = 0;
   void* ctx_ = nullptr;
   Call call_ = nullptr;
-  size_t next_task_ = 0;  // next task to hand out (under mutex_)
-  int busy_workers_ = 0;  // threads still working on the current generation
-  uint64_t generation_ = 0;
-  bool stop_ = false;
-  bool running_ = false;  // a parallel_for is in progress
+  std::atomic<size_t> next_task_{0};  // next task to hand out
+  std::atomic<int> busy_workers_{0};  // threads still working on the current generation
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> running_{false};  // a parallel_for is in progress
+  std::atomic<bool> failed_{false};   // a task of the current job threw: hand out no more
   std::exception_ptr error_;
 };
 

@@ -1,5 +1,6 @@
 // The decode loop shared by `kvq generate`, `kvq demo` and the benchmarks: prompt, then sampled tokens, timed one
 // way for all of them.
+#include <algorithm>
 #include <chrono>
 
 #include "kvq/error.hpp"
@@ -34,20 +35,28 @@ Generation generate(LlamaRunner& runner, const Tokenizer& tokenizer, std::span<c
   g.prompt_tokens = prompt.size();
   const int prefill = static_cast<int>(prompt.size()) - 1;
   const auto prefill_start = std::chrono::steady_clock::now();
-  if (prefill > 0) runner.forward_chunk(prompt.first(static_cast<size_t>(prefill)), 0, false);
+  for (int pos = 0; pos < prefill; pos += kPrefillChunk) {
+    const int n = std::min(kPrefillChunk, prefill - pos);
+    runner.forward_chunk(prompt.subspan(static_cast<size_t>(pos), static_cast<size_t>(n)), pos, false);
+  }
   g.prefill_seconds = seconds_since(prefill_start);
 
   int token = prompt.back();
   auto first = std::chrono::steady_clock::now();
+  StageTimes first_stages = runner.stage_times();
   for (int pos = prefill; pos < prefill + steps; ++pos) {
     const int next = sampler.sample(runner.forward(token, pos));
-    if (g.tokens.empty()) first = std::chrono::steady_clock::now();
+    if (g.tokens.empty()) {
+      first = std::chrono::steady_clock::now();
+      first_stages = runner.stage_times();
+    }
     if (next == tokenizer.eos() || next == tokenizer.bos()) break;
     if (on_token) on_token(token, next);
     g.tokens.push_back(next);
     token = next;
   }
   g.decode_seconds = seconds_since(first);
+  g.decode_stages = runner.stage_times() - first_stages;
   return g;
 }
 

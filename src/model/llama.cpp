@@ -1,9 +1,11 @@
 // The forward pass of the Llama family for a chunk of positions: RMSNorm, attention with RoPE and grouped-query
 // heads, a gated feed-forward network, residual connections, a final RMSNorm and the classifier; the config and
-// the optional weights add what Qwen2 and Gemma 3 differ by (model.hpp). One position uses matrix-vector products
-// that read the quantized weights in place (split over threads by output rows); a chunk uses matrix-matrix
-// products on dequantized weight tiles (chunk_matmul.hpp), split by tiles.
+// the optional weights add what Qwen2 and Gemma 3 differ by (model.hpp). The matrix products read the quantized
+// weights in place: for the common block formats in integer arithmetic on activations quantized to 8 bits
+// (q8_dot.hpp), otherwise on fp32 activations (dot_row for one position, chunk_matmul.hpp's dequantized tiles for
+// a chunk); one position splits them over threads by output rows, a chunk by tiles of rows.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <thread>
 
@@ -13,6 +15,7 @@
 #include "kvq/thread_pool.hpp"
 #include "model/chunk_matmul.hpp"
 #include "model/kv_store.hpp"
+#include "model/q8_dot.hpp"
 
 namespace kvq {
 namespace {
@@ -73,6 +76,15 @@ void rmsnorm_rows(float* x, const float* weight, int rows, int width, float eps)
                                          weight, width, eps);
 }
 
+using Clock = std::chrono::steady_clock;
+
+// Adds the time since `start` to `seconds` and returns now, the start of the next stage.
+Clock::time_point add_since(double& seconds, Clock::time_point start) {
+  const Clock::time_point now = Clock::now();
+  seconds += std::chrono::duration<double>(now - start).count();
+  return now;
+}
+
 int default_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
 KVShape kv_shape(const LlamaConfig& c) {
@@ -97,14 +109,17 @@ std::string KVCacheSpec::label() const {
   return s;
 }
 
-LlamaRunner::LlamaRunner(const LlamaModel& model, int context, int threads, const KVCacheSpec& cache)
+LlamaRunner::LlamaRunner(const LlamaModel& model, int context, int threads, const KVCacheSpec& cache,
+                         ContextLimit limit)
     : model_(model),
       context_(context),
       cache_spec_(cache),
-      pool_(std::make_unique<ThreadPool>(threads > 0 ? threads : default_threads())) {
+      pool_(std::make_unique<ThreadPool>(threads > 0 ? threads : default_threads())),
+      isa_(detail::active_isa()),
+      x_q8_(std::make_unique<detail::Q8Rows>()) {
   const LlamaConfig& c = model.config();
-  KVQ_CHECK(context > 0 && context <= c.max_seq_len, "context ", context, " must be in [1, ", c.max_seq_len,
-            "] (the model's max_seq_len)");
+  KVQ_CHECK(context > 0 && (limit == ContextLimit::any || context <= c.max_seq_len), "context ", context,
+            " must be in [1, ", c.max_seq_len, "] (the model's max_seq_len)");
   KVQ_CHECK(threads >= 0, "threads = ", threads, " (need >= 0; 0 means one per core)");
   kv_ = make_kv_store(c, context, cache, pool_.get());
   scratch_.resize(static_cast<size_t>(pool_->size()));
@@ -162,6 +177,18 @@ void LlamaRunner::reserve_chunk(int n) {
 }
 
 void LlamaRunner::project(std::initializer_list<Product> products, const float* x, int n) {
+  const Clock::time_point start = Clock::now();
+  multiply(products, x, n);
+  add_since(stage_times_.weights, start);
+}
+
+void LlamaRunner::multiply(std::initializer_list<Product> products, const float* x, int n) {
+  bool quantized = product_input_ == ProductInput::q8 && detail::q8_vectorized(isa_);
+  for (const auto& [w, out] : products) quantized = quantized && detail::q8_kernels(w->type, isa_);
+  if (quantized) {
+    multiply_q8(products, x, n);
+    return;
+  }
   if (n == 1) {  // one contiguous range of rows of all the products together per worker
     int64_t total = 0;
     for (const auto& [w, out] : products) total += w->rows;
@@ -197,6 +224,63 @@ void LlamaRunner::project(std::initializer_list<Product> products, const float* 
   });
 }
 
+void LlamaRunner::multiply_q8(std::initializer_list<Product> products, const float* x, int n) {
+  const int64_t cols = products.begin()->first->cols;
+  const size_t blocks = static_cast<size_t>(cols / detail::kQ8Block);
+  x_q8_->quantize(x, n, cols, *pool_);
+  if (n == 1) {  // one contiguous range of rows of all the products together per worker
+    int64_t total = 0;
+    for (const auto& [w, out] : products) total += w->rows;
+    const int64_t parts = pool_->size();
+    const detail::Q8Row xq = x_q8_->row(0);
+    pool_->parallel_for(static_cast<size_t>(parts), [&](size_t part) {
+      const int64_t begin = total * static_cast<int64_t>(part) / parts;
+      const int64_t end = total * static_cast<int64_t>(part + 1) / parts;
+      int64_t first = 0;  // global index of the current product's row 0
+      for (const auto& [w, out] : products) {
+        const int64_t lo = std::max(begin, first) - first, hi = std::min(end, first + w->rows) - first;
+        const detail::Q8RowDot dot = detail::q8_kernels(w->type, isa_).one;
+        for (int64_t r = lo; r < hi; ++r) dot(reinterpret_cast<const uint8_t*>(w->row(r)), &xq, blocks, out + r);
+        first += w->rows;
+      }
+    });
+    return;
+  }
+  // Chunks: tasks of kTileRows weight rows, each row read from L1 for every position of the chunk and unpacked
+  // once per kQ8Rows positions.
+  constexpr int64_t kTileRows = 16;
+  int64_t total = 0;
+  for (const auto& [w, out] : products) total += (w->rows + kTileRows - 1) / kTileRows;
+  pool_->parallel_for(static_cast<size_t>(total), [&](size_t task) {
+    int64_t first = 0;  // global index of the current product's first task
+    for (const auto& [w, out] : products) {
+      const int64_t tasks = (w->rows + kTileRows - 1) / kTileRows, t = static_cast<int64_t>(task) - first;
+      if (t >= 0 && t < tasks) {
+        const detail::Q8Kernels dot = detail::q8_kernels(w->type, isa_);
+        const int64_t r0 = t * kTileRows, r1 = std::min(w->rows, r0 + kTileRows);
+        const size_t ldy = static_cast<size_t>(w->rows);
+        for (int i = 0; i < n; i += detail::kQ8Rows) {
+          const int m = std::min(detail::kQ8Rows, n - i);
+          detail::Q8Row xq[detail::kQ8Rows];
+          for (int k = 0; k < m; ++k) xq[k] = x_q8_->row(i + k);
+          for (int64_t r = r0; r < r1; ++r) {
+            const auto* row = reinterpret_cast<const uint8_t*>(w->row(r));
+            float y[detail::kQ8Rows];
+            if (m == detail::kQ8Rows) {
+              dot.rows(row, xq, blocks, y);
+            } else {
+              for (int k = 0; k < m; ++k) dot.one(row, xq + k, blocks, y + k);
+            }
+            for (int k = 0; k < m; ++k) out[static_cast<size_t>(i + k) * ldy + static_cast<size_t>(r)] = y[k];
+          }
+        }
+        return;
+      }
+      first += tasks;
+    }
+  });
+}
+
 void LlamaRunner::attention_block(const LlamaLayerWeights& w, int layer, int pos, int n) {
   const LlamaConfig& c = model_.config();
   for (int i = 0; i < n; ++i)
@@ -223,7 +307,15 @@ void LlamaRunner::attention_block(const LlamaLayerWeights& w, int layer, int pos
     capture_->keys[layer].insert(capture_->keys[layer].end(), k_.begin(), k_.begin() + floats);
     capture_->values[layer].insert(capture_->values[layer].end(), v_.begin(), v_.begin() + floats);
   }
-  kv_->append_attend(layer, k_.data(), v_.data(), q_.data(), n, att_.data());
+  Clock::time_point start = Clock::now();
+  if (n == 1) {  // decode: the append and the attention timed apart
+    kv_->append(layer, k_.data(), v_.data(), 1);
+    start = add_since(stage_times_.append, start);
+    kv_->attend(layer, q_.data(), 1, att_.data());
+  } else {
+    kv_->append_attend(layer, k_.data(), v_.data(), q_.data(), n, att_.data());
+  }
+  add_since(stage_times_.attention, start);
   project({{&w.wo, proj_.data()}}, att_.data(), n);
   rmsnorm_rows(proj_.data(), w.post_attn_norm, n, c.dim, c.norm_eps);
   for (size_t i = 0; i < static_cast<size_t>(n) * c.dim; ++i) x_[i] += proj_[i];
@@ -256,6 +348,7 @@ std::span<const float> LlamaRunner::forward_chunk(std::span<const int> tokens, i
   KVQ_CHECK(pos == position(), "forward at position ", pos, " but ", position(), " positions have been run");
   KVQ_CHECK(n <= context_ - pos, "positions ", pos, "..", pos + n - 1, " go beyond the runner's context of ",
             context_);
+  const Clock::time_point start = Clock::now();
   reserve_chunk(n);
   for (int i = 0; i < n; ++i)
     dequantize_row(w.token_embedding.type, w.token_embedding.row(tokens[i]), &x_[static_cast<size_t>(i) * c.dim],
@@ -275,6 +368,7 @@ std::span<const float> LlamaRunner::forward_chunk(std::span<const int> tokens, i
     rmsnorm(x + static_cast<size_t>(i) * c.dim, x + static_cast<size_t>(i) * c.dim, w.final_norm, c.dim, c.norm_eps);
   project({{&w.classifier, logits_.data()}}, x, rows);
   check_finite(logits_.data(), static_cast<size_t>(rows) * c.vocab_size, "the classifier");
+  add_since(stage_times_.total, start);
   return {logits_.data(), static_cast<size_t>(rows) * c.vocab_size};
 }
 

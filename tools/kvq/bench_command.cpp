@@ -1,6 +1,7 @@
 // kvq bench attention --ctx N --batch B --q-heads H --kv-heads G --dim D --threads T --k SPEC --v SPEC
 //   [--k SPEC --v SPEC ...] [--block 64|128] [--reps R] [--hot] [--json] [--device cpu|cuda]
 // kvq bench append --device cuda [--batch B] [--chunk N] [--codec SPEC ...] [--json]   (cuda_append_bench.cpp)
+// kvq bench decode ...   (decode_bench_command.cpp)
 //
 // Decode attention speed per (key codec, value codec) pair against the f16/f16 cache and this machine's read
 // bandwidth. Every cache is built with key-like keys and Gaussian values appended in prefill chunks; unless --hot,
@@ -32,6 +33,7 @@
 #include "kvq/detail/synthetic.hpp"
 #include "kvq/error.hpp"
 #include "kvq/thread_pool.hpp"
+#include "system_info.hpp"
 
 namespace kvq::cli {
 namespace {
@@ -56,16 +58,6 @@ double process_cpu_seconds() {
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
-    }
-  return "unknown";
 }
 
 // The last-level cache this CPU's core sees: sysfs first (in a VM, sysconf may report the whole host's L3).
@@ -317,6 +309,8 @@ void add_bench_command(CLI::App& app) {
   append->add_option("--device", a->device, "cuda (the append kernels run on device 0)")
       ->check(CLI::IsMember({"cuda"}))->capture_default_str();
   append->callback([a] { run_cuda_append_bench(*a); });
+
+  add_decode_bench_command(*bench);
 }
 
 }  // namespace kvq::cli

@@ -1,5 +1,6 @@
 #include "cache_options.hpp"
 
+#include "kvq/codec.hpp"
 #include "kvq/detail/mapped_file.hpp"
 #include "kvq/error.hpp"
 
@@ -64,6 +65,15 @@ KVCacheSpec f16_cache_like(const KVCacheSpec& like) {
   KVCacheSpec f16 = like;
   f16.key_codec = f16.value_codec = "f16";
   return f16;
+}
+
+std::string codec_refusal(const LlamaConfig& config) {
+  try {
+    make_codec("f16", {config.head_dim(), 64, 0, Role::key});
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  }
 }
 
 bool is_f16_cache(const KVCacheSpec& spec) { return spec.key_codec == "f16" && spec.value_codec == "f16"; }

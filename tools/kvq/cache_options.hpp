@@ -26,6 +26,10 @@ std::string read_text_file(const std::string& path);
 /// The f16/f16 cache that compressed caches are compared with, with the block size and window of `like`.
 KVCacheSpec f16_cache_like(const KVCacheSpec& like);
 
+/// Why the cache codecs cannot hold the attention heads of a model with this config (e.g. stories260K's heads of
+/// dimension 8), or "" when they can.
+std::string codec_refusal(const LlamaConfig& config);
+
 /// Whether `spec` is the f16/f16 cache.
 bool is_f16_cache(const KVCacheSpec& spec);
 

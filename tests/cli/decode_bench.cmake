@@ -1,0 +1,70 @@
+# Runs `kvq bench decode --json FILE` on stories260K as a user would: one row per depth and cache with every key,
+# a depth past the model's trained context (512) marked, and the error for unpaired caches (skipped when the shared
+# data folder beside the repository is absent: ctest matches the message below).
+set(models ${SOURCE_DIR}/../shared/data/models)
+set(text ${SOURCE_DIR}/../shared/data/text/tinystories_val.txt)
+if(NOT EXISTS ${models}/stories260K.bin OR NOT EXISTS ${models}/tok512.bin OR NOT EXISTS ${text})
+  message("kvq test skipped: shared data absent")
+  return()
+endif()
+
+set(json ${WORK_DIR}/decode_bench.json)
+file(REMOVE ${json})
+execute_process(COMMAND ${KVQ} bench decode --model ${models}/stories260K.bin --tokenizer ${models}/tok512.bin
+                        --text ${text} --depth 600,0,100 --steps 4 --threads 2 --json ${json}
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0 OR NOT EXISTS ${json})
+  message(FATAL_ERROR "kvq bench decode failed (${rc}): ${out}\n${err}")
+endif()
+if(NOT out MATCHES "past the model's trained context")
+  message(FATAL_ERROR "depth 600 is past stories260K's 512 positions and must be marked: ${out}")
+endif()
+file(READ ${json} result)
+foreach(key model cpu isa threads steps trained_context rows)
+  string(JSON value ERROR_VARIABLE json_err GET "${result}" ${key})
+  if(json_err)
+    message(FATAL_ERROR "missing key ${key} in: ${result}")
+  endif()
+endforeach()
+string(JSON rows LENGTH "${result}" rows)
+if(NOT rows EQUAL 3)
+  message(FATAL_ERROR "expected 3 rows (one cache, three depths), got ${rows}: ${result}")
+endif()
+set(expected_depths 0 100 600)  # depths run in increasing order
+foreach(i RANGE 2)
+  string(JSON depth GET "${result}" rows ${i} depth)
+  string(JSON beyond GET "${result}" rows ${i} beyond_trained_context)
+  string(JSON decoded GET "${result}" rows ${i} decoded_tokens)
+  string(JSON rate GET "${result}" rows ${i} decode_tokens_per_second)
+  string(JSON prefill GET "${result}" rows ${i} prefill_tokens_per_second)
+  foreach(stage weights attention append rest total)
+    string(JSON ms GET "${result}" rows ${i} ms_per_token ${stage})
+    if(ms LESS 0)
+      message(FATAL_ERROR "row ${i}: ${stage} takes ${ms} ms per token: ${result}")
+    endif()
+  endforeach()
+  list(GET expected_depths ${i} expected_depth)
+  if(NOT depth EQUAL expected_depth OR NOT decoded EQUAL 3 OR rate LESS_EQUAL 0)
+    message(FATAL_ERROR "row ${i}: depth ${depth}, ${decoded} timed tokens, ${rate} tokens/s: ${result}")
+  endif()
+  if((depth EQUAL 600 AND NOT beyond) OR (NOT depth EQUAL 600 AND beyond))
+    message(FATAL_ERROR "row ${i}: depth ${depth} but beyond_trained_context ${beyond}")
+  endif()
+  if(depth GREATER 0 AND prefill LESS_EQUAL 0)
+    message(FATAL_ERROR "row ${i}: no prefill speed at depth ${depth}: ${result}")
+  endif()
+endforeach()
+
+execute_process(COMMAND ${KVQ} bench decode --model ${models}/stories260K.bin --tokenizer ${models}/tok512.bin
+                        --k int4 --v int4 --k int8
+                ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(rc EQUAL 0 OR NOT err MATCHES "give as many --v as --k")
+  message(FATAL_ERROR "unpaired --k/--v must fail with a clear message, got rc=${rc}: ${err}")
+endif()
+
+execute_process(COMMAND ${KVQ} bench decode --model ${models}/stories260K.bin --tokenizer ${models}/tok512.bin
+                        --k bogus --v int4
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(rc EQUAL 0 OR NOT err MATCHES "unknown codec 'bogus'" OR out MATCHES "depth")
+  message(FATAL_ERROR "an unknown codec must fail before any row runs, got rc=${rc}: ${out}\n${err}")
+endif()
