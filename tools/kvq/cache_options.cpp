@@ -1,5 +1,6 @@
 #include "cache_options.hpp"
 
+#include "kvq/detail/calibration.hpp"
 #include "kvq/detail/mapped_file.hpp"
 #include "kvq/error.hpp"
 
@@ -64,6 +65,16 @@ KVCacheSpec f16_cache_like(const KVCacheSpec& like) {
   KVCacheSpec f16 = like;
   f16.key_codec = f16.value_codec = "f16";
   return f16;
+}
+
+KVCacheSpec calibrated_cache(const std::string& path, const LlamaModel& model, const KVCacheSpec& like) {
+  const Calibration calibration = load_calibration(path);
+  check_calibration_model(calibration, model);
+  KVCacheSpec spec = like;
+  spec.key_codec = spec.value_codec = "";
+  spec.layers.clear();
+  spec.layer_codecs = calibration.layers;
+  return spec;
 }
 
 bool is_f16_cache(const KVCacheSpec& spec) { return spec.key_codec == "f16" && spec.value_codec == "f16"; }

@@ -26,6 +26,9 @@ std::string read_text_file(const std::string& path);
 /// The f16/f16 cache that compressed caches are compared with, with the block size and window of `like`.
 KVCacheSpec f16_cache_like(const KVCacheSpec& like);
 
+/// `like` with the per-layer codecs of a calibration file (kvq calibrate --out), checked against `model`.
+KVCacheSpec calibrated_cache(const std::string& path, const LlamaModel& model, const KVCacheSpec& like);
+
 /// Whether `spec` is the f16/f16 cache.
 bool is_f16_cache(const KVCacheSpec& spec);
 

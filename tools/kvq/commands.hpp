@@ -10,6 +10,7 @@ void add_attention_error_command(CLI::App& app);
 void add_demo_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_ppl_command(CLI::App& app);
+void add_calibrate_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 
 /// A one-line progress bar on stderr, drawn only when stderr is a terminal.
