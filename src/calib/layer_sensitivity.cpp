@@ -1,4 +1,3 @@
-#include "kvq/codec.hpp"
 #include "kvq/detail/calibrate.hpp"
 #include "kvq/error.hpp"
 
@@ -9,7 +8,6 @@ LayerSensitivity measure_layer_sensitivity(const LlamaModel& model, const Tokeni
                                            const PerplexityOptions& options, const KVCacheSpec& cache,
                                            const std::function<void(int, int)>& progress) {
   KVQ_CHECK(!codecs.empty(), "no candidate codecs to measure");
-  for (const std::string& c : codecs) CodecSpec::parse(c);  // an unknown codec fails before any measurement
   const int n_layers = model.config().n_layers;
   LayerSensitivity s;
   s.codecs = codecs;

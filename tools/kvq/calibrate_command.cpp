@@ -11,6 +11,7 @@
 
 #include "cache_options.hpp"
 #include "commands.hpp"
+#include "kvq/codec.hpp"
 #include "kvq/detail/calibrate.hpp"
 #include "kvq/detail/calibration.hpp"
 #include "kvq/error.hpp"
@@ -35,6 +36,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 void run_calibrate(const CalibrateOptions& o) {
   const auto start = std::chrono::steady_clock::now();
+  for (const std::string& c : o.codecs) make_codec(c, CodecParams{});  // an unknown codec fails before any work
   const LlamaModel model = LlamaModel::load(o.model);
   const auto tokenizer = load_tokenizer(model, o.tokenizer);
   // The text's tail: kvq ppl scores its start, so calibration and evaluation text stay apart.
