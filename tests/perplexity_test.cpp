@@ -50,6 +50,25 @@ TEST(PerplexityCache, F32CacheEqualsExactAttention) {
   }
 }
 
+TEST(PerplexityCache, ScoreFromScoresTheTailOfEachWindow) {
+  KVQ_FRESH_SEED();
+  const SyntheticLlama m(seed);
+  const test::ByteTokenizer tok;
+  Rng rng(seed + 1);
+  const std::vector<int> tokens = test::random_tokens(rng, 300);
+  PerplexityOptions o;
+  o.window = 150, o.threads = 2;
+  const PerplexityResult all = measure_perplexity(m.model(), tok, tokens, o);
+  o.score_from = 100;  // BOS at position 0: positions 100..149 of each window predict its tokens 100..149
+  const PerplexityResult tail = measure_perplexity(m.model(), tok, tokens, o);
+  EXPECT_EQ(all.tokens, 300u);
+  EXPECT_EQ(tail.tokens, 100u);
+  EXPECT_NE(tail.mean_nll, all.mean_nll);
+  EXPECT_TRUE(std::isfinite(tail.ppl));
+  o.score_from = 150;
+  EXPECT_THROW(measure_perplexity(m.model(), tok, tokens, o), Error);
+}
+
 TEST(PerplexityCache, CompressedCachesAgainstF16) {
   KVQ_FRESH_SEED();
   const SyntheticLlama m(seed);

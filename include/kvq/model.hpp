@@ -136,6 +136,12 @@ class LlamaModel {
 /// in the model's GGUF metadata (kvq::Error for a llama2.c checkpoint without a tokenizer file).
 std::unique_ptr<Tokenizer> load_tokenizer(const LlamaModel& model, const std::filesystem::path& tokenizer_file);
 
+/// The key and value codec specs of one layer.
+struct LayerCodecs {
+  std::string key, value;
+  bool operator==(const LayerCodecs&) const = default;
+};
+
 /// The key/value cache of a runner. Both codec specs empty: the fp32 store with exact attention (no KVCache, the
 /// reference); otherwise a kvq::KVCache holding one sequence, with these codecs (codec.hpp specs, e.g. "int4",
 /// "turbo_prod:3") for keys and values, T tokens per page and R newest tokens in fp32.
@@ -149,9 +155,12 @@ struct KVCacheSpec {
   /// Layers whose keys and values use these codecs, the others f16 (a diagnostic: which layers a codec hurts);
   /// empty: every layer.
   std::vector<int> layers;
+  /// Codecs chosen per layer (kvq calibrate): [n_layers], replacing key_codec / value_codec and `layers`; empty:
+  /// those.
+  std::vector<LayerCodecs> layer_codecs;
 
-  bool compressed() const { return !key_codec.empty() || !value_codec.empty(); }
-  /// "k/v" (e.g. "int4/int4", "int4/f16@layers 0,3"), or "fp32 (no cache)".
+  bool compressed() const { return !key_codec.empty() || !value_codec.empty() || !layer_codecs.empty(); }
+  /// "k/v" (e.g. "int4/int4", "int4/f16@layers 0,3", "per layer: int8/int4 x2, ..."), or "fp32 (no cache)".
   std::string label() const;
 };
 

@@ -1,6 +1,6 @@
 // The runner's key/value cache as one sequence of a kvq::KVCache: appends go to the cache's pages and fp32 window,
 // attention reads exactly what a serving system would (encoded pages through the codecs' scorers, then the window).
-// With KVCacheSpec::layers, the other layers go to a second, f16 KVCache.
+// Layers with different codecs (KVCacheSpec::layers, KVCacheSpec::layer_codecs) go to different KVCaches.
 #include <algorithm>
 #include <memory>
 #include <span>
@@ -14,16 +14,16 @@
 namespace kvq {
 namespace {
 
-CacheConfig cache_config(const KVShape& shape, int capacity, const KVCacheSpec& spec) {
-  KVQ_CHECK(!spec.key_codec.empty() && !spec.value_codec.empty(), "a compressed key/value cache needs both a key "
-            "and a value codec spec (got '", spec.key_codec, "' and '", spec.value_codec, "')");
+CacheConfig cache_config(const KVShape& shape, int capacity, const KVCacheSpec& spec, const LayerCodecs& codecs) {
+  KVQ_CHECK(!codecs.key.empty() && !codecs.value.empty(), "a compressed key/value cache needs both a key "
+            "and a value codec spec (got '", codecs.key, "' and '", codecs.value, "')");
   CacheConfig c;
   c.n_layers = shape.n_layers;
   c.n_kv_heads = shape.n_kv_heads;
   c.head_dim = shape.head_dim;
   c.block_tokens = spec.block_tokens;
-  c.key_codec = spec.key_codec;
-  c.value_codec = spec.value_codec;
+  c.key_codec = codecs.key;
+  c.value_codec = codecs.value;
   c.residual_tokens = spec.residual_tokens;
   // Pages are always full, so ceil(capacity / T) per layer is enough for any window size R.
   c.capacity_pages = static_cast<size_t>(shape.n_layers) *
@@ -31,6 +31,25 @@ CacheConfig cache_config(const KVShape& shape, int capacity, const KVCacheSpec& 
   c.seed = spec.seed;
   c.center_keys = spec.center_keys;
   return c;
+}
+
+// Each layer's codec pair: the spec's per-layer list, or its one pair in `layers` (f16 in the others), or its one
+// pair in every layer.
+std::vector<LayerCodecs> codecs_per_layer(const KVShape& shape, const KVCacheSpec& spec) {
+  const size_t n_layers = static_cast<size_t>(shape.n_layers);
+  if (!spec.layer_codecs.empty()) {
+    KVQ_CHECK(spec.layer_codecs.size() == n_layers, "codecs given for ", spec.layer_codecs.size(),
+              " layers, the model has ", n_layers);
+    return spec.layer_codecs;
+  }
+  const LayerCodecs pair{spec.key_codec, spec.value_codec};
+  if (spec.layers.empty()) return std::vector<LayerCodecs>(n_layers, pair);
+  std::vector<LayerCodecs> codecs(n_layers, LayerCodecs{"f16", "f16"});
+  for (int l : spec.layers) {
+    KVQ_CHECK(l >= 0 && l < shape.n_layers, "cache layer ", l, " is outside the model's ", shape.n_layers, " layers");
+    codecs[static_cast<size_t>(l)] = pair;
+  }
+  return codecs;
 }
 
 // One sequence of one KVCache.
@@ -42,22 +61,20 @@ struct CacheSequence {
 
 class CompressedKVStore final : public KVStore {
  public:
+  // One KVCache per distinct codec pair, each with every layer (so that layer l's codecs get the seeds of a
+  // uniform cache) but holding only the layers routed to it; the spec's own pair, where it has one, first.
   CompressedKVStore(const KVShape& shape, int capacity, const KVCacheSpec& spec, ThreadPool* pool)
       : shape_(shape), capacity_(capacity), pool_(pool) {
-    const CacheConfig config = cache_config(shape, capacity, spec);
-    caches_.push_back(std::make_unique<CacheSequence>(config));
-    route_.assign(static_cast<size_t>(shape.n_layers), 0);
-    if (!spec.layers.empty()) {
-      CacheConfig f16 = config;
-      f16.key_codec = f16.value_codec = "f16";
-      caches_.push_back(std::make_unique<CacheSequence>(f16));
-      route_.assign(static_cast<size_t>(shape.n_layers), 1);
-      for (int l : spec.layers) {
-        KVQ_CHECK(l >= 0 && l < shape.n_layers, "cache layer ", l, " is outside the model's ", shape.n_layers,
-                  " layers");
-        route_[static_cast<size_t>(l)] = 0;
-      }
+    const std::vector<LayerCodecs> codecs = codecs_per_layer(shape, spec);
+    std::vector<LayerCodecs> pairs;
+    if (spec.layer_codecs.empty()) pairs.push_back({spec.key_codec, spec.value_codec});
+    for (const LayerCodecs& c : codecs) {
+      auto it = std::find(pairs.begin(), pairs.end(), c);
+      if (it == pairs.end()) it = pairs.insert(pairs.end(), c);
+      route_.push_back(static_cast<size_t>(it - pairs.begin()));
     }
+    for (const LayerCodecs& c : pairs)
+      caches_.push_back(std::make_unique<CacheSequence>(cache_config(shape, capacity, spec, c)));
   }
 
   void append(int layer, const float* k, const float* v, int n) override {
@@ -140,7 +157,7 @@ class CompressedKVStore final : public KVStore {
   KVShape shape_;
   size_t capacity_;
   ThreadPool* pool_;
-  std::vector<std::unique_ptr<CacheSequence>> caches_;  // the spec's codecs; with spec.layers also an f16 cache
+  std::vector<std::unique_ptr<CacheSequence>> caches_;  // one per distinct codec pair
   std::vector<size_t> route_;                           // [layer]: index into caches_
 };
 

@@ -330,6 +330,13 @@ const GgufValue& GgufFile::at(std::string_view key) const {
   return *v;
 }
 
+std::span<const std::byte> GgufFile::header_bytes() const {
+  const std::span<const std::byte> all = file_.bytes();
+  if (tensors_.empty()) return all;
+  const std::byte* data_section = tensors_.front().data - tensors_.front().offset;
+  return all.first(static_cast<size_t>(data_section - all.data()));
+}
+
 const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {
   const auto it = tensor_index_.find(name);
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];

@@ -103,6 +103,18 @@ std::unique_ptr<KVStore> make_kv_store(const LlamaConfig& c, int context, const 
 
 std::string KVCacheSpec::label() const {
   if (!compressed()) return "fp32 (no cache)";
+  if (!layer_codecs.empty()) {  // each pair once, with the number of layers it serves, in order of first use
+    std::vector<std::pair<LayerCodecs, int>> pairs;
+    for (const LayerCodecs& c : layer_codecs) {
+      const auto it = std::find_if(pairs.begin(), pairs.end(), [&](const auto& p) { return p.first == c; });
+      if (it == pairs.end()) pairs.emplace_back(c, 1); else ++it->second;
+    }
+    std::string s = "per layer:";
+    for (size_t i = 0; i < pairs.size(); ++i)
+      s += (i == 0 ? " " : ", ") + pairs[i].first.key + "/" + pairs[i].first.value + " x" +
+           std::to_string(pairs[i].second);
+    return center_keys ? s + " (centered keys)" : s;
+  }
   std::string s = key_codec + "/" + value_codec;
   for (size_t i = 0; i < layers.size(); ++i) s += (i == 0 ? "@layers " : ",") + std::to_string(layers[i]);
   if (center_keys) s += " (centered keys)";

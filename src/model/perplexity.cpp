@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "kvq/cache.hpp"
+#include "kvq/codec.hpp"
 #include "kvq/error.hpp"
 
 namespace kvq {
@@ -44,8 +45,20 @@ void run_chunk(Measured& m, std::span<const int> inputs, int pos) {
   m.q.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void describe_codecs(Measured& m) {
-  if (const KVCache* cache = m.runner->cache()) {
+// Per-layer codecs: the mean over the layers of each codec's storage (every layer has the same head shape).
+double mean_bits_per_element(const std::vector<LayerCodecs>& layers, Role role, int head_dim, int block_tokens) {
+  double sum = 0;
+  for (const LayerCodecs& c : layers)
+    sum += make_codec(role == Role::key ? c.key : c.value, {head_dim, block_tokens, 0, role})->bits_per_element();
+  return sum / static_cast<double>(layers.size());
+}
+
+void describe_codecs(Measured& m, int head_dim) {
+  const KVCacheSpec& spec = m.q.cache;
+  if (!spec.layer_codecs.empty()) {
+    m.q.bits_per_element_k = mean_bits_per_element(spec.layer_codecs, Role::key, head_dim, spec.block_tokens);
+    m.q.bits_per_element_v = mean_bits_per_element(spec.layer_codecs, Role::value, head_dim, spec.block_tokens);
+  } else if (const KVCache* cache = m.runner->cache()) {
     m.q.bits_per_element_k = cache->key_codec(0).bits_per_element();
     m.q.bits_per_element_v = cache->value_codec(0).bits_per_element();
   }
@@ -59,6 +72,8 @@ PerplexityResult measure_perplexity(const LlamaModel& model, const Tokenizer& to
   KVQ_CHECK(options.window >= 2, "perplexity window ", options.window, " must be at least 2 tokens");
   KVQ_CHECK(options.window + bos <= model.config().max_seq_len, "perplexity window ", options.window,
             bos ? " + BOS" : "", " exceeds the model's context of ", model.config().max_seq_len);
+  KVQ_CHECK(options.score_from >= 0 && options.score_from < options.window, "scoring from position ",
+            options.score_from, " leaves nothing to score in windows of ", options.window, " tokens");
   KVQ_CHECK(options.chunk >= 1, "forward chunk ", options.chunk, " must be at least 1 token");
   KVQ_CHECK(!tokens.empty(), "perplexity of an empty text");
   KVQ_CHECK(!options.caches.empty(), "perplexity needs at least one cache to measure");
@@ -81,11 +96,12 @@ PerplexityResult measure_perplexity(const LlamaModel& model, const Tokenizer& to
   for (Measured& m : runs) {
     KVQ_CHECK(!m.runner->needs_calibration(), "the key/value codecs ", m.q.cache.label(),
               " need training: give calibration tokens (kvq ppl --calib-tokens N)");
-    describe_codecs(m);
+    describe_codecs(m, model.config().head_dim());
   }
   Measured* reference = options.reference ? &runs.front() : nullptr;
 
   const size_t window = static_cast<size_t>(options.window);
+  const size_t from = static_cast<size_t>(options.score_from);
   const size_t n_windows = (tokens.size() + window - 1) / window;
   size_t scored = 0;
   std::vector<int> inputs, targets;
@@ -103,7 +119,7 @@ PerplexityResult measure_perplexity(const LlamaModel& model, const Tokenizer& to
       const size_t n = std::min(inputs.size() - first, static_cast<size_t>(options.chunk));
       const std::span<const int> chunk(inputs.data() + first, n);
       for (Measured& m : runs) run_chunk(m, chunk, static_cast<int>(first));
-      for (size_t j = 0; j < n; ++j) {
+      for (size_t j = first < from ? from - first : 0; j < n; ++j) {
         const auto at = [&](const Measured& m) { return m.logits.subspan(j * vocab, static_cast<size_t>(vocab)); };
         const int target = targets[first + j];
         double lse_ref = 0;
@@ -120,14 +136,14 @@ PerplexityResult measure_perplexity(const LlamaModel& model, const Tokenizer& to
             ++m.agree;
           }
         }
+        ++scored;
       }
-      scored += n;
     }
     if (w == 0)
       for (Measured& m : runs) m.q.cache_bytes = m.runner->cache_bytes();
     if (options.progress) options.progress(w + 1, n_windows);
   }
-  KVQ_CHECK(scored > 0, "no token was scored (windows of one token without BOS)");
+  KVQ_CHECK(scored > 0, "no token was scored (windows of one token without BOS, or scoring from past every window's last position)");
 
   PerplexityResult r;
   r.tokens = scored;

@@ -38,3 +38,32 @@ execute_process(COMMAND ${KVQ} generate --model ${models}/stories260K.bin -n 5
 if(rc EQUAL 0 OR NOT err MATCHES "give a tokenizer file")
   message(FATAL_ERROR "a llama2.c model without --tokenizer must fail with a clear message, got rc=${rc}: ${err}")
 endif()
+
+# --score-from: positions 64..127 of each window of 128 (BOS at 0), two windows.
+execute_process(COMMAND ${KVQ} ppl --model ${models}/stories260K.bin --tokenizer ${models}/tok512.bin --text ${text}
+                        --ctx 128 --max-tokens 256 --score-from 64 --json
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "kvq ppl --score-from failed (${rc}): ${out}${err}")
+endif()
+string(JSON tokens GET "${out}" tokens)
+if(NOT tokens EQUAL 128)
+  message(FATAL_ERROR "kvq ppl --score-from 64: expected 128 scored tokens, got ${out}")
+endif()
+
+function(expect_model_error what)
+  execute_process(COMMAND ${KVQ} ${ARGN} ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(rc EQUAL 0 OR NOT err MATCHES "${what}")
+    message(FATAL_ERROR "kvq ${ARGN}: expected an error naming '${what}', got rc=${rc}: ${err}")
+  endif()
+endfunction()
+set(stories --model ${models}/stories260K.bin --tokenizer ${models}/tok512.bin --text ${text})
+expect_model_error("leaves nothing to score" ppl ${stories} --ctx 128 --max-tokens 256 --score-from 128)
+# stories260K's heads (8 channels) are narrower than any codec holds: calibrate says so rather than crash.
+expect_model_error("head dimension 8" calibrate ${stories} --budget-bits 4 --tokens 64 --ctx 64
+                   --out ${CMAKE_CURRENT_BINARY_DIR}/stories.calib)
+expect_model_error("int3" calibrate ${stories} --budget-bits 4 --tokens 64 --codecs f16,int3
+                   --out ${CMAKE_CURRENT_BINARY_DIR}/stories.calib)
+file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/damaged.calib "kvq-calibration 1\narchitecture llama\n")
+expect_model_error("truncated" ppl ${stories} --max-tokens 64 --calib ${CMAKE_CURRENT_BINARY_DIR}/damaged.calib)
+expect_model_error("not a regular file" ppl ${stories} --max-tokens 64 --calib ${CMAKE_CURRENT_BINARY_DIR}/absent.calib)

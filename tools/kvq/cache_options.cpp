@@ -1,6 +1,7 @@
 #include "cache_options.hpp"
 
 #include "kvq/codec.hpp"
+#include "kvq/detail/calibration.hpp"
 #include "kvq/detail/mapped_file.hpp"
 #include "kvq/error.hpp"
 
@@ -74,6 +75,16 @@ std::string codec_refusal(const LlamaConfig& config) {
   } catch (const Error& e) {
     return e.what();
   }
+}
+
+KVCacheSpec calibrated_cache(const std::string& path, const LlamaModel& model, const KVCacheSpec& like) {
+  const Calibration calibration = load_calibration(path);
+  check_calibration_model(calibration, model);
+  KVCacheSpec spec = like;
+  spec.key_codec = spec.value_codec = "";
+  spec.layers.clear();
+  spec.layer_codecs = calibration.layers;
+  return spec;
 }
 
 bool is_f16_cache(const KVCacheSpec& spec) { return spec.key_codec == "f16" && spec.value_codec == "f16"; }

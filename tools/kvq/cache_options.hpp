@@ -30,6 +30,9 @@ KVCacheSpec f16_cache_like(const KVCacheSpec& like);
 /// dimension 8), or "" when they can.
 std::string codec_refusal(const LlamaConfig& config);
 
+/// `like` with the per-layer codecs of a calibration file (kvq calibrate --out), checked against `model`.
+KVCacheSpec calibrated_cache(const std::string& path, const LlamaModel& model, const KVCacheSpec& like);
+
 /// Whether `spec` is the f16/f16 cache.
 bool is_f16_cache(const KVCacheSpec& spec);
 

@@ -10,6 +10,7 @@ void add_attention_error_command(CLI::App& app);
 void add_demo_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_ppl_command(CLI::App& app);
+void add_calibrate_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 /// kvq bench decode, under the bench subcommand.
 void add_decode_bench_command(CLI::App& bench);

@@ -1,5 +1,5 @@
 // kvq generate --model M [--tokenizer F] --prompt P -n N [--temperature T] [--seed S] [--threads K]
-//              [--k SPEC --v SPEC] [--residual R] [--calib-text FILE --calib-tokens N]
+//              [--k SPEC --v SPEC] [--residual R] [--calib FILE] [--calib-text FILE --calib-tokens N]
 #include <cstdio>
 #include <memory>
 
@@ -20,7 +20,7 @@ struct GenerateOptions {
   uint64_t seed = 1;
   int threads = 0;
   KVCacheSpec cache;
-  std::string calib_text;
+  std::string calib, calib_text;
   size_t calib_tokens = 2048;
 };
 
@@ -34,9 +34,10 @@ void run_generate(const GenerateOptions& o) {
   KVQ_CHECK(prompt.size() + static_cast<size_t>(o.steps) <= static_cast<size_t>(model.config().max_seq_len),
             "prompt (", prompt.size(), " tokens) + ", o.steps, " new tokens exceed the model's context of ",
             model.config().max_seq_len);
-  LlamaRunner runner(model, static_cast<int>(prompt.size()) + o.steps, o.threads, o.cache);
+  const KVCacheSpec cache = o.calib.empty() ? o.cache : calibrated_cache(o.calib, model, o.cache);
+  LlamaRunner runner(model, static_cast<int>(prompt.size()) + o.steps, o.threads, cache);
   if (runner.needs_calibration()) {
-    KVQ_CHECK(!o.calib_text.empty(), "the key/value codecs ", o.cache.label(),
+    KVQ_CHECK(!o.calib_text.empty(), "the key/value codecs ", cache.label(),
               " need training: give a calibration text (--calib-text FILE --calib-tokens N)");
     runner.calibrate(tokenize_prefix(*tokenizer, read_text_file(o.calib_text), o.calib_tokens));
   }
@@ -52,7 +53,7 @@ void run_generate(const GenerateOptions& o) {
                "kvq: %zu prompt tokens (%.1f tokens/s), %zu generated, %.1f tokens/s (%d threads); cache %s: %zu "
                "bytes\n",
                prompt.size(), g.prefill_tokens_per_second(), g.tokens.size(), g.decode_tokens_per_second(),
-               runner.threads(), o.cache.label().c_str(), runner.cache_bytes());
+               runner.threads(), cache.label().c_str(), runner.cache_bytes());
 }
 
 }  // namespace
@@ -69,6 +70,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "threads (0 = all cores)")
       ->check(CLI::Range(0, 1024))->capture_default_str();
   add_cache_options(*cmd, o->cache);
+  cmd->add_option("--calib", o->calib, "a calibration file (kvq calibrate --out): its per-layer codecs");
   cmd->add_option("--calib-text", o->calib_text, "text whose keys and values train codecs that need training");
   cmd->add_option("--calib-tokens", o->calib_tokens, "calibration tokens taken from the start of --calib-text")
       ->check(CLI::Range(1, 1 << 24))->capture_default_str();

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   kvq::cli::add_attention_error_command(app);
   kvq::cli::add_generate_command(app);
   kvq::cli::add_ppl_command(app);
+  kvq::cli::add_calibrate_command(app);
   kvq::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);

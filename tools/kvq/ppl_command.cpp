@@ -1,5 +1,5 @@
-// kvq ppl --model M [--tokenizer F] --text FILE --ctx N --max-tokens N [--k SPEC --v SPEC ...] [--residual R]
-//         [--skip-tokens N] [--chunk N] [--calib-tokens N] [--threads K] [--json]
+// kvq ppl --model M [--tokenizer F] --text FILE --ctx N --max-tokens N [--k SPEC --v SPEC ...] [--calib FILE]
+//         [--residual R] [--skip-tokens N] [--score-from N] [--chunk N] [--calib-tokens N] [--threads K] [--json]
 // A compressed cache runs in lockstep with the f16/f16 cache on the same windows and chunks, which gives the
 // perplexity change, the KL divergence and the top-1 agreement of the codecs. Several --k/--v pairs run together
 // against one f16 pass (one line or JSON object each).
@@ -21,10 +21,12 @@ struct PplOptions {
   int ctx = 256;
   size_t max_tokens = 1000;
   size_t skip_tokens = 0;
+  int score_from = 0;
   int chunk = 64;
   size_t calib_tokens = 0;
   int threads = 0;
   CacheListOptions caches;
+  std::string calib;
   bool sweep_layers = false;
   bool json = false;
 };
@@ -44,6 +46,7 @@ void print(const PplOptions& o, const PerplexityResult& r, const CacheQuality& q
                                 {"chunk", o.chunk},
                                 {"calib_tokens", calib_tokens},
                                 {"skip_tokens", o.skip_tokens},
+                                {"score_from", o.score_from},
                                 {"tokens", r.tokens},
                                 {"mean_nll", q.mean_nll},
                                 {"ppl", q.ppl}};
@@ -58,6 +61,10 @@ void print(const PplOptions& o, const PerplexityResult& r, const CacheQuality& q
     j["cache_bytes"] = q.cache_bytes;
     if (compressed) j["cache_bytes_f16"] = f16.cache_bytes;
     if (!q.cache.layers.empty()) j["layers"] = q.cache.layers;
+    if (!q.cache.layer_codecs.empty()) {
+      j["calib"] = o.calib;
+      for (const LayerCodecs& c : q.cache.layer_codecs) j["layer_codecs"].push_back({c.key, c.value});
+    }
     j["tokens_per_second"] = static_cast<double>(r.tokens) / q.seconds;
     j["seconds"] = seconds;
     std::printf("%s\n", j.dump().c_str());
@@ -88,8 +95,14 @@ void run_ppl(const PplOptions& o) {
   PerplexityOptions options;
   options.window = o.ctx;
   options.chunk = o.chunk;
+  options.score_from = o.score_from;
   options.threads = o.threads;
   options.caches = o.caches.specs();
+  if (!o.calib.empty()) {  // the calibrated cache alone, or after the --k/--v pairs
+    const KVCacheSpec calibrated = calibrated_cache(o.calib, model, o.caches.common);
+    if (o.caches.keys.empty()) options.caches.clear();
+    options.caches.push_back(calibrated);
+  }
   if (o.sweep_layers) {  // each cache once per layer, compressing that layer only
     std::vector<KVCacheSpec> per_layer;
     for (const KVCacheSpec& spec : options.caches)
@@ -126,6 +139,10 @@ void add_ppl_command(CLI::App& app) {
   cmd->add_option("--skip-tokens", o->skip_tokens,
                   "start after the first N tokens (a multiple of --ctx): a long run evaluated in pieces")
                       ->check(CLI::Range(0, 1 << 30))->capture_default_str();
+  cmd->add_option("--score-from", o->score_from,
+                  "score only positions >= N of each window, the earlier ones being context (N < --ctx; "
+                  "llama.cpp's perplexity scores the second half: --ctx / 2)")
+      ->check(CLI::Range(0, 1 << 20))->capture_default_str();
   cmd->add_option("--chunk", o->chunk, "positions per forward pass (1 = token by token)")
       ->check(CLI::Range(1, 1 << 16))->capture_default_str();
   cmd->add_option("--calib-tokens", o->calib_tokens,
@@ -133,6 +150,8 @@ void add_ppl_command(CLI::App& app) {
                   "last N tokens of the text, never among the scored ones")->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
   add_cache_list_options(*cmd, o->caches);
+  cmd->add_option("--calib", o->calib, "a calibration file (kvq calibrate --out): its per-layer codecs, measured "
+                  "alone or after the --k/--v caches");
   cmd->add_flag("--sweep-layers", o->sweep_layers,
                 "measure every cache once per layer, with only that layer compressed (the others f16)");
   cmd->add_option("--threads", o->threads, "threads (0 = all cores)")

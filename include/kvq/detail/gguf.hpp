@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -93,6 +94,8 @@ class GgufFile {
   const GgufValue& at(std::string_view key) const;
 
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
+  /// The file's bytes before its tensor data: header, metadata and tensor infos (what identifies a model).
+  std::span<const std::byte> header_bytes() const;
   /// The tensor called `name`, or nullptr.
   const GgufTensorInfo* find_tensor(std::string_view name) const;
   /// The tensor called `name` (kvq::Error naming it when absent).

@@ -16,6 +16,9 @@ namespace kvq {
 struct PerplexityOptions {
   int window = 256;  ///< text tokens per window
   int chunk = 64;    ///< positions per forward call (1: token by token)
+  /// Positions of each window before this one are context only, not scored (llama.cpp's perplexity scores the
+  /// second half of each window: score_from = window / 2); below window.
+  int score_from = 0;
   int threads = 0;   ///< 0 = all cores
   /// Caches measured in lockstep: one runner each, the same windows and chunks. Default: the fp32 store.
   std::vector<KVCacheSpec> caches{KVCacheSpec{}};

@@ -1,0 +1,45 @@
+// kvq calibrate's two steps: measure what each codec costs in each layer, then choose a codec per (layer, role)
+// under a bit budget.
+#pragma once
+
+#include <array>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvq/detail/perplexity.hpp"
+#include "kvq/model.hpp"
+
+namespace kvq {
+
+/// KL divergence against the f16 cache with one layer's keys (or values) compressed, everything else f16.
+struct LayerSensitivity {
+  std::vector<std::string> codecs;                       ///< the candidates
+  std::vector<std::array<std::vector<double>, 2>> kld;   ///< [layer][Role: key 0, value 1][codec], nats per token
+  size_t tokens = 0;                                     ///< scored tokens behind each figure
+};
+
+/// Runs `tokens` once per (layer, role, codec) with only that layer's keys or values in that codec, in lockstep
+/// with the f16 cache (per layer, every codec and role in one pass). `options` gives the windows, chunks and
+/// threads (its caches and reference are replaced); `cache` the block size, window, seed and key centering. A codec
+/// named "f16" is not run: its KL divergence against the f16 reference is 0. progress(layers done, layers).
+LayerSensitivity measure_layer_sensitivity(const LlamaModel& model, const Tokenizer& tokenizer,
+                                           std::span<const int> tokens, const std::vector<std::string>& codecs,
+                                           const PerplexityOptions& options, const KVCacheSpec& cache,
+                                           const std::function<void(int, int)>& progress = {});
+
+struct CodecChoice {
+  std::vector<LayerCodecs> layers;  ///< [n_layers]
+  double predicted_kld = 0;         ///< sum of the chosen single-layer KL divergences
+  double bits_per_element = 0;      ///< stored bits per key and value element, block bytes counted, over all layers
+};
+
+/// The key and value codec of every layer that minimize the predicted KL divergence (the sum of the measured
+/// single-layer, single-role divergences: errors assumed additive) with the mean stored bits per element, keys and
+/// values of every layer alike (8 block_bytes / (T head_dim) of each chosen codec), at most `budget_bits`. Exact
+/// over the codecs' integer block bytes (codec_allocation.hpp); kvq::Error when the cheapest choice exceeds it.
+CodecChoice choose_layer_codecs(const LayerSensitivity& sensitivity, double budget_bits, int head_dim,
+                                int block_tokens);
+
+}  // namespace kvq

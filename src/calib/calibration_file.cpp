@@ -1,0 +1,172 @@
+// The calibration file (format in kvq/detail/calibration.hpp): text, so that the chosen codecs can be read, with a
+// version and a CRC-32C so that a damaged or foreign file is refused before any of it is used.
+#include <cinttypes>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "core/crc32c.hpp"
+#include "kvq/codec.hpp"
+#include "kvq/detail/calibration.hpp"
+#include "kvq/error.hpp"
+
+namespace kvq {
+namespace {
+
+constexpr std::string_view kMagic = "kvq-calibration";
+constexpr int kVersion = 1;
+constexpr size_t kMaxFileBytes = 1 << 20;
+constexpr int kMaxLayers = 4096;
+
+std::string hex32(uint32_t x) {
+  char s[9];
+  std::snprintf(s, sizeof(s), "%08" PRIx32, x);
+  return s;
+}
+
+// Reads the fields of a calibration, in the file's order; every failure names the file and the line.
+class FieldReader {
+ public:
+  FieldReader(std::string_view text, const std::filesystem::path& path) : in_(std::string(text)), path_(path) {}
+
+  // The next line, which must start with `key`; returns the rest of it.
+  std::istringstream next(std::string_view key) {
+    std::string line;
+    ++line_no_;
+    KVQ_CHECK(std::getline(in_, line), where(), "ends before its '", key, "' line");
+    std::istringstream fields(line);
+    std::string word;
+    fields >> word;
+    KVQ_CHECK(word == key, where(), "holds '", word, "' where '", key, "' belongs");
+    return fields;
+  }
+  template <typename T>
+  T value(std::string_view key) {
+    std::istringstream fields = next(key);
+    T v{};
+    fields >> v;
+    KVQ_CHECK(!fields.fail(), where(), "has no valid value for '", key, "'");
+    return v;
+  }
+  int count(std::string_view key, int max) {
+    const int v = value<int>(key);
+    KVQ_CHECK(v >= 1 && v <= max, where(), key, " ", v, " is outside [1, ", max, "]");
+    return v;
+  }
+  // Whether every line has been read.
+  bool at_end() {
+    std::string line;
+    ++line_no_;
+    return !std::getline(in_, line);
+  }
+  std::string where() const { return detail::concat("calibration file ", path_, " line ", line_no_, " "); }
+
+ private:
+  std::istringstream in_;
+  std::filesystem::path path_;
+  int line_no_ = 0;
+};
+
+uint32_t parse_hex32(std::istringstream fields, const std::string& where) {
+  std::string word;
+  fields >> word;
+  KVQ_CHECK(word.size() == 8 && word.find_first_not_of("0123456789abcdef") == std::string::npos, where,
+            "has '", word, "' where 8 hex digits belong");
+  return static_cast<uint32_t>(std::stoul(word, nullptr, 16));
+}
+
+}  // namespace
+
+void save_calibration(const Calibration& c, const std::filesystem::path& path) {
+  KVQ_CHECK(c.layers.size() == static_cast<size_t>(c.model.n_layers), "a calibration of ", c.layers.size(),
+            " layers for a model of ", c.model.n_layers);
+  std::ostringstream s;
+  s.precision(17);
+  s << kMagic << ' ' << kVersion << '\n'
+    << "architecture " << c.model.architecture << '\n'
+    << "layers " << c.model.n_layers << '\n'
+    << "heads " << c.model.n_heads << '\n'
+    << "kv_heads " << c.model.n_kv_heads << '\n'
+    << "head_dim " << c.model.head_dim << '\n'
+    << "model_crc32c " << hex32(c.model.model_crc32c) << '\n'
+    << "channel_layout " << c.model.channel_layout << '\n'
+    << "budget_bits " << c.budget_bits << '\n'
+    << "predicted_kld " << c.predicted_kld << '\n';
+  for (size_t l = 0; l < c.layers.size(); ++l)
+    s << "layer " << l << ' ' << c.layers[l].key << ' ' << c.layers[l].value << '\n';
+  const std::string body = s.str();
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << body << "crc32c " << hex32(crc32c(body.data(), body.size())) << '\n';
+    KVQ_CHECK(out.good(), "cannot write calibration file ", tmp);
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+Calibration load_calibration(const std::filesystem::path& path) {
+  std::error_code ec;
+  KVQ_CHECK(std::filesystem::is_regular_file(path, ec), "calibration file ", path, " is not a regular file");
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  KVQ_CHECK(!ec && size <= kMaxFileBytes, "calibration file ", path, " is larger than ", kMaxFileBytes, " bytes");
+  std::ifstream in(path, std::ios::binary);
+  std::string text(static_cast<size_t>(size), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(size));
+  KVQ_CHECK(in.gcount() == static_cast<std::streamsize>(size), "cannot read calibration file ", path);
+
+  KVQ_CHECK(text.starts_with(std::string(kMagic) + ' '), "", path, " is not a kvq calibration file");
+  // The checksum line is the last one; every byte before it is covered.
+  const size_t last = text.size() >= 2 ? text.rfind('\n', text.size() - 2) : std::string::npos;
+  KVQ_CHECK(text.ends_with('\n') && last != std::string::npos && text.compare(last + 1, 7, "crc32c ") == 0,
+            "calibration file ", path, " is truncated (no checksum line at its end)");
+  const std::string body = text.substr(0, last + 1);
+  const uint32_t stored = parse_hex32(std::istringstream(text.substr(last + 8)), detail::concat(path, " "));
+  KVQ_CHECK(stored == crc32c(body.data(), body.size()), "calibration file ", path,
+            " is corrupt: its CRC-32C does not match its contents");
+
+  FieldReader r(body, path);
+  const int version = r.value<int>(kMagic);
+  KVQ_CHECK(version == kVersion, "calibration file ", path, " has format version ", version, "; this kvq reads ",
+            kVersion);
+  Calibration c;
+  c.model.architecture = r.value<std::string>("architecture");
+  c.model.n_layers = r.count("layers", kMaxLayers);
+  c.model.n_heads = r.count("heads", 1 << 16);
+  c.model.n_kv_heads = r.count("kv_heads", 1 << 16);
+  c.model.head_dim = r.count("head_dim", 1 << 16);
+  c.model.model_crc32c = parse_hex32(r.next("model_crc32c"), r.where());
+  c.model.channel_layout = r.value<std::string>("channel_layout");
+  c.budget_bits = r.value<double>("budget_bits");
+  c.predicted_kld = r.value<double>("predicted_kld");
+  for (int l = 0; l < c.model.n_layers; ++l) {
+    std::istringstream fields = r.next("layer");
+    int index = -1;
+    LayerCodecs codecs;
+    fields >> index >> codecs.key >> codecs.value;
+    KVQ_CHECK(!fields.fail() && index == l, r.where(), "should be 'layer ", l, " KEY_SPEC VALUE_SPEC'");
+    // An unknown codec or one the head dimension does not fit is an error here, not when a cache is built.
+    make_codec(codecs.key, {c.model.head_dim, 64, 0, Role::key});
+    make_codec(codecs.value, {c.model.head_dim, 64, 0, Role::value});
+    c.layers.push_back(codecs);
+  }
+  KVQ_CHECK(r.at_end(), r.where(), "follows the last layer's line");
+  return c;
+}
+
+void check_calibration_model(const Calibration& c, const LlamaModel& model) {
+  const ModelIdentity want = model_identity(model);
+  const ModelIdentity& got = c.model;
+  const auto differs = [&](std::string_view what, const auto& file, const auto& actual) {
+    KVQ_CHECK(file == actual, "the calibration is for another model: its ", what, " is ", file, ", the model's ",
+              actual);
+  };
+  differs("architecture", got.architecture, want.architecture);
+  differs("layer count", got.n_layers, want.n_layers);
+  differs("query head count", got.n_heads, want.n_heads);
+  differs("kv head count", got.n_kv_heads, want.n_kv_heads);
+  differs("head dimension", got.head_dim, want.head_dim);
+  differs("channel layout", got.channel_layout, want.channel_layout);
+  differs("model checksum (CRC-32C of its header and metadata)", hex32(got.model_crc32c), hex32(want.model_crc32c));
+}
+
+}  // namespace kvq

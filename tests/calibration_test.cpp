@@ -1,0 +1,201 @@
+// kvq calibrate's parts: the knapsack against brute force, per-layer codecs in the runner's cache, the measured
+// sensitivities and the choice under a budget, and the calibration file's round trip and its refusals.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/crc32c.hpp"
+#include "expect_error.hpp"
+#include "kvq/detail/calibrate.hpp"
+#include "kvq/detail/calibration.hpp"
+#include "kvq/detail/codec_allocation.hpp"
+#include "kvq/detail/random.hpp"
+#include "synthetic_llama.hpp"
+#include "temp_file.hpp"
+#include "test_seed.hpp"
+
+namespace kvq {
+namespace {
+
+using test::SyntheticLlama;
+
+// Every combination of one item per group: the least loss within the budget (infinity when none fits).
+double brute_force(const std::vector<std::vector<AllocationItem>>& groups, size_t budget, size_t g = 0,
+                   size_t cost = 0) {
+  if (g == groups.size()) return cost <= budget ? 0.0 : std::numeric_limits<double>::infinity();
+  double best = std::numeric_limits<double>::infinity();
+  for (const AllocationItem& item : groups[g])
+    best = std::min(best, item.loss + brute_force(groups, budget, g + 1, cost + item.cost));
+  return best;
+}
+
+TEST(CodecAllocation, MatchesBruteForce) {
+  KVQ_FRESH_SEED();
+  Rng rng(seed);
+  for (int trial = 0; trial < 200; ++trial) {
+    const size_t n_groups = 1 + rng.next_u64() % 5;
+    std::vector<std::vector<AllocationItem>> groups(n_groups);
+    size_t cheapest = 0, dearest = 0;
+    for (auto& g : groups) {
+      const size_t n_items = 1 + rng.next_u64() % 4;
+      size_t lo = SIZE_MAX, hi = 0;
+      for (size_t i = 0; i < n_items; ++i) {
+        g.push_back({16 * (1 + rng.next_u64() % 8), rng.uniform()});
+        lo = std::min(lo, g.back().cost), hi = std::max(hi, g.back().cost);
+      }
+      cheapest += lo, dearest += hi;
+    }
+    const size_t budget = cheapest + rng.next_u64() % (dearest - cheapest + 17);
+    const std::vector<size_t> chosen = choose_min_loss(groups, budget);
+    ASSERT_EQ(chosen.size(), n_groups);
+    double loss = 0;
+    size_t cost = 0;
+    for (size_t g = 0; g < n_groups; ++g) loss += groups[g][chosen[g]].loss, cost += groups[g][chosen[g]].cost;
+    EXPECT_LE(cost, budget);
+    EXPECT_NEAR(loss, brute_force(groups, budget), 1e-12) << "trial " << trial;
+  }
+  test::expect_error([] { choose_min_loss({{{32, 0.0}}, {{16, 1.0}}}, 40); }, "below the cheapest");
+}
+
+// Per-layer codecs that are the same in every layer are the uniform cache: the same seeds, the same figures.
+TEST(PerLayerCodecs, SameInEveryLayerIsTheUniformCache) {
+  KVQ_FRESH_SEED();
+  const SyntheticLlama m(seed);
+  const test::ByteTokenizer tok;
+  Rng rng(seed + 1);
+  const std::vector<int> tokens = test::random_tokens(rng, 160);
+  PerplexityOptions o;
+  o.window = 160, o.threads = 2;
+  o.reference = KVCacheSpec{"f16", "f16"};
+  KVCacheSpec per_layer;
+  per_layer.layer_codecs.assign(SyntheticLlama::kLayers, LayerCodecs{"int4", "turbo_mse:3"});
+  KVCacheSpec mixed;
+  mixed.layer_codecs = {LayerCodecs{"int8", "kivi:2"}, LayerCodecs{"int4", "f16"}};
+  o.caches = {KVCacheSpec{"int4", "turbo_mse:3"}, per_layer, mixed};
+  const PerplexityResult r = measure_perplexity(m.model(), tok, tokens, o);
+  EXPECT_EQ(r.caches[1].kld, r.caches[0].kld);
+  EXPECT_EQ(r.caches[1].ppl, r.caches[0].ppl);
+  EXPECT_GT(r.caches[2].kld, 0.0);
+  EXPECT_DOUBLE_EQ(r.caches[2].bits_per_element_k, (8.5 + 4.5) / 2);
+  EXPECT_DOUBLE_EQ(r.caches[2].bits_per_element_v, (3.0 + 16.0) / 2);
+  EXPECT_EQ(mixed.label(), "per layer: int8/kivi:2 x1, int4/f16 x1");
+}
+
+TEST(Calibrate, ChoosesWithinTheBudgetAndPredictsTheSum) {
+  KVQ_FRESH_SEED();
+  const SyntheticLlama m(seed);
+  const test::ByteTokenizer tok;
+  Rng rng(seed + 1);
+  const std::vector<int> tokens = test::random_tokens(rng, 128);
+  PerplexityOptions o;
+  o.window = 128, o.threads = 2;
+  const LayerSensitivity s =
+      measure_layer_sensitivity(m.model(), tok, tokens, {"f16", "int4", "turbo_mse:2"}, o, KVCacheSpec{});
+  ASSERT_EQ(s.kld.size(), static_cast<size_t>(SyntheticLlama::kLayers));
+  for (const auto& layer : s.kld)
+    for (const auto& role : layer) {
+      EXPECT_EQ(role[0], 0.0);  // f16 against the f16 reference
+      EXPECT_GT(role[2], 0.0);
+    }
+  const int d = SyntheticLlama::kHeadDim;
+  const CodecChoice all_f16 = choose_layer_codecs(s, 16, d, 64);
+  EXPECT_EQ(all_f16.predicted_kld, 0.0);
+  EXPECT_EQ(all_f16.bits_per_element, 16.0);
+  const CodecChoice tight = choose_layer_codecs(s, 3.0, d, 64);
+  EXPECT_LE(tight.bits_per_element, 3.0);
+  double sum = 0;
+  for (size_t l = 0; l < tight.layers.size(); ++l)
+    for (int role = 0; role < 2; ++role) {
+      const std::string& codec = role == 0 ? tight.layers[l].key : tight.layers[l].value;
+      const size_t c = static_cast<size_t>(std::find(s.codecs.begin(), s.codecs.end(), codec) - s.codecs.begin());
+      sum += s.kld[l][static_cast<size_t>(role)][c];
+    }
+  EXPECT_DOUBLE_EQ(tight.predicted_kld, sum);
+  test::expect_error([&] { choose_layer_codecs(s, 1.0, d, 64); }, "below the cheapest");
+  test::expect_error([&] { choose_layer_codecs(s, -1.0, d, 64); }, "must be positive");
+  test::expect_error(
+      [&] { measure_layer_sensitivity(m.model(), tok, tokens, {"int3"}, o, KVCacheSpec{}); }, "int3");
+}
+
+std::string read_all(const std::filesystem::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+void write_all(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+Calibration example(const LlamaModel& model) {
+  Calibration c;
+  c.model = model_identity(model);
+  c.budget_bits = 3.5;
+  c.predicted_kld = 0.0125;
+  c.layers = {LayerCodecs{"int8", "turbo_mse:2"}, LayerCodecs{"kivi:4", "int4"}};
+  return c;
+}
+
+TEST(CalibrationFile, RoundTrip) {
+  const SyntheticLlama m(1);
+  const test::TempFile file("calibration_round_trip.txt");
+  const Calibration c = example(m.model());
+  save_calibration(c, file.path());
+  const Calibration back = load_calibration(file.path());
+  EXPECT_EQ(back.model, c.model);
+  EXPECT_EQ(back.model.architecture, "llama");
+  EXPECT_EQ(back.model.channel_layout, "rope_adjacent_pairs");
+  EXPECT_EQ(back.layers, c.layers);
+  EXPECT_EQ(back.budget_bits, c.budget_bits);
+  EXPECT_EQ(back.predicted_kld, c.predicted_kld);
+  check_calibration_model(back, m.model());
+}
+
+TEST(CalibrationFile, RefusesDamageAndOtherModels) {
+  const SyntheticLlama m(1);
+  const test::TempFile file("calibration_refused.txt");
+  save_calibration(example(m.model()), file.path());
+  const std::string good = read_all(file.path());
+
+  // Another file of the same shape (SyntheticLlama's files share one path, so one is loaded at a time).
+  Calibration foreign = load_calibration(file.path());
+  foreign.model.model_crc32c ^= 1;
+  test::expect_error([&] { check_calibration_model(foreign, m.model()); }, "another model: its model checksum");
+  Calibration wrong_shape = example(m.model());
+  wrong_shape.model.n_kv_heads = 4;
+  test::expect_error([&] { check_calibration_model(wrong_shape, m.model()); }, "kv head count is 4");
+
+  std::string flipped = good;
+  flipped[good.find("int8")] ^= 0x01;
+  write_all(file.path(), flipped);
+  test::expect_error([&] { load_calibration(file.path()); }, "corrupt");
+  write_all(file.path(), good.substr(0, good.size() / 2));
+  test::expect_error([&] { load_calibration(file.path()); }, "truncated");
+  write_all(file.path(), "");
+  test::expect_error([&] { load_calibration(file.path()); }, "not a kvq calibration file");
+
+  // A later version with a valid checksum.
+  std::string body = good.substr(0, good.rfind("crc32c "));
+  body.replace(body.find(" 1\n"), 3, " 2\n");
+  char crc[16];
+  std::snprintf(crc, sizeof(crc), "%08x", crc32c(body.data(), body.size()));
+  write_all(file.path(), body + "crc32c " + crc + "\n");
+  test::expect_error([&] { load_calibration(file.path()); }, "format version 2");
+
+  // An unknown codec with a valid checksum.
+  body = good.substr(0, good.rfind("crc32c "));
+  body.replace(body.find("kivi:4"), 6, "kivi:9");
+  std::snprintf(crc, sizeof(crc), "%08x", crc32c(body.data(), body.size()));
+  write_all(file.path(), body + "crc32c " + crc + "\n");
+  EXPECT_THROW(load_calibration(file.path()), Error);
+
+  test::expect_error([&] { load_calibration("absent_calibration.txt"); }, "not a regular file");
+}
+
+}  // namespace
+}  // namespace kvq
