@@ -38,6 +38,7 @@ TEST(PerplexityCache, F32CacheEqualsExactAttention) {
     PerplexityOptions o;
     o.window = 150, o.chunk = chunk, o.threads = 2;
     o.caches = {KVCacheSpec{}, KVCacheSpec{"f32", "f32"}};
+    o.product_input = ProductInput::f32;  // the two attentions differ in float order only: no 8-bit steps between
     const PerplexityResult r = measure_perplexity(m.model(), tok, tokens, o);
     EXPECT_EQ(r.tokens, 300u);  // BOS first: every token scored
     ASSERT_EQ(r.caches.size(), 2u);

@@ -3,6 +3,7 @@
 // Layers with different codecs (KVCacheSpec::layers, KVCacheSpec::layer_codecs) go to different KVCaches.
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -75,6 +76,7 @@ class CompressedKVStore final : public KVStore {
     }
     for (const LayerCodecs& c : pairs)
       caches_.push_back(std::make_unique<CacheSequence>(cache_config(shape, capacity, spec, c)));
+    plans_.resize(static_cast<size_t>(shape.n_layers));
   }
 
   void append(int layer, const float* k, const float* v, int n) override {
@@ -95,7 +97,9 @@ class CompressedKVStore final : public KVStore {
     AttentionOptions options;
     if (!shape_.windows.empty()) options.window = static_cast<size_t>(shape_.windows[static_cast<size_t>(layer)]);
     if (n == 1) {
-      decode_attention(c.cache, layer, std::span<const SeqId>(&c.seq, 1), qs, outs, options, pool_);
+      std::optional<DecodePlan>& plan = plans_[static_cast<size_t>(layer)];
+      if (!plan) plan.emplace(c.cache, layer, std::span<const SeqId>(&c.seq, 1), shape_.n_heads, options, pool_);
+      plan->run(qs, outs);  // decode_attention, its scratch kept from the layer's last token
     } else {
       const size_t start = c.cache.length(c.seq, layer) - static_cast<size_t>(n);
       prefill_attention(c.cache, layer, c.seq, start, static_cast<size_t>(n), qs, outs, options, pool_);
@@ -129,6 +133,7 @@ class CompressedKVStore final : public KVStore {
       c->cache.remove_sequence(c->seq);
       c->seq = c->cache.add_sequence();
     }
+    for (auto& plan : plans_) plan.reset();
   }
 
   size_t bytes() const override {
@@ -159,6 +164,7 @@ class CompressedKVStore final : public KVStore {
   ThreadPool* pool_;
   std::vector<std::unique_ptr<CacheSequence>> caches_;  // one per distinct codec pair
   std::vector<size_t> route_;                           // [layer]: index into caches_
+  std::vector<std::optional<DecodePlan>> plans_;        // [layer]: its decode plan, made at its first decode
 };
 
 }  // namespace

@@ -83,8 +83,10 @@ PerplexityResult measure_perplexity(const LlamaModel& model, const Tokenizer& to
   std::vector<Measured> runs;
   if (options.reference) runs.push_back({{*options.reference}, nullptr, {}});
   for (const KVCacheSpec& spec : options.caches) runs.push_back({{spec}, nullptr, {}});
-  for (Measured& m : runs) m.runner = std::make_unique<LlamaRunner>(model, options.window + bos, options.threads,
-                                                                   m.q.cache);
+  for (Measured& m : runs) {
+    m.runner = std::make_unique<LlamaRunner>(model, options.window + bos, options.threads, m.q.cache);
+    m.runner->set_product_input(options.product_input);
+  }
   // One f16 pass captures the calibration keys and values; every compressed cache trains on them.
   if (!options.calibration.empty()) {
     const auto start = std::chrono::steady_clock::now();

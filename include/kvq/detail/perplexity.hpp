@@ -29,6 +29,9 @@ struct PerplexityOptions {
   /// compressed cache's codecs (LlamaRunner::train_cache). Required when a cache needs training (vecinfer);
   /// int8/int4 use it for their per-channel scales; empty: no training.
   std::vector<int> calibration;
+  /// What every runner's matrix products take (LlamaRunner::set_product_input): q8 as the runner does by default;
+  /// f32 where two caches are compared so closely that an activation rounding to the other 8-bit step would show.
+  ProductInput product_input = ProductInput::q8;
   /// Called after each window with (windows done, windows in all).
   std::function<void(size_t, size_t)> progress;
 };
