@@ -1,5 +1,6 @@
 // kvq ppl --model M [--tokenizer F] --text FILE --ctx N --max-tokens N [--k SPEC --v SPEC ...] [--calib FILE]
-//         [--residual R] [--skip-tokens N] [--score-from N] [--chunk N] [--calib-tokens N] [--threads K] [--json]
+//         [--residual R] [--skip-tokens N] [--score-from N] [--chunk N] [--calib-tokens N] [--threads K]
+//         [--f32-products] [--json]
 // A compressed cache runs in lockstep with the f16/f16 cache on the same windows and chunks, which gives the
 // perplexity change, the KL divergence and the top-1 agreement of the codecs. Several --k/--v pairs run together
 // against one f16 pass (one line or JSON object each).
@@ -28,6 +29,7 @@ struct PplOptions {
   CacheListOptions caches;
   std::string calib;
   bool sweep_layers = false;
+  bool f32_products = false;
   bool json = false;
 };
 
@@ -97,6 +99,7 @@ void run_ppl(const PplOptions& o) {
   options.chunk = o.chunk;
   options.score_from = o.score_from;
   options.threads = o.threads;
+  options.product_input = o.f32_products ? ProductInput::f32 : ProductInput::q8;
   options.caches = o.caches.specs();
   if (!o.calib.empty()) {  // the calibrated cache alone, or after the --k/--v pairs
     const KVCacheSpec calibrated = calibrated_cache(o.calib, model, o.caches.common);
@@ -156,6 +159,9 @@ void add_ppl_command(CLI::App& app) {
                 "measure every cache once per layer, with only that layer compressed (the others f16)");
   cmd->add_option("--threads", o->threads, "threads (0 = all cores)")
       ->check(CLI::Range(0, 1024))->capture_default_str();
+  cmd->add_flag("--f32-products", o->f32_products,
+                "matrix products on fp32 activations, not 8-bit activation blocks: what an fp32 implementation "
+                "(transformers) computes, for comparisons closer than the 8-bit rounding (about 0.3% of perplexity)");
   cmd->add_flag("--json", o->json, "print one JSON object per cache (one line each)");
   cmd->callback([o] { run_ppl(*o); });
 }
