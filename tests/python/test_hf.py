@@ -68,8 +68,8 @@ def test_generate_with_kvq_cache(seed):
         out = model.generate(ids, max_new_tokens=20, do_sample=False,
                              past_key_values=kvq.hf.KvqCache(model.config, key_codec="f16", value_codec="f16"))
         torch.manual_seed(seed % 2**32)
-        sampled = model.generate(ids, max_new_tokens=20, do_sample=True, top_k=50,
-                                 past_key_values=kvq.hf.KvqCache(model.config))
+        sampled = model.generate(ids, max_new_tokens=20, min_new_tokens=20, do_sample=True, top_k=50,
+                                 past_key_values=kvq.hf.KvqCache(model.config))  # no early end-of-sequence
     assert torch.equal(out, ref)
     assert sampled.shape == (1, 120)
 
