@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kvq/thread_pool.hpp"
 
@@ -17,7 +18,16 @@ float round_to_int(float y) {
 
 void quantize_block(const float* v, int8_t* c, float& scale, float& sum) {
   float amax = 0;
-  for (int j = 0; j < kQ8Block; ++j) amax = std::max(amax, std::fabs(v[j]));
+  bool finite = true;
+  for (int j = 0; j < kQ8Block; ++j) {
+    amax = std::max(amax, std::fabs(v[j]));
+    finite = finite && std::isfinite(v[j]);
+  }
+  if (!finite) {  // NaN or Inf in: a NaN product out, which the forward pass's stage check names (a NaN code
+    std::fill(c, c + kQ8Block, int8_t{0});  // would be an undefined conversion)
+    scale = sum = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
   const float d = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
   float codes[kQ8Block];
   float total = 0;  // integers below 2^12: exact
