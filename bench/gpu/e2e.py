@@ -10,10 +10,14 @@ not depend on their values (the generated tokens mean nothing). Caches (--caches
   quantized-hqq       the same with the HQQ backend (axis 1, as transformers' docs advise for it)
   kvq:KEY/VALUE       kvq.hf.KvqCache with those codecs; on CUDA its decode steps replay kvq.hf.DecodeGraph
                       where kvq has it (--no-graphs: the eager step)
+  kvq:KEY/VALUE+compile  the same with the step torch.compile'd before its capture (DecodeGraph(compile=True)):
+                      the compiler's fused norms, rotary embedding and activations around kvq's kernels
 Per cache and shape (--shapes BATCHxCTX): random prompt tokens prefilled in chunks of --chunk tokens per row with
 logits_to_keep=1 (timed apart), --warmup untimed steps, then --steps timed single-token greedy steps. A cell whose
 cache cannot fit in the free GPU memory is recorded as such without allocating; an out-of-memory error is recorded
-and the run goes on. Prints a table; --json FILE appends one JSON object per line: a "meta" object per call, a
+and the run goes on. --profile N: N more steps under torch.profiler, each kernel's device time summed by
+what it does (weights GEMMs, attention, kvq's append, fused or other kernels), and the step's time outside any
+kernel (launch gaps, host waits). Prints a table; --json FILE appends one JSON object per line: a "meta" object per call, a
 "cell" per cache and shape, a "capacity" per cache (the largest batch at --capacity-ctx tokens, computed).
 
 kvq on CUDA: kvq.hf has no device prefill attention yet (a prompt chunk after the first would attend token by
@@ -75,10 +79,19 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
+COMPILED = "+compile"
+
+
 def kvq_codecs(name: str) -> tuple[str, str]:
-    """"kvq:KEY/VALUE" -> (KEY, VALUE); a spec holds no "/" except vecinfer's, which kvq.hf refuses anyway."""
-    key, value = name[len("kvq:"):].split("/")
+    """"kvq:KEY/VALUE[+compile]" -> (KEY, VALUE); a spec holds no "/" except vecinfer's, which kvq.hf refuses
+    anyway."""
+    key, value = name[len("kvq:"):].removesuffix(COMPILED).split("/")
     return key, value
+
+
+def is_compiled(name: str) -> bool:
+    """The cells whose decode step runs torch.compile'd code (which holds compiled graphs until reset)."""
+    return name == "static-compile" or name.endswith(COMPILED)
 
 
 def check_cache_name(name: str) -> None:
@@ -86,7 +99,8 @@ def check_cache_name(name: str) -> None:
         return
     if name.startswith("kvq:") and name.count("/") == 1:
         return
-    raise SystemExit(f"e2e: unknown cache '{name}' (dynamic, static-compile, {', '.join(QUANTIZED)}, kvq:KEY/VALUE)")
+    raise SystemExit(f"e2e: unknown cache '{name}' (dynamic, static-compile, {', '.join(QUANTIZED)}, "
+                     f"kvq:KEY/VALUE[{COMPILED}])")
 
 
 def build_model(shape: dict, device: str, dtype: torch.dtype):
@@ -197,14 +211,18 @@ class Stepper:
             self.path = "compiled"
             self.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
         elif name.startswith("kvq:") and graphs and is_cuda(device) and hasattr(kvq.hf, "DecodeGraph"):
-            self.path = "graph"
-            self.graph = kvq.hf.DecodeGraph(model, cache)
+            compile = name.endswith(COMPILED)
+            self.path = "graph+compile" if compile else "graph"
+            self.graph = kvq.hf.DecodeGraph(model, cache, compile=compile)
+        elif name.endswith(COMPILED):
+            self.path = "compiled eager"
+            self.forward = torch.compile(model.forward)
         else:
             self.path = "eager"
             self.forward = model.forward
 
     def __call__(self, token: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        if self.path == "graph":
+        if self.path.startswith("graph"):
             return self.graph(token, positions)
         if self.path == "compiled":
             torch.compiler.cudagraph_mark_step_begin()  # the previous step's outputs may be overwritten now
@@ -249,7 +267,7 @@ def run_cell(model, name: str, batch: int, ctx: int, args) -> dict:
     """Prefills one cache with `batch` rows of `ctx` random tokens and times the decode steps; returns the cell's
     row."""
     device, config, dtype = args.device, model.config, model.dtype
-    tokens = ctx + args.warmup + args.steps
+    tokens = ctx + args.warmup + args.steps + args.profile
     row = {"kind": "cell", "cache": name, "batch": batch, "ctx": ctx, "steps": args.steps}
     per_token, transient = bytes_per_token(name, config, dtype)
     chunk = min(args.chunk, ctx)
@@ -301,10 +319,10 @@ def run_cell(model, name: str, batch: int, ctx: int, args) -> dict:
             start = time.perf_counter()
             stepper = Stepper(name, model, cache, device, args.graphs)
             row["path"] = stepper.path
-            if stepper.path == "graph":
+            if stepper.path.startswith("graph"):
                 synchronize(device)
                 row["graph_capture_s"] = time.perf_counter() - start
-            positions = torch.arange(ctx, ctx + args.warmup + args.steps, device=device)
+            positions = torch.arange(ctx, tokens, device=device)
             positions = positions.view(-1, 1, 1).expand(-1, batch, 1).contiguous()  # [step] -> [batch, 1]
             synchronize(device)
             start = time.perf_counter()
@@ -312,12 +330,15 @@ def run_cell(model, name: str, batch: int, ctx: int, args) -> dict:
                 token = stepper(token, positions[step])[:, -1:].argmax(-1)
             synchronize(device)
             row["warmup_s"] = time.perf_counter() - start
-            if stepper.path == "compiled":
+            if is_compiled(name):
                 row["compile_s"] = row["warmup_s"]
                 graphs_before = compiled_graphs()
-            times = timed_steps(stepper, token, positions[args.warmup:], device)
-            if stepper.path == "compiled":
+            timed = positions[args.warmup:args.warmup + args.steps]
+            times = timed_steps(stepper, token, timed, device)
+            if is_compiled(name):
                 row["recompiles_in_timing"] = compiled_graphs() - graphs_before
+            if args.profile:
+                row["profile"] = profile_steps(stepper, token, positions[args.warmup + args.steps:], device)
         row.update(status="ok", ms_per_step_median=1e3 * statistics.median(times),
                    ms_per_step_mean=1e3 * statistics.fmean(times),
                    tokens_per_s=batch * len(times) / sum(times), cache_tokens=int(cache.get_seq_length()),
@@ -337,8 +358,8 @@ def run_cell(model, name: str, batch: int, ctx: int, args) -> dict:
         row.update(status="error", reason=f"{type(e).__name__}: {e}"[:400])
     finally:
         del cache, stepper, logits
-        if name == "static-compile":
-            torch.compiler.reset()  # its CUDA graphs hold a memory pool, and the static cache as their input
+        if is_compiled(name):
+            torch.compiler.reset()  # compiled graphs (static-compile's CUDA graphs: a memory pool) hold their inputs
         free_memory(device)
     return row
 
@@ -361,6 +382,60 @@ def timed_steps(stepper: Stepper, token: torch.Tensor, positions: torch.Tensor, 
         events[step + 1].record()
     torch.cuda.synchronize()
     return [events[i].elapsed_time(events[i + 1]) / 1e3 for i in range(steps)]
+
+
+KERNEL_KINDS = (  # (what a kernel does, words of its name); the first match names it
+    ("kvq attention", ("decode_split_kernel", "merge_kernel", "map_queries_kernel")),
+    ("kvq append", ("encode_pages_kernel", "key_mean_kernel", "gather_window_kernel", "move_window_kernel",
+                    "place_page_ids_kernel")),
+    ("weights GEMMs", ("gemm", "gemv", "splitk", "cutlass", "nvjet", "xmma", "cublas")),
+    ("torch attention", ("flash", "fmha", "attention", "sdpa")),
+    ("fused (torch.compile)", ("triton",)),
+)
+
+
+def kernel_kind(name: str) -> str:
+    lower = name.lower()
+    for kind, words in KERNEL_KINDS:
+        if any(word in lower for word in words):
+            return kind
+    return "other kernels"
+
+
+def profile_steps(stepper: Stepper, token: torch.Tensor, positions: torch.Tensor, device: str) -> dict:
+    """Runs positions.shape[0] more steps under torch.profiler: device milliseconds per step of each kind of kernel
+    (kernel_kind), their sum and the kernels per step. The step's median time less that sum is the time no kernel
+    ran (launches, host work, waits)."""
+    if not is_cuda(device):
+        return {}
+    steps = positions.shape[0]
+    synchronize(device)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for step in range(steps):
+            token = stepper(token, positions[step])[:, -1:].argmax(-1)
+        torch.cuda.synchronize()
+    per_kind: dict[str, float] = {}
+    others: dict[str, float] = {}
+    kernels = 0
+    for event in prof.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        kind = kernel_kind(event.name)
+        ms = event.device_time_total / 1e3 / steps
+        per_kind[kind] = per_kind.get(kind, 0.0) + ms
+        if kind == "other kernels":
+            others[event.name[:120]] = others.get(event.name[:120], 0.0) + ms
+        kernels += 1
+    return {"steps": steps, "ms_per_step": per_kind, "kernel_ms_per_step": sum(per_kind.values()),
+            "kernels_per_step": kernels / steps, "other_kernels": dict(sorted(others.items(), key=lambda x: -x[1])[:8])}
+
+
+def format_profile(row: dict) -> str:
+    profile = row["profile"]
+    kinds = sorted(profile["ms_per_step"].items(), key=lambda item: -item[1])
+    outside = row["ms_per_step_median"] - profile["kernel_ms_per_step"]
+    return (f"{'':>28} profile, ms per step: " + ", ".join(f"{kind} {ms:.2f}" for kind, ms in kinds)
+            + f"; outside kernels {outside:.2f}; {profile['kernels_per_step']:.0f} kernels")
 
 
 def capacity_row(name: str, model, ctx: int, args) -> dict:
@@ -440,6 +515,8 @@ def parse_args(argv=None):
     parser.add_argument("--kvq-prefill", choices=["auto", "model", "synthetic"], default="auto",
                         help="kvq caches: the whole prompt through the model, or the first chunk and random keys "
                         "and values after it (auto: synthetic on CUDA)")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="N more steps per cell under "
+                        "torch.profiler: device time per kind of kernel (CUDA only)")
     parser.add_argument("--tiny", action="store_true", help="a small model instead of the 8B shape")
     parser.add_argument("--json", help="append the rows to this file (JSON lines)")
     parser.add_argument("--resume", action="store_true", help="skip the cells the --json file already holds, "
@@ -447,6 +524,8 @@ def parse_args(argv=None):
     parser.add_argument("--max-seconds", type=float, default=0, help="start no cell after this many seconds of "
                         "the run (0: no limit); what is left is listed on stderr")
     args = parser.parse_args(argv)
+    if args.profile < 0:
+        parser.error(f"--profile {args.profile}: the number of profiled steps must be >= 0")
     for name in args.caches:
         check_cache_name(name)
     args.shapes = [parse_shape(s) for s in args.shapes]
@@ -477,6 +556,8 @@ def main(argv=None) -> int:
             log(f"{name} {batch}x{ctx}: start at {time.perf_counter() - begin:.0f} s")
             row = run_cell(model, name, batch, ctx, args)
             print(format_row(row), flush=True)
+            if row.get("profile"):
+                print(format_profile(row), flush=True)
             rows.append(row)
             write(args.json, row)
     print(f"\nlargest batch at {args.capacity_ctx} tokens (computed: device memory - weights - "

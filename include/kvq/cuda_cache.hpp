@@ -189,8 +189,9 @@ class DecodeStep {
   /// stream the runs go to. Throws kvq::Error, changing nothing, where the pool lacks the step's pages or a
   /// sequence would pass max_tokens, or for an error an earlier step found. Waits for the step before last.
   void prepare(void* stream = nullptr);
-  /// Layer `layer`'s part of the prepared step: keys, values [seqs][n_kv_heads][head_dim], q, out
-  /// [seqs][n_q_heads][head_dim], fp32 device arrays. Launches only (no allocation, no wait): capturable.
+  /// Layer `layer`'s part of the prepared step: keys, values [seqs][n_kv_heads][head_dim] (16-byte aligned), q, out
+  /// [seqs][n_q_heads][head_dim], fp32 device arrays, read and written by the launches (a captured graph reads the
+  /// arrays it was captured with). Launches only (no allocation, no wait): capturable.
   void run(int layer, const float* keys_dev, const float* values_dev, const float* q_dev, float* out_dev,
            void* stream = nullptr);
   /// Waits for `stream` and throws for an error any step so far found.

@@ -14,7 +14,7 @@ unsigned blocks_for(size_t n) { return static_cast<unsigned>(std::min<size_t>((n
 
 __device__ __forceinline__ const float* stream_row(const EncodeSource& src, const EncodeStream& s, size_t idx, int h) {
   return idx < static_cast<size_t>(s.used) ? s.window + (static_cast<size_t>(h) * src.slots + idx) * src.d
-                                           : s.fresh + ((idx - s.used) * src.H + h) * src.d;
+                                           : src.fresh_base + ((s.fresh_first + idx - s.used) * src.H + h) * src.d;
 }
 
 __global__ void key_mean_kernel(const __grid_constant__ EncodeSource src, const KeyMean* means) {

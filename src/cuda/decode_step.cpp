@@ -2,9 +2,10 @@
 // once and replay them every step. The host does a step's bookkeeping in prepare() (plan_append for one token per
 // sequence, the free list's pages, the commit of lengths and windows), writes every launch's descriptors and the
 // decode kernels' tables into one pinned buffer and uploads it with one copy; run() only launches, with arrays sized
-// for the whole batch whose empty entries do nothing (device_cache_impl.hpp: describe_append's fixed shape) and a
-// split-K grid made for max_tokens.
+// for the whole batch whose empty entries do nothing (device_cache_impl.hpp: describe_append's fixed shape), reading
+// the new keys and values from the caller's arrays (the launch's fresh_base), and a split-K grid made for max_tokens.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <set>
@@ -39,7 +40,6 @@ struct DecodeStep::Impl {
   std::vector<LayerStep> steps_of;  // one per layer of the step
   std::vector<int> index;           // model layer -> its entry in steps_of, or -1
   size_t max_tokens = 0, hd = 0, prepared = 0;
-  DevicePtr<float> fresh;    // per layer of the step: keys [B][H][d], then values
   DevicePtr<float> scratch;  // the gathers' window scratch, shared by the layers (their runs are ordered)
   std::unique_ptr<uint8_t[], detail::CudaFreeHost> host;  // pinned
   DevicePtr<uint8_t> dev;
@@ -56,7 +56,6 @@ struct DecodeStep::Impl {
   }
 
   size_t batch() const { return seqs.size(); }
-  float* fresh_keys(size_t i) { return fresh.get() + i * 2 * batch() * hd; }
 
   std::vector<DeviceKVCache::Impl::Layer*> layers_of(int layer) {
     std::vector<DeviceKVCache::Impl::Layer*> ls;
@@ -117,7 +116,6 @@ DecodeStep::DecodeStep(DeviceKVCache& owner, std::span<const SeqId> seqs, std::s
     ls.starts_at = tables.place<SeqPages>(B);
     s.bytes += tables.bytes;
   }
-  s.fresh = device_alloc<float>(layers.size() * 2 * B * s.hd, "a decode step's keys and values");
   if (R > 0) s.scratch = device_alloc<float>(2 * s.hd * B * R, "a decode step's window scratch");
   s.host = detail::pinned_alloc<uint8_t>(s.bytes, "a decode step's descriptors");
   s.dev = device_alloc<uint8_t>(s.bytes, "a decode step's descriptors");
@@ -216,8 +214,8 @@ void DecodeStep::prepare(void* stream_ptr) {
     const std::vector<DeviceKVCache::Impl::Layer*> layers = s.layers_of(ls.layer);
     m.reserve_append(plans[i], layers);
     uint8_t* host = s.host.get() + ls.at;
-    ls.launch = m.describe_append(plans[i], layers, s.fresh_keys(i), s.fresh_keys(i) + s.batch() * s.hd,
-                                  s.scratch.get(), host, s.dev.get() + ls.at, ls.lay, true);
+    ls.launch = m.describe_append(plans[i], layers, nullptr, nullptr, s.scratch.get(), host, s.dev.get() + ls.at,
+                                  ls.lay, true);  // run() gives the keys and values
     m.commit_append(plans[i], layers);
     for (size_t j = 0; j < layers.size(); ++j) {
       const DeviceKVCache::Impl::Layer& l = *layers[j];
@@ -253,13 +251,16 @@ void DecodeStep::run(int layer, const float* keys_dev, const float* values_dev, 
             "DecodeStep::run: layer ", layer, " is not one of the step's layers");
   KVQ_CHECK(s.prepared > 0, "DecodeStep::run: no step prepared (call prepare() first)");
   KVQ_CHECK(keys_dev && values_dev && q_dev && out_dev, "DecodeStep::run: a null array");
+  for (const float* x : {keys_dev, values_dev})
+    KVQ_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0, "DecodeStep::run: the ", x == keys_dev ? "keys" : "values",
+              " must be 16-byte aligned device memory");
   const size_t i = static_cast<size_t>(s.index[static_cast<size_t>(layer)]);
+  AppendLaunch launch = s.steps_of[i].launch;
+  launch.keys.fresh_base = keys_dev;
+  launch.values.fresh_base = values_dev;
+  m.launch_append(launch, layer, s.errors.get() + 4 * i, stream);
+  m.launch_commit(launch, stream);
   const Impl::LayerStep& ls = s.steps_of[i];
-  const size_t n = s.batch() * s.hd * sizeof(float);
-  KVQ_CUDA_CHECK(cudaMemcpyAsync(s.fresh_keys(i), keys_dev, n, cudaMemcpyDeviceToDevice, stream));
-  KVQ_CUDA_CHECK(cudaMemcpyAsync(s.fresh_keys(i) + s.batch() * s.hd, values_dev, n, cudaMemcpyDeviceToDevice, stream));
-  m.launch_append(ls.launch, layer, s.errors.get() + 4 * i, stream);
-  m.launch_commit(ls.launch, stream);
   ls.plan->enqueue(q_dev, out_dev, stream);
 }
 

@@ -386,10 +386,10 @@ AppendLaunch DeviceKVCache::Impl::describe_append(const detail::AppendPlan& plan
     Layer& ls = *layers[i];
     float* window_k = ls.window_dev.get();
     const float* offset = centered && (ls.has_offset || p.new_offset) ? ls.key_offset_dev.get() : nullptr;
-    at<detail::EncodeStream>(host, lay.key_streams)[i] = {window_k, keys_dev + p.fresh_first * hd, offset,
-                                                          static_cast<int>(p.used), p.new_offset};
-    at<detail::EncodeStream>(host, lay.value_streams)[i] = {window_k + hd * slots_n, values_dev + p.fresh_first * hd,
-                                                            nullptr, static_cast<int>(p.used), false};
+    at<detail::EncodeStream>(host, lay.key_streams)[i] = {window_k, p.fresh_first, offset, static_cast<int>(p.used),
+                                                          p.new_offset};
+    at<detail::EncodeStream>(host, lay.value_streams)[i] = {window_k + hd * slots_n, p.fresh_first, nullptr,
+                                                            static_cast<int>(p.used), false};
     at<PageId*>(host, lay.table_ends)[i] = ls.pages_dev.get() + ls.pages.size();
     for (size_t j = 0; j < p.n_pages; ++j)
       at<detail::EncodePage>(host, lay.pages)[p.first_page + j] = {
@@ -414,7 +414,8 @@ AppendLaunch DeviceKVCache::Impl::describe_append(const detail::AppendPlan& plan
     for (size_t j = a.n_means; j < n; ++j) at<detail::KeyMean>(host, lay.means)[j] = {};
     for (size_t j = a.n_moves; j < n; ++j) at<detail::WindowMove>(host, lay.moves)[j] = {};
     const size_t R = static_cast<size_t>(config.residual_tokens);
-    a.n_pages = a.n_gathers = a.n_means = a.n_moves = n;
+    a.n_pages = a.n_gathers = a.n_moves = n;
+    a.n_means = centered ? n : 0;  // only a cache that centers keys ever sets an offset
     a.max_gather = std::max<size_t>(1, R);
     a.max_move = R;
   }

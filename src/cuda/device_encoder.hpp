@@ -18,10 +18,12 @@
 
 namespace kvq::cuda::detail {
 
-/// One sequence's token stream of one role (keys or values): its window's `used` tokens, then its fresh ones.
+/// One sequence's token stream of one role (keys or values): its window's `used` tokens, then its fresh ones, which
+/// start at token fresh_first of the batch's (EncodeSource::fresh_base: a launch may point it at other arrays of the
+/// same shape, as a DecodeStep's runs do).
 struct EncodeStream {
   const float* window = nullptr;  ///< [H][slots][d]
-  const float* fresh = nullptr;   ///< [n][H][d]
+  size_t fresh_first = 0;         ///< its first fresh token in fresh_base's [sum n][H][d]
   const float* offset = nullptr;  ///< [H][d], subtracted from fresh tokens (centered keys), or null
   int used = 0;
   bool center_window = false;  ///< subtract it from the window's tokens too (an offset new in this append)
@@ -30,7 +32,7 @@ struct EncodeStream {
 /// The token streams of one role of a batch: one per sequence (a device array), and what they all share.
 struct EncodeSource {
   const EncodeStream* streams = nullptr;
-  const float* fresh_base = nullptr;  ///< the batch's fresh tokens [sum n][H][d]: every stream's fresh is inside
+  const float* fresh_base = nullptr;  ///< the batch's fresh tokens [sum n][H][d], 16-byte aligned
   int H = 0, slots = 0, d = 0, T = 0;
 };
 

@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kEncodeThreads)
       if (i >= quads) break;
       const int t = dd.div(4 * i), c = dd.mod(4 * i), idx = first + t;
       at[k] = (idx < used ? stream.window + (static_cast<size_t>(h) * src.slots + idx) * d
-                          : stream.fresh + (static_cast<size_t>(idx - used) * src.H + h) * d) +
+                          : src.fresh_base + ((stream.fresh_first + static_cast<size_t>(idx - used)) * src.H + h) * d) +
               c;
       v[k] = *reinterpret_cast<const float4*>(at[k]);
     }

@@ -500,6 +500,22 @@ TEST(CudaAppend, BatchedAppendsBytesEqualPerSequenceCpuAppends) {
     }
 }
 
+// Every append kernel family once, in shapes small enough for compute-sanitizer racecheck (bench/gpu/run.sh runs
+// this test under it; the tests above take over 7 minutes there): one-token steps into a window, chunks across page
+// boundaries, and a batch of sequences at different lengths with centered keys.
+TEST(CudaAppend, SanitizerShapesEveryEncoderFamilyBytes) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  for (const std::string& spec : std::vector<std::string>{"f16", "bf16", "int4", "int8", "kivi:2", "turbo_mse:3",
+                                                          "qjl", "turbo_prod:3", "turbo_rvq:2", "vecinfer:8/4"})
+    expect_same_bytes(spec, {64, 64, 64, 1}, seed, {1, 70, 1, 64}, 200);
+  BatchFixture f(batch_config("int4", 64, true, 64, seed), seed, 3, 200);
+  f.append({0, 65, 1});
+  f.append({1, 1, 1});
+  f.append({70, 0, 2});
+  f.expect_same();
+}
+
 TEST(CudaAppend, ErrorInOneSequenceRejectsTheWholeBatch) {
   KVQ_REQUIRE_GPU();
   KVQ_FRESH_SEED();

@@ -287,7 +287,8 @@ TEST(CudaDecodeStep, BadArgumentsAreErrors) {
   cuda::DeviceFloats x(2 * 8 * kDim);
   EXPECT_THROW(step.run(0, x.data(), x.data(), x.data(), x.data()), Error);  // not prepared
   step.prepare();
-  EXPECT_THROW(step.run(1, x.data(), x.data(), x.data(), x.data()), Error);  // not a layer of the step
+  EXPECT_THROW(step.run(1, x.data(), x.data(), x.data(), x.data()), Error);      // not a layer of the step
+  EXPECT_THROW(step.run(0, x.data() + 1, x.data(), x.data(), x.data()), Error);  // keys not 16-byte aligned
 }
 
 }  // namespace

@@ -93,3 +93,24 @@ def test_plot_and_table(bench_json, tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     printed = capsys.readouterr().out
     assert "| `dynamic` |" in printed and "| `kvq:int4/int4` |" in printed and "2 x 100" in printed
+
+
+def test_cache_names_and_kernel_kinds():
+    assert e2e.kvq_codecs("kvq:int4/kivi:2+compile") == ("int4", "kivi:2")
+    assert e2e.is_compiled("kvq:int4/int4+compile") and e2e.is_compiled("static-compile")
+    assert not e2e.is_compiled("kvq:int4/int4") and not e2e.is_compiled("dynamic")
+    e2e.check_cache_name("kvq:int4/int4+compile")
+    with pytest.raises(SystemExit, match="compile"):
+        e2e.check_cache_name("compiled")
+    assert e2e.kernel_kind("void kvq::cuda::detail::decode_split_kernel<kvq::cuda::IntTraits<4> >(...)") == \
+        "kvq attention"
+    assert e2e.kernel_kind("void kvq::cuda::detail::encode_pages_kernel<...>(...)") == "kvq append"
+    assert e2e.kernel_kind("nvjet_tst_128x64_64x8_1x1_v_bz_TNT") == "weights GEMMs"
+    assert e2e.kernel_kind("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0") == "fused (torch.compile)"
+    assert e2e.kernel_kind("Memcpy DtoD (Device -> Device)") == "other kernels"
+
+
+def test_negative_profile_steps_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        e2e.parse_args(["--profile", "-1"])
+    assert "--profile -1" in capsys.readouterr().err

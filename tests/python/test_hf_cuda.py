@@ -52,15 +52,21 @@ def test_padded_batch_and_bf16_generate_on_the_device(seed):
     mask = torch.ones_like(ids)
     ids[1, :67] = 0
     mask[1, :67] = 0
+    kwargs = dict(max_new_tokens=20, do_sample=False, output_scores=True, return_dict_in_generate=True)
     with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=20, do_sample=False,
+        out = model.generate(input_ids=ids, attention_mask=mask, **kwargs,
                              past_key_values=kvq.hf.KvqCache(model.config, "int4", "int4"))
-        alone = model.generate(input_ids=ids[1:, 67:], max_new_tokens=20, do_sample=False,
+        alone = model.generate(input_ids=ids[1:, 67:], **kwargs,
                                past_key_values=kvq.hf.KvqCache(model.config, "int4", "int4"))
-    assert out.shape == (2, 157)
-    assert lengths[1] + 20 == alone.shape[1]
-    # bf16 activations: the greedy tokens of the padded row and of the row alone agree on most steps.
-    assert (out[1, 137:] == alone[0, 70:]).float().mean() >= 0.8
+    assert out.sequences.shape == (2, 157)
+    assert lengths[1] + 20 == alone.sequences.shape[1]
+    # The padded row's logits are the row alone's at every step while their tokens agree (bf16 activations round
+    # differently in the two batch shapes, so a near tie may pick another token, after which they part); padding
+    # in the cache would move the logits by far more than bf16's rounding through three layers.
+    for step in range(20):
+        assert relative_error(out.scores[step][1].float(), alone.scores[step][0].float()) < 5e-2
+        if out.sequences[1, 137 + step] != alone.sequences[0, 70 + step]:
+            break
 
 
 def test_sliding_window_on_the_device(seed):
@@ -97,13 +103,13 @@ def test_layers_on_two_devices(seed):
     assert relative_error(logits.cpu(), ref.cpu()) < 1e-3
 
 
-def graph_greedy(model, ids, cache, steps):
+def graph_greedy(model, ids, cache, steps, compile=False):
     """greedy() with the decode steps through a kvq.hf.DecodeGraph: the first eager, the second captured, the rest
     replayed."""
     logits, tokens = [], []
     out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
     step_logits = out.logits[:, -1].float()
-    graph = kvq.hf.DecodeGraph(model, cache)
+    graph = kvq.hf.DecodeGraph(model, cache, compile=compile)
     for _ in range(steps):
         logits.append(step_logits)
         token = step_logits.argmax(-1, keepdim=True)
@@ -127,6 +133,22 @@ def test_decode_graph_follows_the_eager_steps(codecs, seed):
     assert relative_error(logits, ref_logits) < 1e-4
     assert torch.equal(tokens, ref_tokens)
     assert cache.get_seq_length() == 140 + 90
+
+
+def test_compiled_decode_graph_follows_the_eager_steps(seed):
+    # The step torch.compile'd before its capture: the compiler's fused kernels around kvq's append and attention
+    # (fp32 model: the fused norms and activations round as the eager ones within float32's order effects).
+    model = on_cuda(tiny_model("llama", seed))
+    ids = prompt(seed, 2, 140).cuda()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        ref_logits, ref_tokens = greedy(model, ids, kvq.hf.KvqCache(model.config, "int4", "int4", max_tokens=256), 40)
+        cache = kvq.hf.KvqCache(model.config, "int4", "int4", max_tokens=256)
+        logits, tokens, graph = graph_greedy(model, ids, cache, 40, compile=True)
+    torch._dynamo.reset()
+    assert graph.graph is not None and graph.calls == 40
+    assert relative_error(logits, ref_logits) < 1e-4
+    assert torch.equal(tokens, ref_tokens)
 
 
 def test_decode_graph_with_sliding_windows_and_mixed_layers(seed):
@@ -159,3 +181,26 @@ def test_decode_graph_errors(seed):
             graph(token)
         with pytest.raises(kvq.Error, match="max_tokens"):
             graph(token)
+
+
+@pytest.mark.parametrize("compile", [False, True])
+def test_generate_replays_its_decode_steps(compile, seed):
+    # kvq.hf.generate: model.generate()'s tokens, with its decode steps through a DecodeGraph (compiled or not); a
+    # padded batch (the positions generate() computes from the mask reach the graph), and the model's own forward
+    # back afterwards.
+    model = on_cuda(tiny_model("llama", seed))
+    ids = prompt(seed, 2, 137).cuda()
+    mask = torch.ones_like(ids)
+    ids[1, :40] = 0
+    mask[1, :40] = 0
+    kwargs = dict(input_ids=ids, attention_mask=mask, max_new_tokens=70, do_sample=False)
+    with torch.no_grad():
+        want = model.generate(**kwargs, past_key_values=kvq.hf.KvqCache(model.config, "int4", "int4", max_tokens=256))
+        torch._dynamo.reset()
+        got = kvq.hf.generate(model, **kwargs, compile=compile,
+                              past_key_values=kvq.hf.KvqCache(model.config, "int4", "int4", max_tokens=256))
+        torch._dynamo.reset()
+    assert torch.equal(got, want)
+    assert "forward" not in model.__dict__
+    with pytest.raises(TypeError, match="KvqCache"):
+        kvq.hf.generate(model, input_ids=ids, past_key_values=transformers.DynamicCache(config=model.config))

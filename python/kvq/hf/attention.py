@@ -47,6 +47,7 @@ def _own_columns(attention_mask: torch.Tensor | None, batch: int, n: int) -> tor
     return own.expand(batch, n)
 
 
+@torch.compiler.disable  # kvq's kernels and the cache's bookkeeping run as they are under torch.compile
 def kvq_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                   attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                   sliding_window: int | None = None, softcap: float | None = None, **kwargs):

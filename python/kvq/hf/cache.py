@@ -51,6 +51,9 @@ class KvqLayer(CacheLayerMixin):
         self.store = self.parent._store(key_states.device, self.key_codec, self.value_codec, key_states.shape[0])
         self.is_initialized = True
 
+    # Run as Python under torch.compile: the hand-over to the attention call below is bookkeeping on Python objects
+    # that a compiled graph must not freeze; the layers' tensor work around it still compiles.
+    @torch.compiler.disable
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)

@@ -14,23 +14,35 @@ rewritten before each replay, so one capture serves every later step.
         logits = step(next_ids)                   # [batch, 1, vocab], overwritten by the next call
         next_ids = logits[:, -1:].argmax(-1)
     step.check()                                  # waits, and raises for a NaN or Inf a step appended
+
+kvq.hf.generate(model, ..., past_key_values=cache) is model.generate() with its decode steps through a DecodeGraph.
 """
 
 from __future__ import annotations
 
 import torch
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from .. import _kvq
+from .cache import KvqCache
 
 
 class DecodeGraph:
     """Single-token decode steps of `model` over `cache` (a KvqCache whose layers live on CUDA devices, the prompt
     already in it): the first call runs eagerly (warming up what the capture needs), the second captures the step
     and replays it, later calls only replay. Every row gets one new token per call; padding is not supported
-    after the prefill. The cache must not be used otherwise (another forward, reset) while the DecodeGraph is."""
+    after the prefill. The cache must not be used otherwise (another forward, reset) while the DecodeGraph is.
 
-    def __init__(self, model, cache):
+    compile=True: the step is torch.compile'd before it is captured, so that the graph replays the compiler's fused
+    kernels (norms, rotary embedding, activations) instead of the eager model's many small ones; kvq's attention and
+    the cache's bookkeeping stay outside the compiled code. The first two calls then run the compiled step (the
+    second compiles again once the step's position is known to change), the third captures."""
+
+    def __init__(self, model, cache, forward=None, compile: bool = False):
         self.model = model
+        self.forward = forward or model  # what runs a step: generate() hands the model's own forward
+        if compile:
+            self.forward = torch.compile(self.forward)
+        self.eager_calls = 2 if compile else 1
         self.cache = cache
         self.graph: torch.cuda.CUDAGraph | None = None
         self.calls = 0
@@ -43,12 +55,9 @@ class DecodeGraph:
         stores = self._check_cache(input_ids)
         if position_ids is None:
             position_ids = torch.full_like(input_ids, self.cache.get_seq_length())
-        if self.calls == 0:  # eager: records each layer's attention scale and window, warms up kernels
+        if self.calls < self.eager_calls:  # records each layer's attention scale and window, warms up kernels
             self.calls += 1
-            with torch.no_grad():
-                out = self.model(input_ids=input_ids, position_ids=position_ids, past_key_values=self.cache,
-                                 use_cache=True, logits_to_keep=1)
-            return out.logits
+            return self._forward(input_ids, position_ids).logits
         if self.graph is None:
             self._capture(stores, input_ids, position_ids)
         else:
@@ -100,14 +109,60 @@ class DecodeGraph:
         self._prepare()
         self.graph = torch.cuda.CUDAGraph()
         try:
-            with torch.no_grad(), torch.cuda.graph(self.graph):
-                out = self.model(input_ids=self.ids, position_ids=self.positions, past_key_values=self.cache,
-                                 use_cache=True, logits_to_keep=1)
+            with torch.cuda.graph(self.graph):
+                out = self._forward(self.ids, self.positions)
         finally:
             for store in stores:
                 store.graph_step = None
         self.logits = out.logits
 
+    def _forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor):
+        # Compiled: kvq's Python splits every attention layer's code at the cache's update and at the attention
+        # call; dynamo compiles the pieces after them once per layer (the layer's index is a constant in them), so
+        # its limit of compilations per piece must cover the layers (eager forwards are not affected).
+        limit = max(torch._dynamo.config.recompile_limit, 2 * len(self.cache.layers) + 8)
+        with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=limit):
+            return self.forward(input_ids=input_ids, position_ids=position_ids, past_key_values=self.cache,
+                                use_cache=True, logits_to_keep=1)
+
     def _prepare(self) -> None:
         for step in self._steps:
             step.prepare()
+
+
+def generate(model, *args, past_key_values: KvqCache | None = None, cache: KvqCache | None = None,
+             compile: bool = False, **kwargs):
+    """model.generate(*args, past_key_values=..., **kwargs) with every single-token decode step replayed from a
+    DecodeGraph: the same arguments and result. The cache (past_key_values, or `cache` as newer transformers name
+    it): a KvqCache whose layers live on CUDA devices. The prompt, and any step that asks for more than the logits
+    (attentions, hidden states, embeddings as input), run the model as it is. compile: DecodeGraph's (the decode
+    step torch.compile'd before its capture). Raises kvq.Error after generating where a step appended a NaN or
+    Inf."""
+    given = {"past_key_values": past_key_values} if cache is None else {"cache": cache}
+    kv = next(iter(given.values()))
+    if not isinstance(kv, KvqCache) or (cache is not None and past_key_values is not None):
+        raise TypeError("kvq.hf.generate: give one kvq.hf.KvqCache as past_key_values (or cache), got "
+                        f"{type(kv).__name__}")
+    own = model.__dict__.get("forward")  # an instance's own forward (accelerate's hooks) comes back afterwards
+    original = model.forward
+    graph = DecodeGraph(model, kv, forward=original, compile=compile)
+
+    def forward(*a, **kw):
+        ids = kw.get("input_ids")
+        step_cache = kw.get("past_key_values", kw.get("cache"))
+        if (a or ids is None or ids.shape[1] != 1 or step_cache is not kv or not kv._stores
+                or kw.get("output_attentions") or kw.get("output_hidden_states")
+                or kw.get("inputs_embeds") is not None):
+            return original(*a, **kw)
+        return CausalLMOutputWithPast(logits=graph(ids, kw.get("position_ids")), past_key_values=kv)
+
+    model.forward = forward
+    try:
+        out = model.generate(*args, **given, **kwargs)
+    finally:
+        if own is None:
+            del model.forward
+        else:
+            model.forward = own
+    graph.check()
+    return out
