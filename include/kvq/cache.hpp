@@ -31,14 +31,12 @@
 #include <vector>
 
 #include "kvq/codec.hpp"
+#include "kvq/detail/page_table.hpp"
 
 namespace kvq {
 namespace detail {
 class CacheBuilder;
 }
-
-using SeqId = uint64_t;
-using PageId = uint32_t;
 
 struct CacheConfig {
   int n_layers = 1;
@@ -119,7 +117,7 @@ class KVCache {
   /// Live sequences in increasing id order.
   std::vector<SeqId> sequences() const;
   /// The id the next add_sequence returns: ids are never reused, also after the newest sequence is removed.
-  SeqId next_sequence_id() const { return next_id_; }
+  SeqId next_sequence_id() const { return sequences_.next_id; }
 
   /// Appends n_tokens tokens to one layer of a sequence. keys and values: [n_tokens][n_kv_heads][head_dim].
   /// One token (decode) or a chunk (prefill). On any error (unknown sequence, non-finite input, untrained codec,
@@ -135,13 +133,13 @@ class KVCache {
 
   // ---- storage, for attention ----
   LayerView view(SeqId seq, int layer) const;
-  size_t page_bytes() const { return page_bytes_; }
+  size_t page_bytes() const { return layout_.page_bytes; }
   size_t key_block_offset(int head) const;
   size_t value_block_offset(int head) const;
   const uint8_t* page(PageId id) const;
   const uint8_t* key_block(PageId id, int head) const { return page(id) + key_block_offset(head); }
   const uint8_t* value_block(PageId id, int head) const { return page(id) + value_block_offset(head); }
-  size_t free_pages() const { return free_.size() + (config_.capacity_pages - fresh_); }
+  size_t free_pages() const { return free_.size(); }
   size_t capacity_pages() const { return config_.capacity_pages; }
 
   CacheMemory memory() const;
@@ -160,9 +158,7 @@ class KVCache {
     std::vector<float> residual;    // keys [H][window_slots][d], then values [H][window_slots][d]
     std::vector<float> key_offset;  // [H][d] once the first page is encoded (center_keys), else empty
   };
-  struct Sequence {
-    std::vector<LayerState> layers;
-  };
+  using Sequence = detail::SequenceTable<LayerState>::Sequence;
   struct PoolDeleter {
     size_t bytes;  // of the mapping (no initializer: it would keep the unique_ptr from default construction here)
     void operator()(uint8_t* p) const;
@@ -171,28 +167,17 @@ class KVCache {
   friend class detail::CacheBuilder;
 
   void check_layer(int layer) const;
-  const Sequence& sequence(SeqId seq) const;
-  Sequence& sequence(SeqId seq);
-  Sequence& insert_sequence(SeqId id);  // with an empty window per layer
-  size_t residual_slots() const;        // R + T - 1
+  size_t residual_slots() const;                                // R + T - 1
   void reserve_window(LayerState& layer, size_t tokens) const;  // room for `tokens` per head, the held ones kept
-  PageId next_free_page(size_t j) const;                          // the j-th page (from 0) take_pages hands out
-  /// Moves the next n free pages to the end of `into` (its capacity reserved by the caller); throws, if at all,
-  /// before it changes anything.
-  void take_pages(size_t n, std::vector<PageId>& into);
   uint8_t* page_mut(PageId id);
   void zero_page_padding(uint8_t* page) const;
 
   CacheConfig config_;
   std::vector<std::unique_ptr<Codec>> key_codecs_, value_codecs_;
-  size_t key_stride_ = 0, value_stride_ = 0, page_bytes_ = 0;  // block strides inside a page
+  detail::PageLayout layout_;
   std::unique_ptr<uint8_t[], PoolDeleter> pool_;
-  // Free pages: those given back (a stack, the next one handed out at the back), then [fresh_, capacity) that were
-  // never handed out. Nothing here grows with the capacity: a pool is only address space until pages are used.
-  std::vector<PageId> free_;
-  size_t fresh_ = 0;
-  std::map<SeqId, Sequence> sequences_;
-  SeqId next_id_ = 0;
+  detail::FreePages free_;
+  detail::SequenceTable<LayerState> sequences_;
 };
 
 }  // namespace kvq

@@ -1,4 +1,5 @@
-// decode_attention and prefill_attention: argument checks, then one QueryGroup per (sequence, kv head).
+// decode_attention, DecodePlan and prefill_attention: argument checks, then one QueryGroup per (sequence, kv head)
+// (decode) or per kv head and chunk of positions (prefill).
 #include "kvq/attention.hpp"
 
 #include <algorithm>
@@ -37,24 +38,6 @@ float AttentionOptions::resolved_scale(int head_dim) const {
   KVQ_CHECK(splits >= 0, "attention: splits = ", splits, " (need >= 0)");
   KVQ_CHECK(head_dim > 0, "attention: head dimension ", head_dim);
   return scale > 0 ? scale : 1.f / std::sqrt(static_cast<float>(head_dim));
-}
-
-void decode_attention(const KVCache& cache, int layer, std::span<const SeqId> seqs, std::span<const float> q,
-                      std::span<float> out, const AttentionOptions& options, ThreadPool* pool) {
-  cache.key_codec(layer);  // checks the layer
-  if (seqs.empty() && q.empty() && out.empty()) return;
-  const int hq = query_heads(cache, seqs.size(), q, out, "decode_attention");
-  const int H = cache.config().n_kv_heads, G = hq / H;
-  const size_t d = static_cast<size_t>(cache.config().head_dim);
-  std::vector<detail::QueryGroup> groups;
-  groups.reserve(seqs.size() * static_cast<size_t>(H));
-  for (size_t s = 0; s < seqs.size(); ++s)
-    for (int h = 0; h < H; ++h) {
-      const size_t offset = (s * static_cast<size_t>(hq) + static_cast<size_t>(h * G)) * d;
-      groups.push_back({seqs[s], h, q.data() + offset, out.data() + offset, static_cast<size_t>(hq) * d, 1,
-                        std::numeric_limits<size_t>::max()});
-    }
-  detail::run_attention(cache, layer, groups, G, options, pool);
 }
 
 void prefill_attention(const KVCache& cache, int layer, SeqId seq, size_t start, size_t n_queries,
@@ -133,9 +116,17 @@ void DecodePlan::run(std::span<const float> q, std::span<float> out) {
   p.engine.run(*p.cache, p.layer, p.groups, p.G, p.options, p.pool);
 }
 
+void decode_attention(const KVCache& cache, int layer, std::span<const SeqId> seqs, std::span<const float> q,
+                      std::span<float> out, const AttentionOptions& options, ThreadPool* pool) {
+  cache.key_codec(layer);  // checks the layer
+  if (seqs.empty() && q.empty() && out.empty()) return;
+  const int hq = query_heads(cache, seqs.size(), q, out, "decode_attention");
+  DecodePlan(cache, layer, seqs, hq, options, pool).run(q, out);  // a plan run once
+}
+
 std::string attention_kernel(const KVCache& cache, int layer) {
   return detail::select_page_kernel(cache.key_codec(layer), cache.value_codec(layer), cache.config().block_tokens,
-                                    detail::active_isa())
+                                    detail::active_isa(), detail::active_precision())
       .name;
 }
 

@@ -24,14 +24,13 @@ void CacheBuilder::load_codecs(int layer, const Codec& key, const Codec& value) 
 
 void CacheBuilder::add_sequence(SeqId id) {
   KVQ_CHECK(!cache_.has_sequence(id), "CacheBuilder: sequence ", id, " added twice");
-  cache_.insert_sequence(id);
-  cache_.next_id_ = std::max(cache_.next_id_, id + 1);
+  cache_.sequences_.insert(id, cache_.config_.n_layers);  // the next id moves past it
 }
 
 void CacheBuilder::fill_layer(SeqId id, int layer, const uint8_t* pages, size_t n_pages, const float* window,
                               size_t window_slots, int window_count, const float* key_offset) {
   cache_.check_layer(layer);
-  KVCache::LayerState& ls = cache_.sequence(id).layers[static_cast<size_t>(layer)];
+  KVCache::LayerState& ls = cache_.sequences_.at(id).layers[static_cast<size_t>(layer)];
   const CacheConfig& c = cache_.config_;
   const size_t H = static_cast<size_t>(c.n_kv_heads), d = static_cast<size_t>(c.head_dim);
   const size_t slots = cache_.residual_slots();
@@ -45,9 +44,9 @@ void CacheBuilder::fill_layer(SeqId id, int layer, const uint8_t* pages, size_t 
             layer, key_offset != nullptr ? " has a key offset without centered keys and pages"
                                          : " has centered keys in pages but no key offset");
   ls.pages.reserve(n_pages);
-  cache_.take_pages(n_pages, ls.pages);
+  cache_.free_.take(n_pages, ls.pages);
   for (size_t j = 0; j < n_pages; ++j)
-    std::memcpy(cache_.page_mut(ls.pages[j]), pages + j * cache_.page_bytes_, cache_.page_bytes_);
+    std::memcpy(cache_.page_mut(ls.pages[j]), pages + j * cache_.page_bytes(), cache_.page_bytes());
   cache_.reserve_window(ls, static_cast<size_t>(window_count));
   const size_t used = static_cast<size_t>(window_count) * d;
   for (size_t row = 0; row < 2 * H && used > 0; ++row)  // keys, then values
@@ -57,9 +56,9 @@ void CacheBuilder::fill_layer(SeqId id, int layer, const uint8_t* pages, size_t 
 }
 
 void CacheBuilder::set_next_id(SeqId next) {
-  KVQ_CHECK(next >= cache_.next_id_, "CacheBuilder: next sequence id ", next, " below ", cache_.next_id_,
-            " (an id in use)");
-  cache_.next_id_ = next;
+  KVQ_CHECK(next >= cache_.sequences_.next_id, "CacheBuilder: next sequence id ", next, " below ",
+            cache_.sequences_.next_id, " (an id in use)");
+  cache_.sequences_.next_id = next;
 }
 
 }  // namespace kvq::detail

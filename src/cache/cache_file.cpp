@@ -168,7 +168,7 @@ void CacheFile::write(const KVCache& cache, std::ofstream& out) {
   w.str(c.value_codec);
   w.num(static_cast<uint64_t>(cache.key_codecs_[0]->block_bytes()));
   w.num(static_cast<uint64_t>(cache.value_codecs_[0]->block_bytes()));
-  w.num(static_cast<uint64_t>(cache.page_bytes_));
+  w.num(static_cast<uint64_t>(cache.page_bytes()));
   for (int l = 0; l < c.n_layers; ++l)
     for (const Codec* codec : {&cache.key_codec(l), &cache.value_codec(l)}) {
       const std::vector<uint8_t> state = codec->trained() ? codec->state() : std::vector<uint8_t>{};
@@ -176,14 +176,14 @@ void CacheFile::write(const KVCache& cache, std::ofstream& out) {
       w.num(static_cast<uint64_t>(state.size()));
       w.bytes(state.data(), state.size());
     }
-  w.num(static_cast<uint64_t>(cache.next_id_));
+  w.num(static_cast<uint64_t>(cache.sequences_.next_id));
   w.num(static_cast<uint64_t>(cache.sequences_.size()));
   for (const auto& [id, seq] : cache.sequences_) {
     w.num(static_cast<uint64_t>(id));
     for (const auto& layer : seq.layers) {
       w.num(static_cast<uint64_t>(layer.pages.size()));
       w.num(static_cast<uint32_t>(layer.residual_count));
-      for (PageId p : layer.pages) w.bytes(cache.page(p), cache.page_bytes_);
+      for (PageId p : layer.pages) w.bytes(cache.page(p), cache.page_bytes());
       const size_t r = static_cast<size_t>(layer.residual_count), slots = layer.window_slots;
       for (size_t row = 0; row < 2 * H && r > 0; ++row) w.bytes(layer.residual.data() + row * slots * d, r * d * 4);
       w.num(static_cast<uint8_t>(!layer.key_offset.empty()));
@@ -227,11 +227,11 @@ KVCache CacheFile::read(std::ifstream& in, uint64_t payload_bytes, uint32_t vers
 
   KVCache cache(c);
   KVQ_CHECK(key_block == cache.key_codecs_[0]->block_bytes() && value_block == cache.value_codecs_[0]->block_bytes() &&
-                page_bytes == cache.page_bytes_,
+                page_bytes == cache.page_bytes(),
             "blocks of ", key_block, " / ", value_block, " bytes in pages of ", page_bytes,
             " bytes were saved, but this build's codecs '", c.key_codec, "' / '", c.value_codec, "' use ",
             cache.key_codecs_[0]->block_bytes(), " / ", cache.value_codecs_[0]->block_bytes(), " in pages of ",
-            cache.page_bytes_, " (file written by an incompatible kvq version)");
+            cache.page_bytes(), " (file written by an incompatible kvq version)");
   for (int l = 0; l < c.n_layers; ++l)
     for (Codec* codec :
          {cache.key_codecs_[static_cast<size_t>(l)].get(), cache.value_codecs_[static_cast<size_t>(l)].get()}) {
@@ -249,17 +249,18 @@ KVCache CacheFile::read(std::ifstream& in, uint64_t payload_bytes, uint32_t vers
 
   const size_t H = static_cast<size_t>(c.n_kv_heads), d = static_cast<size_t>(c.head_dim);
   const size_t slots = cache.residual_slots();
-  cache.next_id_ = r.num<uint64_t>("next sequence id");
+  cache.sequences_.next_id = r.num<uint64_t>("next sequence id");
   const uint64_t n_seqs = r.num<uint64_t>("sequence count");
-  KVQ_CHECK(n_seqs <= cache.next_id_, "corrupt cache file: ", n_seqs, " sequences but next id ", cache.next_id_);
+  KVQ_CHECK(n_seqs <= cache.sequences_.next_id, "corrupt cache file: ", n_seqs, " sequences but next id ",
+            cache.sequences_.next_id);
   const uint64_t layer_bytes = 8 + 4 + (version >= 3 ? 1 : 0);  // page count, window count, key offset flag
   r.need(n_seqs * (8 + static_cast<uint64_t>(c.n_layers) * layer_bytes), "the sequences");
   PageChecker checker(cache);
   for (uint64_t s = 0; s < n_seqs; ++s) {
     const SeqId id = r.num<uint64_t>("sequence id");
-    KVQ_CHECK(id < cache.next_id_ && !cache.has_sequence(id), "corrupt cache file: sequence id ", id,
-              " repeated or not below the next id ", cache.next_id_);
-    KVCache::Sequence& seq = cache.insert_sequence(id);
+    KVQ_CHECK(id < cache.sequences_.next_id && !cache.has_sequence(id), "corrupt cache file: sequence id ", id,
+              " repeated or not below the next id ", cache.sequences_.next_id);
+    KVCache::Sequence& seq = cache.sequences_.insert(id, c.n_layers);
     for (int l = 0; l < c.n_layers; ++l) {
       KVCache::LayerState& layer = seq.layers[static_cast<size_t>(l)];
       const uint64_t n_pages = r.num<uint64_t>("page count");
@@ -269,11 +270,11 @@ KVCache CacheFile::read(std::ifstream& in, uint64_t payload_bytes, uint32_t vers
                 " pages, only ", cache.free_pages(), " of the pool's ", c.capacity_pages, " are left");
       KVQ_CHECK(n_pages == 0 || cache.ready(l), "corrupt cache file: sequence ", id, " layer ", l,
                 " holds pages but its codecs were never trained");
-      r.need(n_pages * cache.page_bytes_, "pages");
+      r.need(n_pages * cache.page_bytes(), "pages");
       layer.pages.reserve(static_cast<size_t>(n_pages));
-      cache.take_pages(static_cast<size_t>(n_pages), layer.pages);
+      cache.free_.take(static_cast<size_t>(n_pages), layer.pages);
       for (const PageId p : layer.pages) {
-        r.bytes(cache.page_mut(p), cache.page_bytes_, "page");
+        r.bytes(cache.page_mut(p), cache.page_bytes(), "page");
         checker.check(p, l, id);
       }
       const size_t window_floats = count * d;

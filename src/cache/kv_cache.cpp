@@ -20,10 +20,6 @@
 namespace kvq {
 namespace {
 
-constexpr size_t kPageAlign = 64;
-
-size_t align64(size_t n) { return (n + kPageAlign - 1) & ~(kPageAlign - 1); }
-
 // Asks for 2 MiB pages under the pool where the system grants them on request (Linux transparent huge pages in
 // "madvise" mode): attention streams the pool, and with 4 KiB pages it read about 20% slower (TLB misses, and the
 // hardware prefetchers stop at every page boundary). Advice only: a refusal changes nothing.
@@ -71,7 +67,7 @@ uint8_t* map_pool(size_t bytes) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
 #else
-  return static_cast<uint8_t*>(::operator new[](bytes, std::align_val_t{kPageAlign}, std::nothrow));
+  return static_cast<uint8_t*>(::operator new[](bytes, std::align_val_t{detail::PageLayout::kAlign}, std::nothrow));
 #endif
 }
 
@@ -81,7 +77,7 @@ void KVCache::PoolDeleter::operator()(uint8_t* p) const {
 #if defined(__linux__)
   ::munmap(p, bytes);
 #else
-  ::operator delete[](p, std::align_val_t{kPageAlign});
+  ::operator delete[](p, std::align_val_t{detail::PageLayout::kAlign});
 #endif
 }
 
@@ -96,17 +92,17 @@ KVCache::KVCache(const CacheConfig& config) : config_(config) {
     value_codecs_.push_back(make_codec(config_.value_codec, CodecParams{config_.head_dim, config_.block_tokens,
                                                                         derive_seed(layer_seed, 1), Role::value}));
   }
-  key_stride_ = align64(key_codecs_[0]->block_bytes());
-  value_stride_ = align64(value_codecs_[0]->block_bytes());
-  page_bytes_ = static_cast<size_t>(config_.n_kv_heads) * (key_stride_ + value_stride_);
-  KVQ_CHECK(config_.capacity_pages <= std::numeric_limits<size_t>::max() / page_bytes_,
-            "KVCache: ", config_.capacity_pages, " pages of ", page_bytes_, " bytes overflow the address space");
+  layout_ = detail::PageLayout(key_codecs_[0]->block_bytes(), value_codecs_[0]->block_bytes(), config_.n_kv_heads);
+  const size_t page_bytes = layout_.page_bytes;
+  KVQ_CHECK(config_.capacity_pages <= std::numeric_limits<size_t>::max() / page_bytes,
+            "KVCache: ", config_.capacity_pages, " pages of ", page_bytes, " bytes overflow the address space");
+  free_ = detail::FreePages(config_.capacity_pages);
   if (config_.capacity_pages > 0) {
-    const size_t bytes = config_.capacity_pages * page_bytes_, memory = physical_memory_bytes();
-    KVQ_CHECK(memory == 0 || bytes <= memory, "KVCache: ", config_.capacity_pages, " pages of ", page_bytes_,
+    const size_t bytes = config_.capacity_pages * page_bytes, memory = physical_memory_bytes();
+    KVQ_CHECK(memory == 0 || bytes <= memory, "KVCache: ", config_.capacity_pages, " pages of ", page_bytes,
               " bytes (", bytes, " bytes) exceed this machine's memory of ", memory, " bytes");
     pool_ = std::unique_ptr<uint8_t[], PoolDeleter>(map_pool(bytes), PoolDeleter{bytes});
-    KVQ_CHECK(pool_ != nullptr, "KVCache: cannot allocate ", config_.capacity_pages, " pages of ", page_bytes_,
+    KVQ_CHECK(pool_ != nullptr, "KVCache: cannot allocate ", config_.capacity_pages, " pages of ", page_bytes,
               " bytes (", bytes, " bytes)");
     advise_huge_pages(pool_.get(), bytes);
   }
@@ -159,12 +155,6 @@ size_t KVCache::residual_slots() const {
   return static_cast<size_t>(config_.residual_tokens + config_.block_tokens - 1);
 }
 
-KVCache::Sequence& KVCache::insert_sequence(SeqId id) {
-  Sequence seq;
-  seq.layers.resize(static_cast<size_t>(config_.n_layers));
-  return sequences_.emplace(id, std::move(seq)).first->second;
-}
-
 void KVCache::reserve_window(LayerState& ls, size_t tokens) const {
   if (tokens <= ls.window_slots) return;
   const size_t H = static_cast<size_t>(config_.n_kv_heads), d = static_cast<size_t>(config_.head_dim);
@@ -178,64 +168,33 @@ void KVCache::reserve_window(LayerState& ls, size_t tokens) const {
   ls.window_slots = slots;
 }
 
-PageId KVCache::next_free_page(size_t j) const {
-  return j < free_.size() ? free_[free_.size() - 1 - j] : static_cast<PageId>(fresh_ + (j - free_.size()));
-}
-
-void KVCache::take_pages(size_t n, std::vector<PageId>& into) {
-  KVQ_CHECK(n <= free_pages(), "KVCache: ", n, " pages asked for, ", free_pages(), " free");
-  const size_t given_back = std::min(n, free_.size()), fresh = fresh_ + (n - given_back);
-  // Room for every page ever handed out to come back: remove_sequence then never allocates.
-  if (free_.capacity() < fresh) free_.reserve(std::max(fresh, 2 * free_.capacity()));
-  for (size_t j = 0; j < n; ++j) into.push_back(next_free_page(j));
-  free_.resize(free_.size() - given_back);
-  fresh_ = fresh;
-}
-
 SeqId KVCache::add_sequence() {
-  insert_sequence(next_id_);
-  return next_id_++;
+  const SeqId id = sequences_.next_id;
+  sequences_.insert(id, config_.n_layers);
+  return id;
 }
 
-const KVCache::Sequence& KVCache::sequence(SeqId seq) const {
-  const auto it = sequences_.find(seq);
-  KVQ_CHECK(it != sequences_.end(), "KVCache: no sequence with id ", seq);
-  return it->second;
-}
+void KVCache::remove_sequence(SeqId seq) { sequences_.erase(seq, free_); }
 
-KVCache::Sequence& KVCache::sequence(SeqId seq) {
-  return const_cast<Sequence&>(static_cast<const KVCache&>(*this).sequence(seq));
-}
+bool KVCache::has_sequence(SeqId seq) const { return sequences_.contains(seq); }
 
-void KVCache::remove_sequence(SeqId seq) {
-  Sequence& s = sequence(seq);
-  for (const auto& layer : s.layers) free_.insert(free_.end(), layer.pages.rbegin(), layer.pages.rend());
-  sequences_.erase(seq);
-}
-
-bool KVCache::has_sequence(SeqId seq) const { return sequences_.count(seq) != 0; }
-
-std::vector<SeqId> KVCache::sequences() const {
-  std::vector<SeqId> ids;
-  for (const auto& entry : sequences_) ids.push_back(entry.first);
-  return ids;
-}
+std::vector<SeqId> KVCache::sequences() const { return sequences_.ids(); }
 
 size_t KVCache::key_block_offset(int head) const {
   KVQ_CHECK(head >= 0 && head < config_.n_kv_heads, "KVCache: kv head ", head, " out of range (", config_.n_kv_heads,
             " heads)");
-  return static_cast<size_t>(head) * key_stride_;
+  return layout_.key_offset(head);
 }
 
 size_t KVCache::value_block_offset(int head) const {
   KVQ_CHECK(head >= 0 && head < config_.n_kv_heads, "KVCache: kv head ", head, " out of range (", config_.n_kv_heads,
             " heads)");
-  return static_cast<size_t>(config_.n_kv_heads) * key_stride_ + static_cast<size_t>(head) * value_stride_;
+  return layout_.value_offset(head);
 }
 
 const uint8_t* KVCache::page(PageId id) const {
   KVQ_CHECK(id < config_.capacity_pages, "KVCache: page ", id, " out of range (", config_.capacity_pages, " pages)");
-  return pool_.get() + static_cast<size_t>(id) * page_bytes_;
+  return pool_.get() + static_cast<size_t>(id) * layout_.page_bytes;
 }
 
 uint8_t* KVCache::page_mut(PageId id) { return const_cast<uint8_t*>(page(id)); }
@@ -243,14 +202,14 @@ uint8_t* KVCache::page_mut(PageId id) { return const_cast<uint8_t*>(page(id)); }
 void KVCache::zero_page_padding(uint8_t* p) const {
   const size_t kb = key_codecs_[0]->block_bytes(), vb = value_codecs_[0]->block_bytes();
   for (int h = 0; h < config_.n_kv_heads; ++h) {
-    std::memset(p + key_block_offset(h) + kb, 0, key_stride_ - kb);
-    std::memset(p + value_block_offset(h) + vb, 0, value_stride_ - vb);
+    std::memset(p + key_block_offset(h) + kb, 0, layout_.key_stride - kb);
+    std::memset(p + value_block_offset(h) + vb, 0, layout_.value_stride - vb);
   }
 }
 
 void KVCache::append(SeqId seq, int layer, const float* keys, const float* values, size_t n_tokens) {
   check_layer(layer);
-  LayerState& ls = sequence(seq).layers[static_cast<size_t>(layer)];
+  LayerState& ls = sequences_.at(seq).layers[static_cast<size_t>(layer)];
   if (n_tokens == 0) return;
   KVQ_CHECK(keys != nullptr && values != nullptr, "KVCache::append: null keys or values");
   const Codec& kc = *key_codecs_[static_cast<size_t>(layer)];
@@ -287,7 +246,7 @@ void KVCache::append(SeqId seq, int layer, const float* keys, const float* value
   // Encode into free pages while they are still on the free list: if an encoder throws, nothing has changed.
   std::vector<float> block(T * d);
   for (size_t j = 0; j < n_pages; ++j) {
-    uint8_t* p = page_mut(next_free_page(j));
+    uint8_t* p = page_mut(free_.next(j));
     zero_page_padding(p);
     for (size_t h = 0; h < H; ++h) {
       const int head = static_cast<int>(h);
@@ -301,8 +260,8 @@ void KVCache::append(SeqId seq, int layer, const float* keys, const float* value
     }
   }
 
-  // Commit (nothing below throws once take_pages has).
-  take_pages(n_pages, ls.pages);
+  // Commit (nothing below throws once take has).
+  free_.take(n_pages, ls.pages);
   const size_t encoded = n_pages * T;
   centered.commit(window_k, ls.key_offset);
   detail::advance_window(window_k, H, slots, d, u, encoded, centered.fresh(), n_tokens);
@@ -327,7 +286,7 @@ size_t KVCache::length(SeqId seq) const {
 
 LayerView KVCache::view(SeqId seq, int layer) const {
   check_layer(layer);
-  const LayerState& ls = sequence(seq).layers[static_cast<size_t>(layer)];
+  const LayerState& ls = sequences_.at(seq).layers[static_cast<size_t>(layer)];
   const size_t head_stride = ls.window_slots * static_cast<size_t>(config_.head_dim);
   LayerView v;
   v.pages = ls.pages;
@@ -370,11 +329,11 @@ void KVCache::read(SeqId seq, int layer, float* keys, float* values) const {
 
 CacheMemory KVCache::memory() const {
   CacheMemory m;
-  m.page_bytes = page_bytes_;
+  m.page_bytes = layout_.page_bytes;
   m.pages_capacity = config_.capacity_pages;
   m.pages_in_use = config_.capacity_pages - free_pages();
-  m.encoded_bytes = m.pages_in_use * page_bytes_;
-  m.pool_bytes = m.pages_capacity * page_bytes_;
+  m.encoded_bytes = m.pages_in_use * layout_.page_bytes;
+  m.pool_bytes = m.pages_capacity * layout_.page_bytes;
   for (const auto& [id, seq] : sequences_)
     for (const auto& layer : seq.layers) {
       m.residual_bytes += layer.residual.size() * sizeof(float);
@@ -387,7 +346,7 @@ CacheMemory KVCache::memory() const {
   m.used_bytes = m.encoded_bytes + rest;
   m.total_bytes = m.pool_bytes + rest;
   m.bits_per_element =
-      8.0 * static_cast<double>(page_bytes_) / (2.0 * config_.block_tokens * config_.n_kv_heads * config_.head_dim);
+      8.0 * static_cast<double>(layout_.page_bytes) / (2.0 * config_.block_tokens * config_.n_kv_heads * config_.head_dim);
   return m;
 }
 
