@@ -12,10 +12,12 @@
 // tokens. Decode attention matches the double-precision reference over the decoded cache within the bound of
 // tests/attention_test_util.hpp (vs_reference): per output row, the error's norm is at most
 // (1e-5 + sqrt(d) 2^-24 max_t scale sum_j |q_j k_tj|) sum_t p_t |v_t|; a row that sees no token is exactly zero.
+// The exact kernels run (KVQ_ATTENTION=exact).
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <string>
@@ -201,6 +203,9 @@ class Script {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // The bound above is the exact kernels' (the fast ones have their own contract: fast_attention_kernels_test.cpp).
+  static const bool exact_kernels = setenv("KVQ_ATTENTION", "exact", 1) == 0;
+  KVQ_FUZZ_CHECK(exact_kernels, "KVQ_ATTENTION=exact is set");
   kvq::fuzz::ByteReader in(data, size);
   const Pair pair = kPairs[in.pick(kPairs.size())];
   const int group = 16 << in.pick(3);

@@ -5,13 +5,13 @@
 // an error, codec pairs without a fused kernel run the generic loop.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "attention/isa.hpp"
 #include "attention_test_util.hpp"
+#include "env_override.hpp"
 #include "kvq/error.hpp"
 #include "test_seed.hpp"
 
@@ -22,26 +22,9 @@ using namespace test;  // the shared helpers of attention_test_util.hpp
 using detail::Isa;
 
 // KVQ_ISA set for a scope, then restored.
-class IsaOverride {
+class IsaOverride : public EnvOverride {
  public:
-  explicit IsaOverride(const char* value) {
-    if (const char* old = std::getenv("KVQ_ISA")) saved_ = old, had_ = true;
-    set(value);
-  }
-  ~IsaOverride() { set(had_ ? saved_.c_str() : nullptr); }
-  IsaOverride(const IsaOverride&) = delete;
-  IsaOverride& operator=(const IsaOverride&) = delete;
-
- private:
-  static void set(const char* value) {
-    if (value) {
-      setenv("KVQ_ISA", value, 1);
-    } else {
-      unsetenv("KVQ_ISA");
-    }
-  }
-  std::string saved_;
-  bool had_ = false;
+  explicit IsaOverride(const char* value) : EnvOverride("KVQ_ISA", value) {}
 };
 
 // The SIMD instruction sets this CPU runs (the scalar kernel is the reference): avx2, avx512 and avx512vnni on x86,

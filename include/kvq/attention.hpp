@@ -95,7 +95,9 @@ void prefill_attention(const KVCache& cache, int layer, SeqId seq, size_t start,
 /// codecs' Scorer and accumulate) or a kernel fused for the layer's codec pair, named fused_<key>_<value>_<isa>
 /// (e.g. "fused_int4_int4_avx512vnni"). The environment variable KVQ_ISA=scalar|avx2|avx512|avx512vnni (x86) or
 /// KVQ_ISA=scalar|neon (AArch64) caps the instruction set; an unknown value, or one this CPU lacks, makes this and
-/// every attention call throw kvq::Error.
+/// every attention call throw kvq::Error. KVQ_ATTENTION=fast (the default) runs a fast kernel where the instruction
+/// set has one for the pair, named with "_fast" after the ISA (int keys quantize the queries to 8-bit digits:
+/// docs/METHODS.md, "Fast attention kernels"); KVQ_ATTENTION=exact the kernels that match fp32 attention to 1e-5.
 std::string attention_kernel(const KVCache& cache, int layer);
 /// The instruction set the attention kernels use on this CPU under KVQ_ISA: "scalar", "avx2", "avx512",
 /// "avx512vnni" or "neon".

@@ -119,7 +119,7 @@ void AttentionEngine::run(const KVCache& cache, int layer, std::span<const Query
   const int d = cfg.head_dim, G = group_size, m = vc.space_dim();
   const size_t T = static_cast<size_t>(cfg.block_tokens), ud = static_cast<size_t>(d);
   const float scale = options.resolved_scale(d);
-  const PageKernel kernel = select_page_kernel(kc, vc, cfg.block_tokens, active_isa());
+  const PageKernel kernel = select_page_kernel(kc, vc, cfg.block_tokens, active_isa(), active_precision());
 
   // Plan: gather the queries (scaled) and their causal limits (and window starts), count the pages each group sees.
   std::vector<GroupPlan>& plan = sc.plan;

@@ -48,18 +48,11 @@ std::vector<double> weights(const float* q, const float* k, size_t n, size_t d, 
   return w;
 }
 
-// The keys the cache holds for one kv head, decoded (encoded pages, then the fp32 window).
-std::vector<float> decoded_keys(const KVCache& cache, SeqId seq, int head) {
-  const LayerView view = cache.view(seq, 0);
-  const size_t d = static_cast<size_t>(cache.config().head_dim), T = static_cast<size_t>(view.block_tokens);
-  std::vector<float> k(view.length() * d);
-  for (size_t j = 0; j < view.pages.size(); ++j)
-    cache.key_codec(0).decode(cache.key_block(view.pages[j], head), static_cast<int>(T), k.data() + j * T * d);
-  std::copy_n(view.residual_key(head), static_cast<size_t>(view.residual_count) * d, k.begin() + view.encoded_tokens() * d);
-  if (view.key_offset != nullptr)  // centered keys: add the offset back
-    for (size_t i = 0; i < view.length(); ++i)
-      for (size_t c = 0; c < d; ++c) k[i * d + c] += view.key_offset[static_cast<size_t>(head) * d + c];
-  return k;
+// |a - b| / norm over d floats.
+double relative_distance(const float* a, const float* b, size_t d, double norm) {
+  double e = 0;
+  for (size_t c = 0; c < d; ++c) e += (static_cast<double>(a[c]) - b[c]) * (static_cast<double>(a[c]) - b[c]);
+  return std::sqrt(e) / std::max(norm, 1e-300);
 }
 
 }  // namespace
@@ -104,15 +97,19 @@ AttentionErrorResult measure_attention_error(const AttentionErrorOptions& o) {
   r.value_codec = cache.config().value_codec;
   r.bits_k = cache.key_codec(0).bits_per_element();
   r.bits_v = cache.value_codec(0).bits_per_element();
+  r.kernel = attention_kernel(cache, 0);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  std::vector<std::vector<float>> k_head, v_head, k_cache;
+  std::vector<float> keys_held(keys.size()), values_held(values.size());  // decoded, the key offset added back
+  cache.read(seq, 0, keys_held.data(), values_held.data());
+  std::vector<std::vector<float>> k_head, v_head, k_cache, v_cache;
   for (size_t h = 0; h < G; ++h) {
     k_head.push_back(head_slice(keys, n, G, h, d));
     v_head.push_back(head_slice(values, n, G, h, d));
-    k_cache.push_back(decoded_keys(cache, seq, static_cast<int>(h)));
+    k_cache.push_back(head_slice(keys_held, n, G, h, d));
+    v_cache.push_back(head_slice(values_held, n, G, h, d));
   }
-  std::vector<float> q(H * d), out(H * d), ref(d);
-  double err_sum = 0, tv_sum = 0;
+  std::vector<float> q(H * d), out(H * d), ref(d), ref_decoded(d);
+  double err_sum = 0, tv_sum = 0, codec_sum = 0, kernel_sum = 0;
   for (int call = 0; call < o.queries; ++call) {
     for (size_t j = 0; j < H; ++j) {
       const size_t h = j / group;
@@ -132,14 +129,18 @@ AttentionErrorResult measure_attention_error(const AttentionErrorOptions& o) {
     for (size_t j = 0; j < H; ++j) {
       const size_t h = j / group;
       reference_attention(q.data() + j * d, 1, k_head[h].data(), v_head[h].data(), n, o.dim, n, scale, ref.data());
-      double e = 0, r2 = 0;
-      for (size_t c = 0; c < d; ++c) {
-        e += (static_cast<double>(out[j * d + c]) - ref[c]) * (static_cast<double>(out[j * d + c]) - ref[c]);
-        r2 += static_cast<double>(ref[c]) * ref[c];
-      }
-      const double rel = std::sqrt(e / std::max(r2, 1e-300));
+      reference_attention(q.data() + j * d, 1, k_cache[h].data(), v_cache[h].data(), n, o.dim, n, scale,
+                          ref_decoded.data());
+      double r2 = 0;
+      for (size_t c = 0; c < d; ++c) r2 += static_cast<double>(ref[c]) * ref[c];
+      const double norm = std::sqrt(r2);
+      const double rel = relative_distance(out.data() + j * d, ref.data(), d, norm);
       err_sum += rel;
       r.rel_err_max = std::max(r.rel_err_max, rel);
+      codec_sum += relative_distance(ref_decoded.data(), ref.data(), d, norm);
+      const double kernel_err = relative_distance(out.data() + j * d, ref_decoded.data(), d, norm);
+      kernel_sum += kernel_err;
+      r.kernel_err_max = std::max(r.kernel_err_max, kernel_err);
       const std::vector<double> w = weights(q.data() + j * d, k_head[h].data(), n, d, scale);
       const std::vector<double> wq = weights(q.data() + j * d, k_cache[h].data(), n, d, scale);
       double tv = 0;
@@ -150,6 +151,8 @@ AttentionErrorResult measure_attention_error(const AttentionErrorOptions& o) {
   const double count = static_cast<double>(o.queries) * static_cast<double>(H);
   r.rel_err_mean = err_sum / count;
   r.weights_tv = tv_sum / count;
+  r.codec_err_mean = codec_sum / count;
+  r.kernel_err_mean = kernel_sum / count;
   return r;
 }
 

@@ -59,8 +59,10 @@ namespace {
 //   hmax(x), hsum(x), first(x) (lane 0); exp(x) (0 below -87.3, for x <= 88); mask_tail(x, n): lanes >= n set to -inf;
 //   transpose_sum(v): lane t = the sum of the W lanes of v[t W .. t W + W - 1]; prefetch(p) into L2;
 //   kAccumulators: vectors a loop may keep accumulating in registers; kMaxQ: queries per pass (8 or 4);
-//   kVnni: int keys by integer dot products, with dpbusd(acc, u8 lanes, 4 s8 broadcast from memory), xor_i, and_i,
-//   srl4 and sll8 (32-bit lanes shifted), add_i, sub_i (an int32 broadcast from memory) and cvt (int32 -> fp32).
+//   kVnni: int keys by integer dot products, with dpbusd(acc, u8 lanes, 4 s8 broadcast from memory) (int8 keys),
+//   dpbusd2(acc, u0, s0, u1, s1): the two at once (int4 keys: codes below 16), xor_i, and_i, srl4 and sll8 (32-bit
+//   lanes shifted), add_i, sub_i (an int32 broadcast from memory) and cvt (int32 -> fp32). AVX512-VNNI has them as
+//   instructions; AVX2's fast kernel for int4 keys by vpmaddubsw and vpmaddwd (kernels_avx2.cpp).
 
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 
@@ -419,17 +421,21 @@ void key_scores_qjl(const KernelArgs& a, const float* q, const uint8_t* block, P
 }
 
 // ---- int keys by integer dot products (V::kVnni) ----------------------------------------------------------------
-// Each query in 24-bit fixed point, q_c ~ S (D0 2^16 + D1 2^8 + D2) with signed 8-bit digits: three dot products of
-// 64 u8 x s8 products each take the place of four fp32 FMAs of 16. The codes enter as code + offset (offset 8 for
-// int4, 128 for int8: unsigned bytes; an int4 lane splits into even and odd channels). Per group, the digit sums P0,
-// P1, P2 are joined in int32: 256 P0 + P1 (|P| <= 255 * 128 * 64), less the offset's share offset (256 sum D0 +
-// sum D1); then in fp32, 256 x that + P2 - offset sum D2, one rounding each. The rounding of q to 24 bits (2^-24 of
-// its largest element) is that of an fp32 dot product.
+// Each query in fixed point of Digits signed 8-bit digits, q_c ~ S sum_k D_k 256^(Digits-1-k): a dot product of 64
+// u8 x s8 products per digit takes the place of four fp32 FMAs of 16. The codes enter as code + offset (offset 8
+// for int4, 128 for int8: unsigned bytes; an int4 lane splits into even and odd channels). Per group, the digit sums
+// of the top two digits are joined in int32 (256 P0 + P1; |P| <= 255 * 128 * 64), less the offset's share (offset
+// times the same sum of the query's digits); with a third digit, 256 x that + P2 - offset sum D2 in fp32, one
+// rounding each.
+//   Digits = 3 (the exact kernels): q rounded to 2^-24 of its largest element, an fp32 dot product's rounding.
+//   Digits = 1 or 2 (the fast kernels, docs/METHODS.md): q rounded to 2^-8 or 2^-16 of its largest element; the
+//   integer sums stay exact, so the score's only extra error is that rounding.
 //
-// Prepared queries in the kernel's scratch: digits [d/E chunks of E channels][n_q][3 digits][E channels] int8 (int4:
+// Prepared queries in the kernel's scratch: digits [d/E chunks of E channels][n_q][Digits][E channels] int8 (int4:
 // the 8 channels as the 4 even, then the 4 odd; a pass's digits for one chunk sit at fixed offsets from one
 // pointer); then the offset corrections [n_q][groups][2] int32; then the scales S [n_q] float.
-constexpr int32_t kDigitsMax = (1 << 23) - (1 << 16);  // |q / S| <= this keeps the top digit in [-127, 127]
+template <int Digits>
+constexpr int32_t kDigitsMax = (1 << (8 * Digits - 1)) - (1 << (8 * (Digits - 1)));  // the top digit in [-127, 127]
 
 struct VnniQueries {
   const int8_t* digits;
@@ -437,45 +443,52 @@ struct VnniQueries {
   const float* scales;
 };
 
-template <int Bits>
+template <int Bits, int Digits>
 VnniQueries prepare_vnni_queries(const KernelArgs& a) {
   constexpr int E = 32 / Bits, offset = 1 << (Bits - 1);
   const int d = a.d, G = a.key_group, groups = d / G, n_q = a.n_q;
   auto* digits = reinterpret_cast<int8_t*>(a.scratch);
-  auto* corrections = reinterpret_cast<int32_t*>(a.scratch + static_cast<size_t>(n_q) * 3 * d);
+  auto* corrections = reinterpret_cast<int32_t*>(a.scratch + static_cast<size_t>(n_q) * Digits * d);
   auto* scales = reinterpret_cast<float*>(corrections + static_cast<size_t>(n_q) * groups * 2);
   for (int i = 0; i < n_q; ++i) {
     const float* q = a.q + static_cast<size_t>(i) * d;
     float amax = 0;
     for (int c = 0; c < d; ++c) amax = amax > q[c] ? (amax > -q[c] ? amax : -q[c]) : q[c];
-    const float scale = amax > 0 ? amax / kDigitsMax : 1.0f;
+    const float scale = amax > 0 ? amax / static_cast<float>(kDigitsMax<Digits>) : 1.0f;
     scales[i] = scale;
     int32_t* corr = corrections + static_cast<size_t>(i) * groups * 2;
     for (int k = 0; k < groups * 2; ++k) corr[k] = 0;
     for (int c = 0; c < d; ++c) {
       const float x = q[c] / scale;  // |x| <= kDigitsMax
-      const int32_t fixed = static_cast<int32_t>(x < 0 ? x - 0.5f : x + 0.5f);
-      const int32_t d2 = ((fixed + 128) & 255) - 128, rest = (fixed - d2) / 256;
-      const int32_t d1 = ((rest + 128) & 255) - 128, d0 = (rest - d1) / 256;
-      const int32_t digit[3] = {d0, d1, d2};
+      int32_t rest = static_cast<int32_t>(x < 0 ? x - 0.5f : x + 0.5f);
+      int32_t digit[Digits];
+      for (int k = Digits - 1; k > 0; --k) {  // low digits in [-128, 127], the top one what remains
+        digit[k] = ((rest + 128) & 255) - 128;
+        rest = (rest - digit[k]) / 256;
+      }
+      digit[0] = rest;
       const int slot = Bits == 4 ? (c % 2) * 4 + (c % 8) / 2 : c % 4;  // int4: even channels, then odd
-      for (int k = 0; k < 3; ++k)
-        digits[(static_cast<size_t>(c / E) * n_q + i) * 3 * E + k * E + slot] = static_cast<int8_t>(digit[k]);
-      corr[(c / G) * 2] += offset * (256 * d0 + d1);
-      corr[(c / G) * 2 + 1] += offset * d2;
+      for (int k = 0; k < Digits; ++k)
+        digits[(static_cast<size_t>(c / E) * n_q + i) * Digits * E + k * E + slot] = static_cast<int8_t>(digit[k]);
+      if constexpr (Digits == 1) {
+        corr[(c / G) * 2] += offset * digit[0];
+      } else {
+        corr[(c / G) * 2] += offset * (256 * digit[0] + digit[1]);
+      }
+      if constexpr (Digits == 3) corr[(c / G) * 2 + 1] += offset * digit[2];
     }
   }
   return {digits, corrections, scales};
 }
 
-template <class V, int NQ, int Bits>
+template <class V, int NQ, int Bits, int Digits>
 void key_scores_int_vnni(const KernelArgs& a, const VnniQueries& vq, int i0, const uint8_t* block, Prefetch<V>& pf,
                          float* s) {
   constexpr int W = V::W, E = 32 / Bits;
   const int d = a.d, T = a.T, G = a.key_group, groups = d / G, tiles = d / E, n_vec = T / W;
   const uint8_t* scales = block + a.key_scales_offset;
-  const int8_t* digits = vq.digits + static_cast<size_t>(i0) * 3 * E;
-  const size_t chunk_stride = static_cast<size_t>(a.n_q) * 3 * E;
+  const int8_t* digits = vq.digits + static_cast<size_t>(i0) * Digits * E;
+  const size_t chunk_stride = static_cast<size_t>(a.n_q) * Digits * E;
   const int32_t* corrections = vq.corrections + static_cast<size_t>(i0) * groups * 2;
   for (int vec = 0; vec < n_vec; ++vec) {
     const int tok = vec * W;
@@ -483,30 +496,39 @@ void key_scores_int_vnni(const KernelArgs& a, const VnniQueries& vq, int i0, con
     typename V::F sc[NQ];
     for (int i = 0; i < NQ; ++i) sc[i] = V::zero();
     for (int g = 0; g < groups; ++g) {
-      typename V::I acc[NQ][3];
+      typename V::I acc[NQ][Digits];
       for (int i = 0; i < NQ; ++i)
-        for (int k = 0; k < 3; ++k) acc[i][k] = V::zero_i();
+        for (int k = 0; k < Digits; ++k) acc[i][k] = V::zero_i();
       for (int chunk = g * G / E; chunk < (g + 1) * G / E; ++chunk) {
         const int8_t* qd = digits + chunk * chunk_stride;
         if constexpr (Bits == 4) {
           const auto u = V::xor_i(V::load_i(lanes + 64 * chunk), 0x88888888u);  // two's complement -> code + 8
           const auto even = V::and_i(u, 0x0F0F0F0Fu), odd = V::and_i(V::srl4(u), 0x0F0F0F0Fu);
           for (int i = 0; i < NQ; ++i)
-            for (int k = 0; k < 3; ++k) {
-              const int8_t* dk = qd + i * 24 + k * 8;
-              acc[i][k] = V::dpbusd(V::dpbusd(acc[i][k], even, dk), odd, dk + 4);
+            for (int k = 0; k < Digits; ++k) {
+              const int8_t* dk = qd + (i * Digits + k) * 8;
+              acc[i][k] = V::dpbusd2(acc[i][k], even, dk, odd, dk + 4);
             }
         } else {
           const auto u = V::xor_i(V::load_i(lanes + 64 * chunk), 0x80808080u);  // two's complement -> code + 128
           for (int i = 0; i < NQ; ++i)
-            for (int k = 0; k < 3; ++k) acc[i][k] = V::dpbusd(acc[i][k], u, qd + i * 12 + k * 4);
+            for (int k = 0; k < Digits; ++k) acc[i][k] = V::dpbusd(acc[i][k], u, qd + (i * Digits + k) * 4);
         }
       }
       const auto scale = V::load_f16(scales + 2 * ((static_cast<size_t>(tok / 16) * groups + g) * 16 + tok % 16));
       for (int i = 0; i < NQ; ++i) {
         const int32_t* corr = corrections + (static_cast<size_t>(i) * groups + g) * 2;
-        const auto p01 = V::sub_i(V::add_i(V::sll8(acc[i][0]), acc[i][1]), corr);
-        const auto dot = V::fma(V::cvt(p01), V::set1(256.0f), V::cvt(V::sub_i(acc[i][2], corr + 1)));
+        typename V::F dot;
+        if constexpr (Digits == 1) {
+          dot = V::cvt(V::sub_i(acc[i][0], corr));
+        } else {
+          const auto p01 = V::sub_i(V::add_i(V::sll8(acc[i][0]), acc[i][1]), corr);
+          if constexpr (Digits == 2) {
+            dot = V::cvt(p01);
+          } else {
+            dot = V::fma(V::cvt(p01), V::set1(256.0f), V::cvt(V::sub_i(acc[i][2], corr + 1)));
+          }
+        }
         sc[i] = V::fma(scale, dot, sc[i]);
       }
     }
@@ -798,7 +820,7 @@ struct RunPrep {
 
 // The scores of a pass over a page's K block. Out of line, as is the value phase: each is compiled once per format
 // and pass size, not once per pair of formats.
-template <class V, BlockFormat K, int NQ>
+template <class V, BlockFormat K, int NQ, int KeyDigits>
 [[gnu::noinline]] void key_phase(const KernelArgs& a, const RunPrep& prep, int i0, const uint8_t* page,
                                  const uint8_t* next_page, float* s) {
   const int d = a.d;
@@ -820,7 +842,7 @@ template <class V, BlockFormat K, int NQ>
       key_scores_f16<V, NQ>(a, q, block, pf, s);
     }
   } else if constexpr (V::kVnni) {
-    key_scores_int_vnni<V, NQ, bits_of(K)>(a, prep.vq, i0, block, pf, s);
+    key_scores_int_vnni<V, NQ, bits_of(K), KeyDigits>(a, prep.vq, i0, block, pf, s);
   } else {
     key_scores_int<V, NQ, bits_of(K)>(a, q, block, pf, s);
   }
@@ -849,7 +871,7 @@ template <class V, BlockFormat VF, int NQ>
   }
 }
 
-template <class V, BlockFormat K, BlockFormat VF, int NQ>
+template <class V, BlockFormat K, BlockFormat VF, int NQ, int KeyDigits>
 void page_pass(const KernelArgs& a, const RunPrep& prep, int i0, size_t base, const uint8_t* page,
                const uint8_t* next_page) {
   const int T = a.T;
@@ -863,18 +885,20 @@ void page_pass(const KernelArgs& a, const RunPrep& prep, int i0, size_t base, co
   if (!any) return;
   alignas(64) float s[NQ * kMaxTokens];
   float* o = a.o + static_cast<size_t>(i0) * a.value_space;
-  key_phase<V, K, NQ>(a, prep, i0, page, next_page, s);
+  key_phase<V, K, NQ, KeyDigits>(a, prep, i0, page, next_page, s);
   for (int i = 0; i < NQ; ++i)
     softmax_row<V>(a, seen[i], s + i * T, a.m[i0 + i], a.l[i0 + i], o + static_cast<size_t>(i) * a.value_space);
   value_phase<V, VF, NQ>(a, prep, s, page, next_page, o);
 }
 
-template <class V, BlockFormat K, BlockFormat VF>
+// KeyDigits: the 8-bit digits of each query for int keys by integer dot products (V::kVnni): 3 in the exact
+// kernels, fewer in the fast ones (above).
+template <class V, BlockFormat K, BlockFormat VF, int KeyDigits = 3>
 void attend(const KernelArgs& a) {
   const size_t T = static_cast<size_t>(a.T);
   const bool splits = a.d % (2 * V::W) == 0;
   RunPrep prep;
-  if constexpr (V::kVnni && is_int(K)) prep.vq = prepare_vnni_queries<bits_of(K)>(a);
+  if constexpr (V::kVnni && is_int(K)) prep.vq = prepare_vnni_queries<bits_of(K), KeyDigits>(a);
   if constexpr (K == BlockFormat::f16) {
     const size_t n = static_cast<size_t>(a.n_q) * a.d;
     float qmax = 0;
@@ -897,42 +921,43 @@ void attend(const KernelArgs& a) {
     // Passes of kMaxQ, 4, 2, 1 queries; the first prefetches the next page, the others find this one cached.
     int i0 = 0;
     for (; i0 + V::kMaxQ <= a.n_q; i0 += V::kMaxQ, next = nullptr)
-      page_pass<V, K, VF, V::kMaxQ>(a, prep, i0, base, page, next);
-    if (V::kMaxQ > 4 && i0 + 4 <= a.n_q) page_pass<V, K, VF, 4>(a, prep, i0, base, page, next), i0 += 4, next = nullptr;
-    if (i0 + 2 <= a.n_q) page_pass<V, K, VF, 2>(a, prep, i0, base, page, next), i0 += 2, next = nullptr;
-    if (i0 < a.n_q) page_pass<V, K, VF, 1>(a, prep, i0, base, page, next);
+      page_pass<V, K, VF, V::kMaxQ, KeyDigits>(a, prep, i0, base, page, next);
+    if (V::kMaxQ > 4 && i0 + 4 <= a.n_q)
+      page_pass<V, K, VF, 4, KeyDigits>(a, prep, i0, base, page, next), i0 += 4, next = nullptr;
+    if (i0 + 2 <= a.n_q) page_pass<V, K, VF, 2, KeyDigits>(a, prep, i0, base, page, next), i0 += 2, next = nullptr;
+    if (i0 < a.n_q) page_pass<V, K, VF, 1, KeyDigits>(a, prep, i0, base, page, next);
   }
   if (prep.split_values) permute_blocks<V::W>(a.o, a.n_q, a.d, false);
 }
 
-template <class V, BlockFormat K>
+template <class V, BlockFormat K, int KeyDigits = 3>
 KernelFn fused_kernel_with_keys(BlockFormat value) {
   using F = BlockFormat;
   switch (value) {
     case F::f16:
-      return attend<V, K, F::f16>;
+      return attend<V, K, F::f16, KeyDigits>;
     case F::int8:
-      return attend<V, K, F::int8>;
+      return attend<V, K, F::int8, KeyDigits>;
     case F::int4:
-      return attend<V, K, F::int4>;
+      return attend<V, K, F::int4, KeyDigits>;
     case F::kivi2:
-      return attend<V, K, F::kivi2>;
+      return attend<V, K, F::kivi2, KeyDigits>;
     case F::kivi4:
-      return attend<V, K, F::kivi4>;
+      return attend<V, K, F::kivi4, KeyDigits>;
     case F::turbo1:
-      return attend<V, K, F::turbo1>;
+      return attend<V, K, F::turbo1, KeyDigits>;
     case F::turbo2:
-      return attend<V, K, F::turbo2>;
+      return attend<V, K, F::turbo2, KeyDigits>;
     case F::turbo3:
-      return attend<V, K, F::turbo3>;
+      return attend<V, K, F::turbo3, KeyDigits>;
     case F::turbo4:
-      return attend<V, K, F::turbo4>;
+      return attend<V, K, F::turbo4, KeyDigits>;
     case F::prod2:
-      return attend<V, K, F::prod2>;
+      return attend<V, K, F::prod2, KeyDigits>;
     case F::prod3:
-      return attend<V, K, F::prod3>;
+      return attend<V, K, F::prod3, KeyDigits>;
     case F::prod4:
-      return attend<V, K, F::prod4>;
+      return attend<V, K, F::prod4, KeyDigits>;
     case F::qjl:  // keys only
     case F::other:
       break;

@@ -81,12 +81,16 @@ KernelFn fused_kernel(BlockFormat key, BlockFormat value);
 }
 namespace avx2 {
 KernelFn fused_kernel(BlockFormat key, BlockFormat value);
+/// The fast kernel (Precision::fast) for the pair, or null.
+KernelFn fast_kernel(BlockFormat key, BlockFormat value);
 }
 namespace avx512 {
 KernelFn fused_kernel(BlockFormat key, BlockFormat value);
 }
 namespace avx512vnni {
 KernelFn fused_kernel(BlockFormat key, BlockFormat value);
+/// The fast kernel (Precision::fast) for the pair, or null.
+KernelFn fast_kernel(BlockFormat key, BlockFormat value);
 }
 namespace neon {
 KernelFn fused_kernel(BlockFormat key, BlockFormat value);

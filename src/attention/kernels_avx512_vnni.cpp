@@ -1,5 +1,6 @@
 // The fused kernels for AVX-512 with VNNI: int8 and int4 keys scored by 8-bit integer dot products
-// (fused_kernel.hpp); the other phases as in kernels_avx512.cpp. This file alone is compiled with those flags.
+// (fused_kernel.hpp), exact and fast; the other phases as in kernels_avx512.cpp. This file alone is compiled with
+// those flags.
 #include "attention/kernel_args.hpp"
 
 #if defined(__x86_64__)
@@ -28,6 +29,9 @@ struct Avx512Vnni : Avx512 {
     __builtin_memcpy(&b, s8x4, 4);
     return _mm512_dpbusd_epi32(acc, u8, _mm512_set1_epi32(b));
   }
+  static I dpbusd2(I acc, I u0, const int8_t* s0, I u1, const int8_t* s1) {
+    return dpbusd(dpbusd(acc, u0, s0), u1, s1);
+  }
 };
 
 }  // namespace
@@ -40,6 +44,14 @@ KernelFn fused_kernel(BlockFormat key, BlockFormat value) {
   if (key == BlockFormat::int8) return fused_kernel_with_keys<Avx512Vnni, BlockFormat::int8>(value);
   return nullptr;
 }
+
+// int4 and int8 keys with two digits per query (docs/METHODS.md, "Fast attention kernels"): one digit's rounding of
+// the query measured up to a tenth of int4 keys' own error on outlier data, and of the order of int8 keys' own.
+KernelFn fast_kernel(BlockFormat key, BlockFormat value) {
+  if (key == BlockFormat::int4) return fused_kernel_with_keys<Avx512Vnni, BlockFormat::int4, 2>(value);
+  if (key == BlockFormat::int8) return fused_kernel_with_keys<Avx512Vnni, BlockFormat::int8, 2>(value);
+  return nullptr;
+}
 }  // namespace avx512vnni
 }  // namespace kvq::detail
 
@@ -47,6 +59,7 @@ KernelFn fused_kernel(BlockFormat key, BlockFormat value) {
 
 namespace kvq::detail::avx512vnni {
 KernelFn fused_kernel(BlockFormat, BlockFormat) { return nullptr; }
+KernelFn fast_kernel(BlockFormat, BlockFormat) { return nullptr; }
 }  // namespace kvq::detail::avx512vnni
 
 #endif

@@ -67,9 +67,15 @@ KernelFn fused_kernel(Isa isa, BlockFormat key, BlockFormat value) {
   return nullptr;
 }
 
+// The fast kernel of `isa` for the pair, or null (Precision::fast).
+KernelFn fast_kernel(Isa isa, BlockFormat key, BlockFormat value) {
+  if (isa == Isa::avx512vnni) return avx512vnni::fast_kernel(key, value);
+  return isa == Isa::avx2 ? avx2::fast_kernel(key, value) : nullptr;
+}
+
 }  // namespace
 
-PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa isa) {
+PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa isa, Precision precision) {
   PageKernel kernel;
   const Format k = format_of(key, T), v = format_of(value, T);
   if (k.format == BlockFormat::other || v.format == BlockFormat::other || T % 16 != 0 || T > kMaxTokens ||
@@ -77,9 +83,16 @@ PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa i
     return kernel;
   // The widest instruction set up to `isa` that has a kernel for the pair.
   Isa used = isa;
-  while (!(kernel.fn = fused_kernel(used, k.format, v.format)) && used != Isa::scalar) used = narrower_isa(used);
+  bool fast = false;
+  const auto find = [&] {
+    if (precision == Precision::fast) kernel.fn = fast_kernel(used, k.format, v.format);
+    fast = kernel.fn != nullptr;
+    if (!fast) kernel.fn = fused_kernel(used, k.format, v.format);
+    return kernel.fn != nullptr;
+  };
+  while (!find() && used != Isa::scalar) used = narrower_isa(used);
   if (!kernel.fn) return kernel;
-  kernel.name = "fused_" + key.spec().name + "_" + value.spec().name + "_" + isa_name(used);
+  kernel.name = "fused_" + key.spec().name + "_" + value.spec().name + "_" + isa_name(used) + (fast ? "_fast" : "");
   kernel.key_lambda = k.lambda;
   kernel.value_lambda = v.lambda;
   kernel.key_group = k.group;

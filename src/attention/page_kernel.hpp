@@ -7,12 +7,15 @@
 
 #include "attention/isa.hpp"
 #include "attention/kernel_args.hpp"
+#include "attention/precision.hpp"
 #include "kvq/codec.hpp"
 
 namespace kvq::detail {
 
 struct PageKernel {
-  std::string name = "generic";  ///< "generic", or "fused_<key>_<value>_<isa>" such as "fused_int4_int4_avx512"
+  /// "generic", or "fused_<key>_<value>_<isa>" such as "fused_int4_int4_avx512", with "_fast" after it for a fast
+  /// kernel (Precision::fast)
+  std::string name = "generic";
   KernelFn fn = nullptr;         ///< null: the generic loop
   const float* key_lambda = nullptr;    ///< int keys: per-channel scale, folded into the queries
   const float* value_lambda = nullptr;  ///< int values: per-channel scale, applied to the outputs after a run
@@ -30,7 +33,8 @@ struct PageKernel {
 /// turbo_mse:1..4, turbo_prod:2..4 or qjl keys with f16, int8, int4, kivi, turbo_mse:1..4 or turbo_prod:2..4 values
 /// (T a multiple of 16 up to kMaxTokens; turbo keys need d, and turbo values T, a multiple of 32; qjl keys m a
 /// multiple of 32 up to kMaxKeySpace), from the widest instruction set up to `isa` that has one; else generic.
-PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa isa);
+/// Under Precision::fast, an instruction set's fast kernel for the pair comes before its exact one.
+PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa isa, Precision precision);
 
 /// The queries a fused kernel takes: n_q x d rows (scaled already) mapped to the key codec's space (n_q x
 /// key.space_dim() out) and multiplied by key_lambda.

@@ -10,6 +10,10 @@ import pytest
 
 _draws = itertools.count(1)
 
+# The attention tests hold the exact kernels to 1e-5, as the C++ test binaries do
+# (tests/exact_attention_environment.cpp); the library reads KVQ_ATTENTION at each call.
+os.environ.setdefault("KVQ_ATTENTION", "exact")
+
 
 @pytest.fixture
 def seed():

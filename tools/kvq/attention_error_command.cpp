@@ -1,4 +1,4 @@
-// kvq attention-error --k SPEC --v SPEC [--k SPEC --v SPEC ...] --dim D --ctx N --seed S [--json]
+// kvq attention-error --k SPEC --v SPEC [--k SPEC --v SPEC ...] --dim D --ctx N --seed S [--exact] [--json]
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "exact_attention_option.hpp"
 #include "kvq/detail/attention_error.hpp"
 #include "kvq/error.hpp"
 
@@ -29,11 +30,13 @@ void add_attention_error_command(CLI::App& app) {
   cmd->add_option("--logit-std", opts->logit_std, "spread of each query's logits over the context")
       ->check(CLI::Range(0.0, 1000.0))->capture_default_str();
   cmd->add_option("--seed", opts->seed, "random seed")->check(CLI::NonNegativeNumber)->capture_default_str();
+  add_exact_attention_option(*cmd);
   cmd->add_flag("--json", *json, "print one JSON object per pair");
   cmd->callback([opts, keys, values, json] {
     KVQ_CHECK(keys->size() == values->size(), "give as many --k as --v (", keys->size(), " and ", values->size(), ")");
-    if (!*json) std::printf("%-16s %-16s %7s %7s %12s %12s %12s\n", "keys", "values", "bits k", "bits v", "rel err",
-                            "max rel err", "weights TV");
+    if (!*json)
+      std::printf("%-16s %-16s %7s %7s %12s %12s %12s %12s %12s %12s  %s\n", "keys", "values", "bits k", "bits v",
+                  "rel err", "max rel err", "weights TV", "codec err", "kernel err", "max kern err", "kernel");
     for (size_t i = 0; i < keys->size(); ++i) {
       opts->key_codec = (*keys)[i];
       opts->value_codec = (*values)[i];
@@ -43,11 +46,16 @@ void add_attention_error_command(CLI::App& app) {
                                           {"dim", opts->dim},     {"ctx", opts->ctx},
                                           {"bits_k", r.bits_k},   {"bits_v", r.bits_v},
                                           {"rel_err_mean", r.rel_err_mean}, {"rel_err_max", r.rel_err_max},
-                                          {"weights_tv", r.weights_tv}};
+                                          {"weights_tv", r.weights_tv},
+                                          {"codec_err_mean", r.codec_err_mean},
+                                          {"kernel_err_mean", r.kernel_err_mean},
+                                          {"kernel_err_max", r.kernel_err_max},
+                                          {"kernel", r.kernel}};
         std::printf("%s\n", j.dump().c_str());
       } else {
-        std::printf("%-16s %-16s %7.3f %7.3f %12.3e %12.3e %12.3e\n", r.key_codec.c_str(), r.value_codec.c_str(),
-                    r.bits_k, r.bits_v, r.rel_err_mean, r.rel_err_max, r.weights_tv);
+        std::printf("%-16s %-16s %7.3f %7.3f %12.3e %12.3e %12.3e %12.3e %12.3e %12.3e  %s\n", r.key_codec.c_str(),
+                    r.value_codec.c_str(), r.bits_k, r.bits_v, r.rel_err_mean, r.rel_err_max, r.weights_tv,
+                    r.codec_err_mean, r.kernel_err_mean, r.kernel_err_max, r.kernel.c_str());
       }
       std::fflush(stdout);
     }

@@ -1,5 +1,5 @@
 // kvq bench attention --ctx N --batch B --q-heads H --kv-heads G --dim D --threads T --k SPEC --v SPEC
-//   [--k SPEC --v SPEC ...] [--block 64|128] [--reps R] [--hot] [--json] [--device cpu|cuda]
+//   [--k SPEC --v SPEC ...] [--block 64|128] [--reps R] [--hot] [--exact] [--json] [--device cpu|cuda]
 // kvq bench append --device cuda [--batch B] [--chunk N] [--codec SPEC ...] [--json]   (cuda_append_bench.cpp)
 // kvq bench decode ...   (decode_bench_command.cpp)
 //
@@ -28,6 +28,7 @@
 #include "commands.hpp"
 #include "cuda_append_bench.hpp"
 #include "cuda_bench.hpp"
+#include "exact_attention_option.hpp"
 #include "kvq/attention.hpp"
 #include "kvq/cache.hpp"
 #include "kvq/detail/synthetic.hpp"
@@ -288,6 +289,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--hot", o->hot,
                 "one cache per pair, reused: with a small --ctx, the compute time alone (cuda: one sequence's pages "
                 "for the whole batch)");
+  add_exact_attention_option(*cmd);
   cmd->add_flag("--json", o->json, "print one JSON object");
   cmd->add_option("--device", o->device, "cpu, or cuda (device 0, against the bf16/bf16 kernel)")
       ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();

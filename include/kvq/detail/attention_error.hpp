@@ -22,10 +22,17 @@ struct AttentionErrorOptions {
 
 struct AttentionErrorResult {
   std::string key_codec, value_codec;
+  std::string kernel;  ///< attention_kernel(): what ran (KVQ_ISA and KVQ_ATTENTION apply)
   double bits_k = 0, bits_v = 0;
   double rel_err_mean = 0;  ///< mean over query heads and calls of |o - o_ref| / |o_ref|
   double rel_err_max = 0;
   double weights_tv = 0;  ///< mean total variation between the softmax weights over the decoded and original keys
+  /// The codec's own error: mean of |o_dec - o_ref| / |o_ref|, o_dec the double-precision attention over the
+  /// decoded cache (what the cache holds, exactly computed).
+  double codec_err_mean = 0;
+  /// The kernel's own error: mean and largest |o - o_dec| / |o_ref|. The accuracy contract of the fast kernels
+  /// (docs/METHODS.md): kernel_err_mean <= codec_err_mean / 10.
+  double kernel_err_mean = 0, kernel_err_max = 0;
 };
 
 /// Keys and values are drawn from key_like_profile (4 outlier channels 10-50x the rest, non-zero channel means;
