@@ -2,6 +2,7 @@
 // sensitivities and the choice under a budget, and the calibration file's round trip and its refusals.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -85,6 +86,103 @@ TEST(PerLayerCodecs, SameInEveryLayerIsTheUniformCache) {
   EXPECT_EQ(mixed.label(), "per layer: int8/kivi:2 x1, int4/f16 x1");
 }
 
+// A runner started at layer l on the reference's residual stream computes, bit for bit, what the whole forward of
+// the same cache computes, wherever the layers before l are the reference's: every product, norm and attention
+// call sees the same floats in the same order.
+TEST(ForwardFromLayer, EqualsTheWholeForwardBitForBit) {
+  KVQ_FRESH_SEED();
+  const SyntheticLlama m(seed);
+  Rng rng(seed + 1);
+  const std::vector<int> tokens = test::random_tokens(rng, 150);
+  const int n_layers = SyntheticLlama::kLayers, dim = SyntheticLlama::kDim, chunk = 48;
+  const int context = static_cast<int>(tokens.size());
+  LlamaRunner reference(m.model(), context, 2, KVCacheSpec{"f16", "f16"});
+  for (int l = 0; l <= n_layers; ++l) {
+    KVCacheSpec spec;  // f16 before layer l, int4 keys and turbo_mse:2 values from l on
+    for (int i = 0; i < n_layers; ++i)
+      spec.layer_codecs.push_back(i < l ? LayerCodecs{"f16", "f16"} : LayerCodecs{"int4", "turbo_mse:2"});
+    LlamaRunner whole(m.model(), context, 2, spec), from(m.model(), context, 2, spec);
+    reference.reset();
+    for (int pos = 0; pos < context; pos += chunk) {
+      const std::span<const int> part(tokens.data() + pos, std::min<size_t>(chunk, tokens.size() - pos));
+      const int n = static_cast<int>(part.size());
+      std::vector<float> residuals(reference.residual_floats(n));
+      const std::span<const float> ref_logits = reference.forward_chunk_residuals(part, pos, residuals);
+      const std::vector<float> ref(ref_logits.begin(), ref_logits.end());
+      const std::span<const float> whole_logits = whole.forward_chunk(part, pos);
+      const std::vector<float> expected(whole_logits.begin(), whole_logits.end());
+      const std::span<const float> x(residuals.data() + static_cast<size_t>(l) * n * dim, static_cast<size_t>(n) * dim);
+      const std::span<const float> got = from.forward_chunk_from(l, x, pos);
+      ASSERT_EQ(got.size(), expected.size());
+      EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)), 0) << "layer " << l;
+      if (l == n_layers) {  // past the last layer both are the reference's logits
+        EXPECT_EQ(std::memcmp(got.data(), ref.data(), got.size() * sizeof(float)), 0);
+      }
+    }
+  }
+  const std::vector<float> x(static_cast<size_t>(dim));
+  test::expect_error([&] { reference.forward_chunk_from(n_layers + 1, x, 0); }, "forward from layer");
+  test::expect_error([&] { reference.forward_chunk_from(0, std::span(x).first(dim - 1), 0); }, "not whole positions");
+  reference.reset();
+  test::expect_error([&] { reference.forward_chunk_from(1, x, 3); }, "forward at position 3");
+}
+
+// The measured sensitivities equal a whole measure_perplexity run of each single-layer cache against f16 (the slow
+// path, every layer of every cache run), so kvq calibrate chooses what that path would.
+TEST(Calibrate, SensitivitiesEqualWholePerplexityRuns) {
+  KVQ_FRESH_SEED();
+  const SyntheticLlama m(seed);
+  const test::ByteTokenizer tok;
+  Rng rng(seed + 1);
+  const std::vector<int> tokens = test::random_tokens(rng, 200);
+  PerplexityOptions o;
+  o.window = 96, o.chunk = 40, o.score_from = 10, o.threads = 2;
+  const std::vector<std::string> codecs{"f16", "int4", "turbo_mse:2"};
+  const LayerSensitivity s = measure_layer_sensitivity(m.model(), tok, tokens, codecs, o, KVCacheSpec{});
+  o.reference = KVCacheSpec{"f16", "f16"};
+  for (int l = 0; l < SyntheticLlama::kLayers; ++l) {
+    o.caches.clear();
+    for (size_t c = 1; c < codecs.size(); ++c)
+      for (int role = 0; role < 2; ++role) {
+        KVCacheSpec spec;
+        spec.layer_codecs.assign(SyntheticLlama::kLayers, LayerCodecs{"f16", "f16"});
+        (role == 0 ? spec.layer_codecs[l].key : spec.layer_codecs[l].value) = codecs[c];
+        o.caches.push_back(spec);
+      }
+    const PerplexityResult r = measure_perplexity(m.model(), tok, tokens, o);
+    EXPECT_EQ(s.tokens, r.tokens);
+    for (size_t c = 1, i = 0; c < codecs.size(); ++c)
+      for (size_t role = 0; role < 2; ++role, ++i)
+        EXPECT_EQ(s.kld[l][role][c], r.caches[i].kld) << "layer " << l << " role " << role << " " << codecs[c];
+  }
+}
+
+// With an anchor, the anchor's figures are the measured ones and the others are predictions from local errors.
+TEST(Calibrate, AnchorFiguresAreMeasuredOthersPredicted) {
+  KVQ_FRESH_SEED();
+  const SyntheticLlama m(seed);
+  const test::ByteTokenizer tok;
+  Rng rng(seed + 1);
+  const std::vector<int> tokens = test::random_tokens(rng, 100);
+  PerplexityOptions o;
+  o.window = 100, o.threads = 2;
+  const std::vector<std::string> codecs{"f16", "int4", "turbo_mse:2"};
+  const LayerSensitivity measured = measure_layer_sensitivity(m.model(), tok, tokens, codecs, o, KVCacheSpec{});
+  const LayerSensitivity scaled =
+      measure_layer_sensitivity(m.model(), tok, tokens, codecs, o, KVCacheSpec{}, "turbo_mse:2");
+  for (size_t l = 0; l < scaled.kld.size(); ++l)
+    for (size_t role = 0; role < 2; ++role) {
+      EXPECT_EQ(scaled.kld[l][role][0], 0.0);
+      EXPECT_GT(scaled.kld[l][role][1], 0.0);
+      EXPECT_LT(scaled.kld[l][role][1], scaled.kld[l][role][2]);  // int4's local error is the smaller
+      EXPECT_EQ(scaled.kld[l][role][2], measured.kld[l][role][2]);
+    }
+  test::expect_error([&] { measure_layer_sensitivity(m.model(), tok, tokens, codecs, o, KVCacheSpec{}, "f16"); },
+                     "anchor codec f16");
+  test::expect_error([&] { measure_layer_sensitivity(m.model(), tok, tokens, codecs, o, KVCacheSpec{}, "int8"); },
+                     "anchor codec int8");
+}
+
 TEST(Calibrate, ChoosesWithinTheBudgetAndPredictsTheSum) {
   KVQ_FRESH_SEED();
   const SyntheticLlama m(seed);
@@ -136,6 +234,8 @@ Calibration example(const LlamaModel& model) {
   Calibration c;
   c.model = model_identity(model);
   c.budget_bits = 3.5;
+  c.block_tokens = 128;
+  c.calibration_tokens = 2048;
   c.predicted_kld = 0.0125;
   c.layers = {LayerCodecs{"int8", "turbo_mse:2"}, LayerCodecs{"kivi:4", "int4"}};
   return c;
@@ -152,8 +252,30 @@ TEST(CalibrationFile, RoundTrip) {
   EXPECT_EQ(back.model.channel_layout, "rope_adjacent_pairs");
   EXPECT_EQ(back.layers, c.layers);
   EXPECT_EQ(back.budget_bits, c.budget_bits);
+  EXPECT_EQ(back.block_tokens, c.block_tokens);
+  EXPECT_EQ(back.calibration_tokens, c.calibration_tokens);
   EXPECT_EQ(back.predicted_kld, c.predicted_kld);
   check_calibration_model(back, m.model());
+}
+
+// Version 1 files (before block_tokens and calibration_tokens) are read with the T they were written for.
+TEST(CalibrationFile, ReadsVersion1) {
+  const SyntheticLlama m(1);
+  const test::TempFile file("calibration_version1.txt");
+  const Calibration c = example(m.model());  // T 128, 2048 tokens
+  save_calibration(c, file.path());
+  std::string body = read_all(file.path());
+  body = body.substr(0, body.rfind("crc32c "));
+  body.replace(0, body.find('\n'), "kvq-calibration 1");
+  for (const char* line : {"block_tokens 128\n", "calibration_tokens 2048\n"})
+    body.erase(body.find(line), std::strlen(line));
+  char crc[16];
+  std::snprintf(crc, sizeof(crc), "%08x", crc32c(body.data(), body.size()));
+  write_all(file.path(), body + "crc32c " + crc + "\n");
+  const Calibration back = load_calibration(file.path());
+  EXPECT_EQ(back.block_tokens, 64);
+  EXPECT_EQ(back.calibration_tokens, 0u);
+  EXPECT_EQ(back.layers, c.layers);
 }
 
 TEST(CalibrationFile, RefusesDamageAndOtherModels) {
@@ -181,11 +303,11 @@ TEST(CalibrationFile, RefusesDamageAndOtherModels) {
 
   // A later version with a valid checksum.
   std::string body = good.substr(0, good.rfind("crc32c "));
-  body.replace(body.find(" 1\n"), 3, " 2\n");
+  body.replace(0, body.find('\n'), "kvq-calibration 3");
   char crc[16];
   std::snprintf(crc, sizeof(crc), "%08x", crc32c(body.data(), body.size()));
   write_all(file.path(), body + "crc32c " + crc + "\n");
-  test::expect_error([&] { load_calibration(file.path()); }, "format version 2");
+  test::expect_error([&] { load_calibration(file.path()); }, "format version 3; this kvq reads versions 1 to 2");
 
   // An unknown codec with a valid checksum.
   body = good.substr(0, good.rfind("crc32c "));

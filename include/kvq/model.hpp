@@ -225,6 +225,22 @@ class LlamaRunner {
   /// every position, [n][vocab_size], or with all_logits = false those of the last one only, [vocab_size]; valid
   /// until the next call. A chunk of one token is forward(token, pos).
   std::span<const float> forward_chunk(std::span<const int> tokens, int pos, bool all_logits = true);
+  /// forward_chunk that also writes the residual stream of the chunk's positions as it enters each layer and as it
+  /// leaves the last one (before the final norm) to `residuals`: [n_layers + 1][n][dim], the input of
+  /// forward_chunk_from.
+  std::span<const float> forward_chunk_residuals(std::span<const int> tokens, int pos, std::span<float> residuals,
+                                                 bool all_logits = true);
+  /// Runs positions pos .. pos + n - 1 from `layer` on: x is their residual stream entering that layer, [n][dim]
+  /// (forward_chunk_residuals' rows for `layer`); layer n_layers runs only the final norm and the classifier. The
+  /// layers before `layer` are not run and their caches stay empty, so the logits are those of forward_chunk
+  /// wherever those layers would have produced x (kvq calibrate: a cache that differs from the reference only from
+  /// `layer` on starts from the reference's residual stream). Positions are counted in `layer`'s cache.
+  std::span<const float> forward_chunk_from(int layer, std::span<const float> x, int pos, bool all_logits = true);
+  /// Runs only `layer` (< n_layers) on x, the residual stream entering it, [n][dim], as forward_chunk_from does;
+  /// returns the stream leaving it, [n][dim], valid until the next call.
+  std::span<const float> forward_layer(int layer, std::span<const float> x, int pos);
+  /// Floats of forward_chunk_residuals' buffer for n positions.
+  size_t residual_floats(int n) const;
   /// Forgets the context: the next forward is at position 0.
   void reset();
   /// Positions run so far.
@@ -264,6 +280,12 @@ class LlamaRunner {
   void multiply(std::initializer_list<Product> products, const float* x, int n);
   /// multiply where every weight format has an integer kernel: x quantized to 8 bits per block of 32 once.
   void multiply_q8(std::initializer_list<Product> products, const float* x, int n);
+  /// Checks a residual stream entering `layer` at `pos` and copies it into x_; returns its positions.
+  int load_residual(int layer, std::span<const float> x, int pos);
+  /// kvq::Error unless positions pos .. pos + n - 1 come next in `layer`'s cache and fit in the context.
+  void check_chunk(int layer, int pos, int n) const;
+  /// Layers first_layer.. on the residual stream in x_, then the final norm and the classifier (untimed).
+  std::span<const float> run_layers(int first_layer, int pos, int n, std::span<float> residuals, bool all_logits);
   void attention_block(const LlamaLayerWeights& w, int layer, int pos, int n);
   void ffn_block(const LlamaLayerWeights& w, int layer, int n);
   void reserve_chunk(int n);

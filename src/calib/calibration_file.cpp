@@ -14,7 +14,8 @@ namespace kvq {
 namespace {
 
 constexpr std::string_view kMagic = "kvq-calibration";
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;
+constexpr int kFirstVersion = 1;  // without block_tokens and calibration_tokens
 constexpr size_t kMaxFileBytes = 1 << 20;
 constexpr int kMaxLayers = 4096;
 
@@ -91,6 +92,8 @@ void save_calibration(const Calibration& c, const std::filesystem::path& path) {
     << "model_crc32c " << hex32(c.model.model_crc32c) << '\n'
     << "channel_layout " << c.model.channel_layout << '\n'
     << "budget_bits " << c.budget_bits << '\n'
+    << "block_tokens " << c.block_tokens << '\n'
+    << "calibration_tokens " << c.calibration_tokens << '\n'
     << "predicted_kld " << c.predicted_kld << '\n';
   for (size_t l = 0; l < c.layers.size(); ++l)
     s << "layer " << l << ' ' << c.layers[l].key << ' ' << c.layers[l].value << '\n';
@@ -126,8 +129,8 @@ Calibration load_calibration(const std::filesystem::path& path) {
 
   FieldReader r(body, path);
   const int version = r.value<int>(kMagic);
-  KVQ_CHECK(version == kVersion, "calibration file ", path, " has format version ", version, "; this kvq reads ",
-            kVersion);
+  KVQ_CHECK(version >= kFirstVersion && version <= kVersion, "calibration file ", path, " has format version ",
+            version, "; this kvq reads versions ", kFirstVersion, " to ", kVersion);
   Calibration c;
   c.model.architecture = r.value<std::string>("architecture");
   c.model.n_layers = r.count("layers", kMaxLayers);
@@ -137,6 +140,10 @@ Calibration load_calibration(const std::filesystem::path& path) {
   c.model.model_crc32c = parse_hex32(r.next("model_crc32c"), r.where());
   c.model.channel_layout = r.value<std::string>("channel_layout");
   c.budget_bits = r.value<double>("budget_bits");
+  if (version >= 2) {
+    c.block_tokens = r.count("block_tokens", 1 << 16);
+    c.calibration_tokens = r.value<size_t>("calibration_tokens");
+  }
   c.predicted_kld = r.value<double>("predicted_kld");
   for (int l = 0; l < c.model.n_layers; ++l) {
     std::istringstream fields = r.next("layer");

@@ -351,15 +351,20 @@ void LlamaRunner::ffn_block(const LlamaLayerWeights& w, int layer, int n) {
 std::span<const float> LlamaRunner::forward(int token, int pos) { return forward_chunk({&token, 1}, pos); }
 
 std::span<const float> LlamaRunner::forward_chunk(std::span<const int> tokens, int pos, bool all_logits) {
+  return forward_chunk_residuals(tokens, pos, {}, all_logits);
+}
+
+std::span<const float> LlamaRunner::forward_chunk_residuals(std::span<const int> tokens, int pos,
+                                                            std::span<float> residuals, bool all_logits) {
   const LlamaConfig& c = model_.config();
   const LlamaWeights& w = model_.weights();
   const int n = static_cast<int>(tokens.size());
   KVQ_CHECK(n > 0, "forward of an empty chunk");
   for (int token : tokens)
     KVQ_CHECK(token >= 0 && token < c.vocab_size, "token ", token, " is outside the vocabulary of ", c.vocab_size);
-  KVQ_CHECK(pos == position(), "forward at position ", pos, " but ", position(), " positions have been run");
-  KVQ_CHECK(n <= context_ - pos, "positions ", pos, "..", pos + n - 1, " go beyond the runner's context of ",
-            context_);
+  check_chunk(0, pos, n);
+  KVQ_CHECK(residuals.empty() || residuals.size() == residual_floats(n), "a residual buffer of ", residuals.size(),
+            " floats for ", n, " positions (need ", residual_floats(n), ")");
   const Clock::time_point start = Clock::now();
   reserve_chunk(n);
   for (int i = 0; i < n; ++i)
@@ -370,17 +375,75 @@ std::span<const float> LlamaRunner::forward_chunk(std::span<const int> tokens, i
   for (int i = 0; i < n; ++i)
     check_finite(&x_[static_cast<size_t>(i) * c.dim], static_cast<size_t>(c.dim), "the token embedding of token ",
                  tokens[i]);
-  for (int l = 0; l < c.n_layers; ++l) {
+  const std::span<const float> logits = run_layers(0, pos, n, residuals, all_logits);
+  add_since(stage_times_.total, start);
+  return logits;
+}
+
+std::span<const float> LlamaRunner::forward_chunk_from(int layer, std::span<const float> x, int pos,
+                                                       bool all_logits) {
+  const int n = load_residual(layer, x, pos);
+  const Clock::time_point start = Clock::now();
+  const std::span<const float> logits = run_layers(layer, pos, n, {}, all_logits);
+  add_since(stage_times_.total, start);
+  return logits;
+}
+
+std::span<const float> LlamaRunner::forward_layer(int layer, std::span<const float> x, int pos) {
+  const LlamaConfig& c = model_.config();
+  KVQ_CHECK(layer < c.n_layers, "forward through layer ", layer, " of a model of ", c.n_layers);
+  const int n = load_residual(layer, x, pos);
+  const Clock::time_point start = Clock::now();
+  attention_block(model_.weights().layers[layer], layer, pos, n);
+  ffn_block(model_.weights().layers[layer], layer, n);
+  add_since(stage_times_.total, start);
+  return {x_.data(), x.size()};
+}
+
+int LlamaRunner::load_residual(int layer, std::span<const float> x, int pos) {
+  const LlamaConfig& c = model_.config();
+  KVQ_CHECK(layer >= 0 && layer <= c.n_layers, "forward from layer ", layer, " of a model of ", c.n_layers);
+  KVQ_CHECK(!x.empty() && x.size() % static_cast<size_t>(c.dim) == 0, "a residual stream of ", x.size(),
+            " floats is not whole positions of ", c.dim);
+  const int n = static_cast<int>(x.size() / static_cast<size_t>(c.dim));
+  check_chunk(layer, pos, n);
+  reserve_chunk(n);
+  std::copy(x.begin(), x.end(), x_.begin());
+  return n;
+}
+
+void LlamaRunner::check_chunk(int layer, int pos, int n) const {
+  // The first layer run counts the positions; from past the last layer nothing is stored, so any position goes.
+  if (layer < model_.config().n_layers)
+    KVQ_CHECK(pos == kv_->length(layer), "forward at position ", pos, " but ", kv_->length(layer),
+              " positions have been run");
+  KVQ_CHECK(pos >= 0 && n <= context_ - pos, "positions ", pos, "..", pos + n - 1,
+            " go beyond the runner's context of ", context_);
+}
+
+size_t LlamaRunner::residual_floats(int n) const {
+  const LlamaConfig& c = model_.config();
+  return static_cast<size_t>(c.n_layers + 1) * static_cast<size_t>(n) * static_cast<size_t>(c.dim);
+}
+
+std::span<const float> LlamaRunner::run_layers(int first_layer, int pos, int n, std::span<float> residuals,
+                                               bool all_logits) {
+  const LlamaConfig& c = model_.config();
+  const LlamaWeights& w = model_.weights();
+  const size_t floats = static_cast<size_t>(n) * c.dim;
+  for (int l = first_layer; l < c.n_layers; ++l) {
+    if (!residuals.empty()) std::copy_n(x_.begin(), floats, residuals.begin() + static_cast<ptrdiff_t>(l * floats));
     attention_block(w.layers[l], l, pos, n);
     ffn_block(w.layers[l], l, n);
   }
+  if (!residuals.empty())
+    std::copy_n(x_.begin(), floats, residuals.begin() + static_cast<ptrdiff_t>(c.n_layers * floats));
   const int first = all_logits ? 0 : n - 1, rows = n - first;
   float* x = &x_[static_cast<size_t>(first) * c.dim];
   for (int i = 0; i < rows; ++i)
     rmsnorm(x + static_cast<size_t>(i) * c.dim, x + static_cast<size_t>(i) * c.dim, w.final_norm, c.dim, c.norm_eps);
   project({{&w.classifier, logits_.data()}}, x, rows);
   check_finite(logits_.data(), static_cast<size_t>(rows) * c.vocab_size, "the classifier");
-  add_since(stage_times_.total, start);
   return {logits_.data(), static_cast<size_t>(rows) * c.vocab_size};
 }
 

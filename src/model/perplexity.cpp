@@ -12,24 +12,6 @@
 namespace kvq {
 namespace {
 
-// log sum_v exp(logits[v]), in double.
-double log_sum_exp(std::span<const float> logits) {
-  const double max_logit = *std::max_element(logits.begin(), logits.end());
-  double sum = 0;
-  for (float l : logits) sum += std::exp(l - max_logit);
-  return std::log(sum) + max_logit;
-}
-
-// KL(p || q) of the softmax distributions of logits p and q, given their log-sum-exps.
-double kl_divergence(std::span<const float> p, double lse_p, std::span<const float> q, double lse_q) {
-  double kl = 0;
-  for (size_t v = 0; v < p.size(); ++v) {
-    const double log_p = p[v] - lse_p;
-    kl += std::exp(log_p) * (log_p - (q[v] - lse_q));
-  }
-  return std::max(kl, 0.0);  // rounding can leave a tiny negative sum for identical distributions
-}
-
 // A runner with its running sums.
 struct Measured {
   CacheQuality q;
@@ -102,20 +84,13 @@ PerplexityResult measure_perplexity(const LlamaModel& model, const Tokenizer& to
   }
   Measured* reference = options.reference ? &runs.front() : nullptr;
 
-  const size_t window = static_cast<size_t>(options.window);
   const size_t from = static_cast<size_t>(options.score_from);
-  const size_t n_windows = (tokens.size() + window - 1) / window;
   size_t scored = 0;
-  std::vector<int> inputs, targets;
-  for (size_t w = 0; w < n_windows; ++w) {
-    const std::span<const int> part = tokens.subspan(w * window, std::min(window, tokens.size() - w * window));
-    // inputs[j] is run at position j and predicts targets[j].
-    inputs.assign(part.begin(), part.end() - 1);
-    targets.assign(part.begin() + 1, part.end());
-    if (bos) {
-      inputs.insert(inputs.begin(), tokenizer.bos());
-      targets.insert(targets.begin(), part[0]);
-    }
+  ReferenceDistribution ref_row;
+  const std::vector<PerplexityWindow> windows = perplexity_windows(tokenizer, tokens, options.window);
+  for (size_t w = 0; w < windows.size(); ++w) {
+    const std::vector<int>& inputs = windows[w].inputs;
+    const std::vector<int>& targets = windows[w].targets;
     for (Measured& m : runs) m.runner->reset();
     for (size_t first = 0; first < inputs.size(); first += static_cast<size_t>(options.chunk)) {
       const size_t n = std::min(inputs.size() - first, static_cast<size_t>(options.chunk));
@@ -124,15 +99,14 @@ PerplexityResult measure_perplexity(const LlamaModel& model, const Tokenizer& to
       for (size_t j = first < from ? from - first : 0; j < n; ++j) {
         const auto at = [&](const Measured& m) { return m.logits.subspan(j * vocab, static_cast<size_t>(vocab)); };
         const int target = targets[first + j];
-        double lse_ref = 0;
         int top_ref = 0;
-        if (reference) lse_ref = log_sum_exp(at(*reference)), top_ref = argmax(at(*reference));
+        if (reference) ref_row.assign(at(*reference)), top_ref = argmax(at(*reference));
         for (Measured& m : runs) {
           const std::span<const float> logits = at(m);
-          const double lse = &m == reference ? lse_ref : log_sum_exp(logits);
+          const double lse = &m == reference ? ref_row.log_sum_exp() : log_sum_exp(logits);
           m.nll += lse - logits[target];
           if (reference && &m != reference) {
-            m.kld += kl_divergence(at(*reference), lse_ref, logits, lse);
+            m.kld += ref_row.kl_divergence(logits, lse);
             m.agree += argmax(logits) == top_ref ? 1 : 0;
           } else {
             ++m.agree;
@@ -143,7 +117,7 @@ PerplexityResult measure_perplexity(const LlamaModel& model, const Tokenizer& to
     }
     if (w == 0)
       for (Measured& m : runs) m.q.cache_bytes = m.runner->cache_bytes();
-    if (options.progress) options.progress(w + 1, n_windows);
+    if (options.progress) options.progress(w + 1, windows.size());
   }
   KVQ_CHECK(scored > 0, "no token was scored (windows of one token without BOS, or scoring from past every window's last position)");
 
@@ -164,6 +138,47 @@ PerplexityResult measure_perplexity(const LlamaModel& model, const Tokenizer& to
   r.mean_nll = r.caches.front().mean_nll;
   r.ppl = r.caches.front().ppl;
   return r;
+}
+
+double log_sum_exp(std::span<const float> logits) {
+  const double max_logit = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float l : logits) sum += std::exp(l - max_logit);
+  return std::log(sum) + max_logit;
+}
+
+void ReferenceDistribution::assign(std::span<const float> logits) {
+  lse_ = kvq::log_sum_exp(logits);
+  log_p_.resize(logits.size());
+  p_.resize(logits.size());
+  for (size_t v = 0; v < logits.size(); ++v) {
+    log_p_[v] = logits[v] - lse_;
+    p_[v] = std::exp(log_p_[v]);
+  }
+}
+
+double ReferenceDistribution::kl_divergence(std::span<const float> q, double lse_q) const {
+  double kl = 0;
+  for (size_t v = 0; v < p_.size(); ++v) kl += p_[v] * (log_p_[v] - (q[v] - lse_q));
+  return std::max(kl, 0.0);  // rounding can leave a tiny negative sum for identical distributions
+}
+
+std::vector<PerplexityWindow> perplexity_windows(const Tokenizer& tokenizer, std::span<const int> tokens,
+                                                 int window) {
+  KVQ_CHECK(window >= 1, "perplexity window ", window);
+  const size_t size = static_cast<size_t>(window);
+  std::vector<PerplexityWindow> windows;
+  for (size_t first = 0; first < tokens.size(); first += size) {
+    const std::span<const int> part = tokens.subspan(first, std::min(size, tokens.size() - first));
+    PerplexityWindow& w = windows.emplace_back();
+    w.inputs.assign(part.begin(), part.end() - 1);
+    w.targets.assign(part.begin() + 1, part.end());
+    if (tokenizer.add_bos()) {
+      w.inputs.insert(w.inputs.begin(), tokenizer.bos());
+      w.targets.insert(w.targets.begin(), part[0]);
+    }
+  }
+  return windows;
 }
 
 std::vector<int> tokenize_prefix(const Tokenizer& tokenizer, std::string_view text, size_t max_tokens,

@@ -64,6 +64,10 @@ expect_model_error("head dimension 8" calibrate ${stories} --budget-bits 4 --tok
                    --out ${CMAKE_CURRENT_BINARY_DIR}/stories.calib)
 expect_model_error("int3" calibrate ${stories} --budget-bits 4 --tokens 64 --codecs f16,int3
                    --out ${CMAKE_CURRENT_BINARY_DIR}/stories.calib)
+expect_model_error("anchor codec int8 must be one of the candidates" calibrate ${stories} --budget-bits 4
+                   --tokens 64 --codecs f16,int4 --anchor int8 --out ${CMAKE_CURRENT_BINARY_DIR}/stories.calib)
+expect_model_error("must hold '{}'" calibrate ${stories} --budget-bits 3,4 --tokens 64
+                   --out ${CMAKE_CURRENT_BINARY_DIR}/stories.calib)
 file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/damaged.calib "kvq-calibration 1\narchitecture llama\n")
 expect_model_error("truncated" ppl ${stories} --max-tokens 64 --calib ${CMAKE_CURRENT_BINARY_DIR}/damaged.calib)
 expect_model_error("not a regular file" ppl ${stories} --max-tokens 64 --calib ${CMAKE_CURRENT_BINARY_DIR}/absent.calib)

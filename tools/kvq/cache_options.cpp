@@ -1,5 +1,7 @@
 #include "cache_options.hpp"
 
+#include <cstdio>
+
 #include "kvq/codec.hpp"
 #include "kvq/detail/calibration.hpp"
 #include "kvq/detail/mapped_file.hpp"
@@ -80,6 +82,10 @@ std::string codec_refusal(const LlamaConfig& config) {
 KVCacheSpec calibrated_cache(const std::string& path, const LlamaModel& model, const KVCacheSpec& like) {
   const Calibration calibration = load_calibration(path);
   check_calibration_model(calibration, model);
+  if (calibration.block_tokens != like.block_tokens)
+    std::fprintf(stderr, "kvq: %s chose its codecs for pages of %d tokens, this cache has %d: its bits per element "
+                 "differ from the budget of %g\n", path.c_str(), calibration.block_tokens, like.block_tokens,
+                 calibration.budget_bits);
   KVCacheSpec spec = like;
   spec.key_codec = spec.value_codec = "";
   spec.layers.clear();

@@ -1,9 +1,10 @@
-// kvq calibrate --model M [--tokenizer F] --text FILE --budget-bits B [--tokens N] [--ctx N] [--codecs LIST]
+// kvq calibrate --model M [--tokenizer F] --text FILE --budget-bits B[,B...] [--tokens N] [--ctx N] [--codecs LIST]
 //               [--threads K] --out FILE
 // Measures, on the text's last N tokens, the KL divergence against f16 of each candidate codec in each layer for
 // keys and for values alone, chooses per layer the key and value codecs of least predicted total KL divergence
 // within B stored bits per element, writes them to a calibration file (kvq ppl / generate --calib), then runs the
-// chosen cache on the same tokens to compare the measured KL divergence with the prediction.
+// chosen cache on the same tokens to compare the measured KL divergence with the prediction. The measurement does
+// not depend on B: several budgets share it, each written to FILE with "{}" replaced by the budget.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -21,10 +22,11 @@ namespace {
 
 struct CalibrateOptions {
   std::string model, tokenizer, text, out;
-  double budget_bits = 0;
+  std::vector<double> budget_bits;
   size_t tokens = 512;
   int ctx = 512;
   int threads = 0;
+  std::string anchor;  // empty: every figure measured
   // The codecs with fused attention kernels on both the CPU and the GPU, from 16 bits down to 2.
   std::vector<std::string> codecs{"f16", "int8", "int4", "kivi:4", "turbo_mse:4", "turbo_mse:3", "kivi:2",
                                   "turbo_mse:2"};
@@ -34,7 +36,45 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// --out, with "{}" replaced by the budget where several budgets are asked for.
+std::string output_path(const std::string& out, double budget, size_t budgets) {
+  const size_t at = out.find("{}");
+  if (budgets == 1 && at == std::string::npos) return out;
+  char b[32];
+  std::snprintf(b, sizeof(b), "%g", budget);
+  return std::string(out).replace(at, 2, b);
+}
+
+void print_sensitivity(const LayerSensitivity& s, const std::string& anchor) {
+  std::printf("KL divergence against f16 with one layer's keys (k) or values (v) in each codec%s\nlayer",
+              anchor.empty() ? "" : (", predicted from " + anchor + "'s by local error").c_str());
+  for (const std::string& c : s.codecs) std::printf(" %12s", c.c_str());
+  std::printf("\n");
+  for (size_t l = 0; l < s.kld.size(); ++l)
+    for (int role = 0; role < 2; ++role) {
+      std::printf("%4zu%c", l, role == 0 ? 'k' : 'v');
+      for (double kld : s.kld[l][static_cast<size_t>(role)]) std::printf(" %12.6f", kld);
+      std::printf("\n");
+    }
+}
+
+void print_choice(const LayerSensitivity& s, const CodecChoice& choice, double budget) {
+  std::printf("layer  key codec     KLD key    value codec   KLD value\n");
+  for (size_t l = 0; l < choice.layers.size(); ++l) {
+    const auto kld = [&](int role, const std::string& codec) {
+      const auto& v = s.kld[l][static_cast<size_t>(role)];
+      return v[static_cast<size_t>(std::find(s.codecs.begin(), s.codecs.end(), codec) - s.codecs.begin())];
+    };
+    std::printf("%5zu  %-12s  %.6f   %-12s  %.6f\n", l, choice.layers[l].key.c_str(), kld(0, choice.layers[l].key),
+                choice.layers[l].value.c_str(), kld(1, choice.layers[l].value));
+  }
+  std::printf("budget %.3f bits, chosen %.4f bits per element; predicted KLD %.6f (sum of single-layer KLDs)\n",
+              budget, choice.bits_per_element, choice.predicted_kld);
+}
+
 void run_calibrate(const CalibrateOptions& o) {
+  KVQ_CHECK(o.budget_bits.size() == 1 || o.out.find("{}") != std::string::npos, "--out ", o.out,
+            " must hold '{}' (replaced by each budget) when several budgets are asked for");
   const auto start = std::chrono::steady_clock::now();
   for (const std::string& c : o.codecs) make_codec(c, CodecParams{});  // an unknown codec fails before any work
   const LlamaModel model = LlamaModel::load(o.model);
@@ -46,44 +86,53 @@ void run_calibrate(const CalibrateOptions& o) {
   PerplexityOptions options;
   options.window = std::min(o.ctx, static_cast<int>(tokens.size()));
   options.threads = o.threads;
+  // fp32 activations into the products: with 8-bit ones, any change in a layer flips some activation roundings
+  // downstream, a KLD floor (~0.0013 on SmolLM2 at ctx 128, turbo_mse:3 keys in one layer: 0.0001-0.001 with fp32)
+  // that every single-layer figure carries and the sum over 60 of them multiplies.
+  options.product_input = ProductInput::f32;
   std::fprintf(stderr, "kvq calibrate: %zu tokens in windows of %d, %d layers x 2 roles x %zu codecs\n",
                tokens.size(), options.window, c.n_layers, o.codecs.size());
   const LayerSensitivity s = measure_layer_sensitivity(
-      model, *tokenizer, tokens, o.codecs, options, cache, [&](int done, int layers) {
-        std::fprintf(stderr, "kvq calibrate: layer %d/%d measured, %.0f s\n", done, layers, seconds_since(start));
+      model, *tokenizer, tokens, o.codecs, options, cache, o.anchor, [&](int done, int layers) {
+        if (done == 0)
+          std::fprintf(stderr, "kvq calibrate: f16 reference run, %.0f s\n", seconds_since(start));
+        else
+          std::fprintf(stderr, "kvq calibrate: layer %d/%d measured, %.0f s\n", done, layers, seconds_since(start));
       });
-  const CodecChoice choice = choose_layer_codecs(s, o.budget_bits, c.head_dim(), cache.block_tokens);
-
-  Calibration calibration;
-  calibration.model = model_identity(model);
-  calibration.budget_bits = o.budget_bits;
-  calibration.predicted_kld = choice.predicted_kld;
-  calibration.layers = choice.layers;
-  save_calibration(calibration, o.out);
-
-  std::printf("layer  key codec     KLD key    value codec   KLD value\n");
-  for (size_t l = 0; l < choice.layers.size(); ++l) {
-    const auto kld = [&](int role, const std::string& codec) {
-      const auto& v = s.kld[l][static_cast<size_t>(role)];
-      return v[static_cast<size_t>(std::find(s.codecs.begin(), s.codecs.end(), codec) - s.codecs.begin())];
-    };
-    std::printf("%5zu  %-12s  %.6f   %-12s  %.6f\n", l, choice.layers[l].key.c_str(), kld(0, choice.layers[l].key),
-                choice.layers[l].value.c_str(), kld(1, choice.layers[l].value));
+  print_sensitivity(s, o.anchor);
+  std::vector<CodecChoice> choices;
+  for (double budget : o.budget_bits) {
+    const CodecChoice& choice = choices.emplace_back(choose_layer_codecs(s, budget, c.head_dim(), cache.block_tokens));
+    Calibration calibration;
+    calibration.model = model_identity(model);
+    calibration.budget_bits = budget;
+    calibration.block_tokens = cache.block_tokens;
+    calibration.calibration_tokens = s.tokens;
+    calibration.predicted_kld = choice.predicted_kld;
+    calibration.layers = choice.layers;
+    save_calibration(calibration, output_path(o.out, budget, o.budget_bits.size()));
+    print_choice(s, choice, budget);
   }
-  std::printf("budget %.3f bits, chosen %.4f bits per element; predicted KLD %.6f (sum of single-layer KLDs)\n",
-              o.budget_bits, choice.bits_per_element, choice.predicted_kld);
 
-  // The chosen cache on the same tokens: how far the additive prediction is from the measured KL divergence.
-  cache.layer_codecs = choice.layers;
-  options.caches = {cache};
+  // The chosen caches on the same tokens, in one lockstep pass: how far the additive prediction is from the
+  // measured KL divergence.
+  options.caches.clear();
+  for (const CodecChoice& choice : choices) {
+    cache.layer_codecs = choice.layers;
+    options.caches.push_back(cache);
+  }
   options.reference = f16_cache_like(KVCacheSpec{});
+  std::fprintf(stderr, "kvq calibrate: measuring the chosen caches, %.0f s\n", seconds_since(start));
   const PerplexityResult r = measure_perplexity(model, *tokenizer, tokens, options);
-  const CacheQuality& q = r.caches.front();
-  std::printf("measured on the calibration tokens: KLD %.6f (predicted/measured %.3f), ppl %.4f vs f16 %.4f "
-              "(%+.3f%%), top-1 %.4f\n",
-              q.kld, q.kld > 0 ? choice.predicted_kld / q.kld : 0.0, q.ppl, r.reference->ppl,
-              100.0 * (q.ppl - r.reference->ppl) / r.reference->ppl, q.top1_agree);
-  std::printf("wrote %s in %.1f s\n", o.out.c_str(), seconds_since(start));
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const CacheQuality& q = r.caches[i];
+    std::printf("budget %.3f measured on the calibration tokens: KLD %.6f (predicted/measured %.3f), ppl %.4f vs "
+                "f16 %.4f (%+.3f%%), top-1 %.4f; wrote %s\n",
+                o.budget_bits[i], q.kld, q.kld > 0 ? choices[i].predicted_kld / q.kld : 0.0, q.ppl,
+                r.reference->ppl, 100.0 * (q.ppl - r.reference->ppl) / r.reference->ppl, q.top1_agree,
+                output_path(o.out, o.budget_bits[i], o.budget_bits.size()).c_str());
+  }
+  std::printf("calibrated in %.1f s\n", seconds_since(start));
 }
 
 }  // namespace
@@ -96,16 +145,22 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file (llama2.c tokenizer.bin); default: the GGUF's own");
   cmd->add_option("--text", o->text, "UTF-8 text file; its last --tokens tokens are measured")->required();
   cmd->add_option("--budget-bits", o->budget_bits,
-                  "mean stored bits per key and value element (codec block bytes counted), e.g. 3.5")
-      ->required()->check(CLI::Range(0.5, 64.0));
+                  "mean stored bits per key and value element (codec block bytes counted), e.g. 3.5; several "
+                  "(3,3.5,4) share one measurement")
+      ->required()->delimiter(',')->check(CLI::Range(0.5, 64.0));
   cmd->add_option("--tokens", o->tokens, "calibration tokens, from the text's end")
       ->check(CLI::Range(2, 1 << 20))->capture_default_str();
   cmd->add_option("--ctx", o->ctx, "tokens per window")->check(CLI::Range(2, 1 << 20))->capture_default_str();
   cmd->add_option("--codecs", o->codecs, "candidate codec specs (each layer and role picks one)")
       ->delimiter(',')->capture_default_str();
+  cmd->add_option("--anchor", o->anchor,
+                  "measure only this candidate's KL divergences to the logits and predict the others' from their "
+                  "error at the layer's output (faster; the prediction is reported against the chosen caches' "
+                  "measured KLD); default: measure every candidate");
   cmd->add_option("--threads", o->threads, "threads (0 = all cores)")
       ->check(CLI::Range(0, 1024))->capture_default_str();
-  cmd->add_option("--out", o->out, "the calibration file to write")->required();
+  cmd->add_option("--out", o->out, "the calibration file to write; '{}' in it is replaced by the budget")
+      ->required();
   cmd->callback([o] { run_calibrate(*o); });
 }
 

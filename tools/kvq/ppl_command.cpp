@@ -1,6 +1,6 @@
-// kvq ppl --model M [--tokenizer F] --text FILE --ctx N --max-tokens N [--k SPEC --v SPEC ...] [--calib FILE]
+// kvq ppl --model M [--tokenizer F] --text FILE --ctx N --max-tokens N [--k SPEC --v SPEC ...] [--calib FILE ...]
 //         [--residual R] [--skip-tokens N] [--score-from N] [--chunk N] [--calib-tokens N] [--threads K]
-//         [--f32-products] [--json]
+//         [--f32-products] [--exact] [--json]
 // A compressed cache runs in lockstep with the f16/f16 cache on the same windows and chunks, which gives the
 // perplexity change, the KL divergence and the top-1 agreement of the codecs. Several --k/--v pairs run together
 // against one f16 pass (one line or JSON object each).
@@ -11,6 +11,8 @@
 
 #include "cache_options.hpp"
 #include "commands.hpp"
+#include "exact_attention_option.hpp"
+#include "kvq/detail/calibration.hpp"
 #include "kvq/detail/perplexity.hpp"
 #include "kvq/error.hpp"
 
@@ -27,11 +29,18 @@ struct PplOptions {
   size_t calib_tokens = 0;
   int threads = 0;
   CacheListOptions caches;
-  std::string calib;
+  std::vector<std::string> calib;
   bool sweep_layers = false;
   bool f32_products = false;
   bool json = false;
 };
+
+// The --calib file whose per-layer codecs `cache` runs (the first of equal ones).
+std::string calib_file(const PplOptions& o, const KVCacheSpec& cache) {
+  for (const std::string& path : o.calib)
+    if (load_calibration(path).layers == cache.layer_codecs) return path;
+  return "";
+}
 
 void print(const PplOptions& o, const PerplexityResult& r, const CacheQuality& q, size_t calib_tokens,
            double seconds) {
@@ -64,7 +73,7 @@ void print(const PplOptions& o, const PerplexityResult& r, const CacheQuality& q
     if (compressed) j["cache_bytes_f16"] = f16.cache_bytes;
     if (!q.cache.layers.empty()) j["layers"] = q.cache.layers;
     if (!q.cache.layer_codecs.empty()) {
-      j["calib"] = o.calib;
+      j["calib"] = calib_file(o, q.cache);
       for (const LayerCodecs& c : q.cache.layer_codecs) j["layer_codecs"].push_back({c.key, c.value});
     }
     j["tokens_per_second"] = static_cast<double>(r.tokens) / q.seconds;
@@ -101,10 +110,9 @@ void run_ppl(const PplOptions& o) {
   options.threads = o.threads;
   options.product_input = o.f32_products ? ProductInput::f32 : ProductInput::q8;
   options.caches = o.caches.specs();
-  if (!o.calib.empty()) {  // the calibrated cache alone, or after the --k/--v pairs
-    const KVCacheSpec calibrated = calibrated_cache(o.calib, model, o.caches.common);
+  if (!o.calib.empty()) {  // the calibrated caches alone, or after the --k/--v pairs
     if (o.caches.keys.empty()) options.caches.clear();
-    options.caches.push_back(calibrated);
+    for (const std::string& path : o.calib) options.caches.push_back(calibrated_cache(path, model, o.caches.common));
   }
   if (o.sweep_layers) {  // each cache once per layer, compressing that layer only
     std::vector<KVCacheSpec> per_layer;
@@ -154,7 +162,7 @@ void add_ppl_command(CLI::App& app) {
       ->capture_default_str();
   add_cache_list_options(*cmd, o->caches);
   cmd->add_option("--calib", o->calib, "a calibration file (kvq calibrate --out): its per-layer codecs, measured "
-                  "alone or after the --k/--v caches");
+                  "alone or after the --k/--v caches; repeatable");
   cmd->add_flag("--sweep-layers", o->sweep_layers,
                 "measure every cache once per layer, with only that layer compressed (the others f16)");
   cmd->add_option("--threads", o->threads, "threads (0 = all cores)")
@@ -162,6 +170,7 @@ void add_ppl_command(CLI::App& app) {
   cmd->add_flag("--f32-products", o->f32_products,
                 "matrix products on fp32 activations, not 8-bit activation blocks: what an fp32 implementation "
                 "(transformers) computes, for comparisons closer than the 8-bit rounding (about 0.3% of perplexity)");
+  add_exact_attention_option(*cmd);
   cmd->add_flag("--json", o->json, "print one JSON object per cache (one line each)");
   cmd->callback([o] { run_ppl(*o); });
 }

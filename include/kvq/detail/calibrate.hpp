@@ -20,13 +20,24 @@ struct LayerSensitivity {
   size_t tokens = 0;                                     ///< scored tokens behind each figure
 };
 
-/// Runs `tokens` once per (layer, role, codec) with only that layer's keys or values in that codec, in lockstep
-/// with the f16 cache (per layer, every codec and role in one pass). `options` gives the windows, chunks and
-/// threads (its caches and reference are replaced); `cache` the block size, window, seed and key centering. A codec
-/// named "f16" is not run: its KL divergence against the f16 reference is 0. progress(layers done, layers).
+/// Runs `tokens` once per (layer, role, codec) with only that layer's keys or values in that codec, against the
+/// f16 cache, in measure_perplexity's windows and chunks. The f16 cache runs once and keeps its residual stream;
+/// each measured cache runs only from its layer on, starting from that stream (the layers before it are the
+/// reference's), with the same figures as a whole measure_perplexity run of it. `options` gives the windows, chunks,
+/// scored positions, threads and product input (its caches, reference and calibration are not used); `cache` the
+/// block size, window, seed and key centering. A codec named "f16" is not run: its KL divergence against the f16
+/// reference is 0. progress(layers done, layers), first with 0 when the reference has run.
+///
+/// With an `anchor` (one of the candidates), only the anchor's figures are run to the logits; every other
+/// codec's is predicted as the anchor's times the ratio of their local errors: the mean squared distance of the
+/// residual stream leaving layer l (that layer alone run, from the reference's stream) from the reference's, for
+/// the same role. Each layer then costs two passes of the layers after it and one layer's pass per codec and role,
+/// instead of one pass of the layers after it per codec and role. A prediction: check it against the measured
+/// figures (kvq calibrate reports the chosen allocation's measured KL divergence).
 LayerSensitivity measure_layer_sensitivity(const LlamaModel& model, const Tokenizer& tokenizer,
                                            std::span<const int> tokens, const std::vector<std::string>& codecs,
                                            const PerplexityOptions& options, const KVCacheSpec& cache,
+                                           const std::string& anchor = {},
                                            const std::function<void(int, int)>& progress = {});
 
 struct CodecChoice {

@@ -2,14 +2,17 @@
 // and the file that carries it to kvq ppl / generate (--calib FILE).
 //
 // File format, text, one field per line in this order:
-//   kvq-calibration 1
+//   kvq-calibration 2
 //   architecture NAME            GGUF general.architecture, or llama2.c
 //   layers N | heads N | kv_heads N | head_dim N
 //   model_crc32c XXXXXXXX        of the GGUF's header, metadata and tensor infos; of the llama2.c header's fields
 //   channel_layout NAME          rope_adjacent_pairs or rope_halves: the key channels the codecs were measured on
-//   budget_bits B | predicted_kld K
+//   budget_bits B | block_tokens T | calibration_tokens N | predicted_kld K
+//                                T: the page's tokens the budget's block bytes assume; N: the tokens scored
 //   layer L KEY_SPEC VALUE_SPEC  (one per layer, in order)
 //   crc32c XXXXXXXX              CRC-32C of every byte before this line
+// Version 1 (before block_tokens and calibration_tokens) is read with T = 64, the only T it was written for, and
+// N = 0 (unknown); later versions are refused.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +40,8 @@ ModelIdentity model_identity(const LlamaModel& model);
 struct Calibration {
   ModelIdentity model;
   double budget_bits = 0;     ///< the average stored bits per element asked for
+  int block_tokens = 64;      ///< T of the pages whose block bytes the budget counts
+  size_t calibration_tokens = 0;  ///< scored positions behind the measured KL divergences; 0: unknown
   double predicted_kld = 0;   ///< the sum of the chosen codecs' single-layer KL divergences
   std::vector<LayerCodecs> layers;  ///< [n_layers]
 };

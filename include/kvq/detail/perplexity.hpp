@@ -62,6 +62,34 @@ struct PerplexityResult {
 PerplexityResult measure_perplexity(const LlamaModel& model, const Tokenizer& tokenizer, std::span<const int> tokens,
                                     const PerplexityOptions& options);
 
+/// One window of measure_perplexity: inputs[j] runs at position j and predicts targets[j].
+struct PerplexityWindow {
+  std::vector<int> inputs, targets;
+};
+
+/// measure_perplexity's windows of `tokens`: consecutive runs of `window` tokens (the last may be shorter), each
+/// after a BOS where the tokenizer adds one (then all its tokens are targets), else with its first token as
+/// context only.
+std::vector<PerplexityWindow> perplexity_windows(const Tokenizer& tokenizer, std::span<const int> tokens,
+                                                 int window);
+
+/// log sum_v exp(logits[v]), in double.
+double log_sum_exp(std::span<const float> logits);
+
+/// A reference's next-token distribution, its probabilities computed once for the KL divergences of several
+/// caches against it.
+class ReferenceDistribution {
+ public:
+  void assign(std::span<const float> logits);
+  double log_sum_exp() const { return lse_; }
+  /// KL(p_reference || q) for the softmax of logits q, whose log-sum-exp is lse_q.
+  double kl_divergence(std::span<const float> q, double lse_q) const;
+
+ private:
+  double lse_ = 0;
+  std::vector<double> log_p_, p_;
+};
+
 /// The first `max_tokens` tokens of `text` (or all of them), tokenizing only as much of the text as needed.
 /// bytes_used (optional): how many leading bytes of `text` those tokens came from, at most.
 std::vector<int> tokenize_prefix(const Tokenizer& tokenizer, std::string_view text, size_t max_tokens,
