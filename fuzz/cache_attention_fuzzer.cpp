@@ -164,10 +164,11 @@ class Script {
 
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     std::vector<float> want(d);
-    for (size_t s = 0; s < seqs.size(); ++s)
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      const kvq::test::Tokens all = kvq::test::decoded(cache_, seqs[s], 0);
       for (size_t h = 0; h < H; ++h) {
-        const kvq::test::Tokens kv = kvq::test::decoded_head(cache_, seqs[s], 0, static_cast<int>(h));
-        const size_t n = kv.keys.size() / d;
+        const size_t n = all.keys.size() / (H * d);
+        const kvq::test::Tokens kv = kvq::test::original_head(all, c, n, static_cast<int>(h));
         const size_t first = options.window > 0 && options.window < n ? n - options.window : 0;
         for (size_t j = 0; j < G; ++j) {
           const size_t row = (s * H + h) * G + j;
@@ -191,6 +192,7 @@ class Script {
                          "decode attention matches the reference over the decoded cache");
         }
       }
+    }
   }
 
   KVCache& cache_;

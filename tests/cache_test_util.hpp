@@ -62,15 +62,20 @@ inline Tokens original_head(const Tokens& t, const CacheConfig& cfg, size_t n, i
   return out;
 }
 
+/// Every kv head of (sequence, layer) as the cache holds it (KVCache::read): [length][n_kv_heads][d].
+inline Tokens decoded(const KVCache& cache, SeqId seq, int layer) {
+  const CacheConfig& c = cache.config();
+  Tokens all;
+  all.keys.resize(cache.length(seq, layer) * static_cast<size_t>(c.n_kv_heads * c.head_dim));
+  all.values.resize(all.keys.size());
+  cache.read(seq, layer, all.keys.data(), all.values.data());
+  return all;
+}
+
 /// The (sequence, layer, kv head) the cache holds (KVCache::read: pages decoded, the fp32 window, the key offset
 /// added back). keys and values: length x d.
 inline Tokens decoded_head(const KVCache& cache, SeqId seq, int layer, int head) {
-  const size_t n = cache.length(seq, layer);
-  Tokens all;
-  all.keys.resize(n * static_cast<size_t>(cache.config().n_kv_heads * cache.config().head_dim));
-  all.values.resize(all.keys.size());
-  cache.read(seq, layer, all.keys.data(), all.values.data());
-  return original_head(all, cache.config(), n, head);
+  return original_head(decoded(cache, seq, layer), cache.config(), cache.length(seq, layer), head);
 }
 
 }  // namespace kvq::test

@@ -14,6 +14,7 @@
 // Pages are written in block-table order, so a loaded cache holds its pages compacted at the front of its pool.
 // Load checks the header, the size and the CRC before parsing, then validates every count against the bytes left
 // before reading or allocating: a damaged file raises kvq::Error, never a crash.
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
@@ -351,7 +352,7 @@ KVCache KVCache::load(const std::string& path) {
             "' is truncated or damaged: the header announces ", payload, " payload bytes, the file holds ",
             size - kHeaderBytes);
 
-  std::vector<char> chunk(1 << 20);
+  std::vector<char> chunk(std::min<uint64_t>(payload, 1 << 20));  // the CRC pass reads at most 1 MiB at a time
   uint32_t actual = 0;
   for (uint64_t left = payload; left > 0;) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(left, chunk.size()));
