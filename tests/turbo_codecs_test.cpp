@@ -264,6 +264,20 @@ TEST(LloydMax, ResidualCodebookSatisfiesLloydConditionsByDirectIntegration) {
   }
 }
 
+TEST(LloydMax, ResidualCodebooksExistForEveryHeadDimension) {
+  // turbo_rvq:4 at d = 272 and 512 once failed to construct: the residual density's jumps stalled the solver.
+  for (int d = 16; d <= 512; d += 16)
+    for (int b = 1; b <= 4; ++b) {
+      SCOPED_TRACE("d=" + std::to_string(d) + " bits=" + std::to_string(b));
+      const ScalarCodebook& s1 = sphere_lloyd_max(d, b);
+      const ScalarCodebook* s2 = nullptr;
+      ASSERT_NO_THROW(s2 = &sphere_residual_lloyd_max(d, b, b));
+      EXPECT_GT(s2->mse, 0);
+      EXPECT_LT(s2->mse, s1.mse);
+    }
+  EXPECT_NO_THROW(make_codec("turbo_rvq:4", CodecParams{272, 64, 0, Role::key}));
+}
+
 TEST(LloydMax, CachedOncePerDimensionAndThreadSafe) {
   KVQ_FRESH_SEED();
   const int d = 200 + static_cast<int>(seed % 20000);  // most likely a dimension no one solved yet

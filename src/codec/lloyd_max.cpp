@@ -202,7 +202,7 @@ ScalarCodebook solve_symmetric(const SymmetricDensity& g, int bits) {
   LloydState s = evaluate(g, c);
   KVQ_CHECK(std::isfinite(s.error), "lloyd_max: empty cell in the starting codebook (", bits, " bits)");
   const double tolerance = 1e-13 * g.stddev;
-  for (int iter = 0; iter < 10000 && s.error > tolerance; ++iter) {
+  for (int iter = 0; iter < 2000 && s.error > tolerance; ++iter) {
     const std::vector<double> next = newton_step(g, c, s);
     LloydState t = evaluate(g, next);
     if (t.error < s.error) {
@@ -213,17 +213,23 @@ ScalarCodebook solve_symmetric(const SymmetricDensity& g, int bits) {
       s = evaluate(g, c);
     }
   }
-  KVQ_CHECK(s.error <= 1e-10 * g.stddev, "lloyd_max: did not converge (", bits, " bits, residual ", s.error, ")");
-
   ScalarCodebook book;
   book.bits = bits;
   for (size_t i = h; i-- > 0;) book.centroids.push_back(-c[i]);
   book.centroids.insert(book.centroids.end(), c.begin(), c.end());
   for (size_t i = 0; i + 1 < 2 * h; ++i) book.boundaries.push_back((book.centroids[i] + book.centroids[i + 1]) / 2);
+  double excess = 0;  // what the centroids' distances from their cells' means add to the distortion
   for (size_t i = 0; i < h; ++i) {  // twice the positive half's distortion
     const double lo = i == 0 ? 0.0 : (c[i - 1] + c[i]) / 2, hi = i + 1 == h ? g.support : (c[i] + c[i + 1]) / 2;
     book.mse += 2 * g.moments(lo, hi).about(c[i]).m2;
+    excess += 2 * s.mass[i] * (c[i] - s.mean[i]) * (c[i] - s.mean[i]);
   }
+  // A density with jumps (the residual's, cut by the stage-1 cells) may have no exact fixed point: where a cell
+  // boundary sits on a jump the iteration stalls (turbo_rvq:4 at d = 272: centroids 0.5 % of a standard deviation
+  // from their means). Such a codebook is kept when that costs under 1e-3 of its distortion (there: 1.1e-4).
+  KVQ_CHECK(s.error <= 1e-10 * g.stddev || excess <= 1e-3 * book.mse, "lloyd_max: did not converge (", bits,
+            " bits, centroids up to ", s.error / g.stddev, " standard deviations from their cells' means, adding ",
+            excess / book.mse, " of the distortion)");
   return book;
 }
 
