@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "attention/isa.hpp"
@@ -117,6 +118,22 @@ TEST(Q8Activations, CodesSumsAndZeroBlocks) {
         EXPECT_EQ(largest, 127) << "the largest |x| of a block takes the largest code";
       }
     }
+  }
+}
+
+TEST(Q8Activations, BlocksTooSmallToScaleTakeZeroCodes) {
+  // 127 / amax overflows below amax = 127 / FLT_MAX: the codes were an undefined conversion of inf (found by the
+  // checkpoint fuzzer). Such a block, and one of zeros, quantize to zero codes and scale.
+  std::vector<float> x(64, 0.0f);
+  for (int j = 0; j < 32; ++j) x[j] = (j % 2 ? -1.0f : 1.0f) * std::numeric_limits<float>::denorm_min() * (j + 1);
+  detail::Q8Rows q8;
+  ThreadPool pool(1);
+  q8.quantize(x.data(), 1, 64, pool);
+  const detail::Q8Row row = q8.row(0);
+  for (int b = 0; b < 2; ++b) {
+    EXPECT_EQ(row.scales[b], 0.0f);
+    EXPECT_EQ(row.sums[b], 0.0f);
+    for (int j = 0; j < 32; ++j) EXPECT_EQ(row.codes[32 * b + j], 0);
   }
 }
 

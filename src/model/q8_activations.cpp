@@ -28,7 +28,9 @@ void quantize_block(const float* v, int8_t* c, float& scale, float& sum) {
     scale = sum = std::numeric_limits<float>::quiet_NaN();
     return;
   }
-  const float d = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
+  // A block too small for 127 / amax to be finite (amax below 127 / FLT_MAX, about 4e-37) takes zero codes.
+  const float inv = amax > 127.0f / std::numeric_limits<float>::max() ? 127.0f / amax : 0.0f;
+  const float d = inv > 0 ? amax / 127.0f : 0.0f;
   float codes[kQ8Block];
   float total = 0;  // integers below 2^12: exact
   for (int j = 0; j < kQ8Block; ++j) {
