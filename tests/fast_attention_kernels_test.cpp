@@ -142,6 +142,31 @@ TEST(FastAttentionKernels, PrefillErrorIsAtMostATenthOfTheCodecsOwn) {
   }
 }
 
+TEST(FastAttentionKernels, QueriesTooSmallToScaleGiveTheExactOutput) {
+  // Queries below FLT_MIN x the digits' range were quantized through q / 0, an undefined conversion of inf (x86's
+  // conversion gives INT_MIN, whose digits happened to be zero). They take zero digits: their scores are zero to
+  // float precision and the output is the values' mean, as the exact kernel gives it.
+  const Shape shape{128, 64, 0, 2, 4, {300}, true};
+  for (const char* codec : {"int4", "int8"}) {
+    SCOPED_TRACE(codec);
+    const Scenario sc = build(shape, codec, codec, 11);
+    std::vector<float> q = queries(shape, 1, 12);
+    for (float& x : q) x *= 1e-44f;  // subnormal: amax / 127 and amax / 32512 round to 0
+    std::vector<float> exact;
+    {
+      const EnvOverride env("KVQ_ATTENTION", "exact");
+      exact = decode(sc, q, nullptr);
+    }
+    const EnvOverride fast("KVQ_ATTENTION", "fast");
+    for (Isa isa : simd_isas()) {
+      SCOPED_TRACE(detail::isa_name(isa));
+      const EnvOverride env("KVQ_ISA", detail::isa_name(isa));
+      const auto out = decode(sc, q, nullptr);
+      for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], exact[i], 1e-5f * (1 + std::fabs(exact[i])));
+    }
+  }
+}
+
 TEST(FastAttentionKernels, ExactSelectsTheExactKernel) {
   const Shape shape{128, 64, 0, 1, 4, {100}, false};
   const Scenario sc = build(shape, "int4", "int4", 5);

@@ -454,7 +454,10 @@ VnniQueries prepare_vnni_queries(const KernelArgs& a) {
     const float* q = a.q + static_cast<size_t>(i) * d;
     float amax = 0;
     for (int c = 0; c < d; ++c) amax = amax > q[c] ? (amax > -q[c] ? amax : -q[c]) : q[c];
-    const float scale = amax > 0 ? amax / static_cast<float>(kDigitsMax<Digits>) : 1.0f;
+    // Queries too small for a normal scale (below FLT_MIN x kDigitsMax, about 1e-33) take zero digits: q / scale
+    // would overflow to inf, an undefined conversion.
+    constexpr float kMax = static_cast<float>(kDigitsMax<Digits>);
+    const float scale = amax >= std::numeric_limits<float>::min() * kMax ? amax / kMax : 1.0f;
     scales[i] = scale;
     int32_t* corr = corrections + static_cast<size_t>(i) * groups * 2;
     for (int k = 0; k < groups * 2; ++k) corr[k] = 0;
