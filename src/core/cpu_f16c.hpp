@@ -7,9 +7,14 @@
 
 namespace kvq::detail {
 
+// Read once: CPUID traps to the hypervisor in a virtual machine (microseconds), and the attention dispatch asks on
+// every call.
 inline bool cpu_has_f16c() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  }();
+  return has;
 }
 
 }  // namespace kvq::detail
