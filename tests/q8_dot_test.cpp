@@ -10,6 +10,7 @@
 //   sum_b (d_b / 2 + 1e-4 d_b) sum_{j in b} |W_j|, on top of the bound above.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -74,6 +75,45 @@ TEST_P(Q8Dot, EveryIsaMatchesTheDequantizedRowWithinRoundingBounds) {
         dot.rows(row.bytes.data() + 1, xs, q8_blocks, out);
         for (int k = 0; k < detail::kQ8Rows; ++k)
           EXPECT_NEAR(out[k], k == place ? exact : 0.0, bound) << detail::isa_name(isa) << ", row " << k;
+      }
+    }
+  }
+}
+
+TEST_P(Q8Dot, WeightRowsKernelEqualsTheOneRowKernel) {
+  // kQ8WeightRows rows at once give each row's result of `one`: the same sums in the same order, up to the
+  // compiler's choice of fused multiply-adds, so within twice the rounding bound of the test above.
+  KVQ_FRESH_SEED();
+  Rng rng(seed);
+  const GgmlType type = GetParam();
+  ThreadPool pool(1);
+  const int per_block = ggml_traits(type).block_size / detail::kQ8Block;
+  for (int blocks : {1, 3, 18}) {
+    std::vector<test::EncodedRow> rows;
+    for (int k = 0; k < detail::kQ8WeightRows; ++k) rows.push_back(test::encode_row(rng, type, blocks));
+    const size_t row_bytes = rows[0].bytes.size() - 1;  // byte 0 of each pads
+    std::vector<uint8_t> matrix(1 + detail::kQ8WeightRows * row_bytes);  // unaligned rows, one after the other
+    for (int k = 0; k < detail::kQ8WeightRows; ++k)
+      std::copy(rows[k].bytes.begin() + 1, rows[k].bytes.end(), matrix.begin() + 1 + k * row_bytes);
+    std::vector<float> x(rows[0].expected.size());
+    for (auto& v : x) v = static_cast<float>(rng.normal());
+    detail::Q8Rows q8;
+    q8.quantize(x.data(), 1, static_cast<int64_t>(x.size()), pool);
+    const size_t q8_blocks = static_cast<size_t>(blocks) * static_cast<size_t>(per_block);
+    for (Isa isa : detail::kAllIsas) {
+      const detail::Q8Kernels dot = detail::q8_kernels(type, isa);
+      if (!detail::cpu_supports(isa) || !dot.weight_rows) continue;
+      float out[detail::kQ8WeightRows];
+      dot.weight_rows(matrix.data() + 1, row_bytes, q8.row(0), q8_blocks, out);
+      const detail::Q8Row xq = q8.row(0);
+      for (int k = 0; k < detail::kQ8WeightRows; ++k) {
+        float one = 0;
+        dot.one(matrix.data() + 1 + k * row_bytes, &xq, q8_blocks, &one);
+        double mag = 0;
+        for (size_t j = 0; j < x.size(); ++j)
+          mag += rows[k].magnitude[j] * std::abs(static_cast<double>(xq.scales[j / detail::kQ8Block]) * xq.codes[j]);
+        const double bound = (2.0 * static_cast<double>(q8_blocks) + 12) * std::ldexp(1.0, -24) * mag;
+        EXPECT_NEAR(out[k], one, 2 * bound) << detail::isa_name(isa) << ", row " << k << ", " << blocks << " blocks";
       }
     }
   }

@@ -251,8 +251,12 @@ void LlamaRunner::multiply_q8(std::initializer_list<Product> products, const flo
       int64_t first = 0;  // global index of the current product's row 0
       for (const auto& [w, out] : products) {
         const int64_t lo = std::max(begin, first) - first, hi = std::min(end, first + w->rows) - first;
-        const detail::Q8RowDot dot = detail::q8_kernels(w->type, isa_).one;
-        for (int64_t r = lo; r < hi; ++r) dot(reinterpret_cast<const uint8_t*>(w->row(r)), &xq, blocks, out + r);
+        const detail::Q8Kernels dot = detail::q8_kernels(w->type, isa_);
+        int64_t r = lo;
+        if (dot.weight_rows)
+          for (; r + detail::kQ8WeightRows <= hi; r += detail::kQ8WeightRows)
+            dot.weight_rows(reinterpret_cast<const uint8_t*>(w->row(r)), w->row_bytes, xq, blocks, out + r);
+        for (; r < hi; ++r) dot.one(reinterpret_cast<const uint8_t*>(w->row(r)), &xq, blocks, out + r);
         first += w->rows;
       }
     });

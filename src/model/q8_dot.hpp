@@ -29,9 +29,18 @@ constexpr int kQ8Rows = 4;
 /// weight row (its ggml blocks) is read once for all of them.
 using Q8RowDot = void (*)(const uint8_t* row, const Q8Row* x, size_t blocks, float* out);
 
-/// The kernels of one format: for R = 1 and R = kQ8Rows activation rows.
+/// Weight rows a kernel of Q8Kernels::weight_rows takes at once (a decode step: one activation row).
+constexpr int kQ8WeightRows = 4;
+
+/// out[k] = sum_j W_kj x^_j for the kQ8WeightRows rows W_k at row + k * row_bytes: the activation codes are read
+/// once for all of them, and each row's sums are the ones `one` computes, in the same order (equal results).
+using Q8WeightRowsDot = void (*)(const uint8_t* row, size_t row_bytes, const Q8Row& x, size_t blocks, float* out);
+
+/// The kernels of one format: for R = 1 and R = kQ8Rows activation rows, and for kQ8WeightRows weight rows with
+/// one activation row (null where a format has none: `one` row by row).
 struct Q8Kernels {
   Q8RowDot one = nullptr, rows = nullptr;
+  Q8WeightRowsDot weight_rows = nullptr;
   explicit operator bool() const { return one != nullptr; }
 };
 

@@ -13,6 +13,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "model/q8_dot.hpp"
 
@@ -94,6 +95,50 @@ void dot_q4_1(const uint8_t* row, const Q8Row* x, size_t blocks, float* out) {
     }
   }
   finish(acc, offset, 1.0f, out);
+}
+
+// kQ8WeightRows rows of Q4_1 (or Q4_0, kOffset -8 on the activation sums) against one activation row.
+template <class Ops, class Block>
+void dot_q4_weight_rows(const uint8_t* row, size_t row_bytes, const Q8Row& x, size_t blocks, float* out) {
+  constexpr int W = kQ8WeightRows;
+  constexpr bool kHasMin = std::is_same_v<Block, BlockQ4_1>;
+  __m256 acc[W];
+  float offset[W] = {};
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  for (size_t b = 0; b < blocks; ++b) {
+    const int8_t* c = x.codes + b * QK;
+    for (int k = 0; k < W; ++k) {
+      const uint8_t* w = row + static_cast<size_t>(k) * row_bytes + b * sizeof(Block);
+      const float d = half_at(w + offsetof(Block, d));
+      const __m256i i = dot_unsigned<Ops>(nibbles(w + offsetof(Block, qs)), c);
+      acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_set1_ps(d * x.scales[b]), acc[k]);
+      if constexpr (kHasMin) {
+        offset[k] += half_at(w + offsetof(BlockQ4_1, m)) * x.sums[b];
+      } else {
+        offset[k] += d * x.sums[b];
+      }
+    }
+  }
+  finish(acc, offset, kHasMin ? 1.0f : -8.0f, out);
+}
+
+template <class Ops>
+void dot_q8_0_weight_rows(const uint8_t* row, size_t row_bytes, const Q8Row& x, size_t blocks, float* out) {
+  constexpr int W = kQ8WeightRows;
+  __m256 acc[W];
+  const float offset[W] = {};
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  for (size_t b = 0; b < blocks; ++b) {
+    const int8_t* c = x.codes + b * QK;
+    for (int k = 0; k < W; ++k) {
+      const uint8_t* w = row + static_cast<size_t>(k) * row_bytes + b * sizeof(BlockQ8_0);
+      const float d = half_at(w + offsetof(BlockQ8_0, d));
+      const __m256i q = load32(w + offsetof(BlockQ8_0, qs)), magnitude = _mm256_abs_epi8(q);
+      const __m256i i = dot_signed<Ops>(q, magnitude, c);
+      acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_set1_ps(d * x.scales[b]), acc[k]);
+    }
+  }
+  finish(acc, offset, 0.0f, out);
 }
 
 template <class Ops, int R>
@@ -179,9 +224,9 @@ void dot_q6_k(const uint8_t* row, const Q8Row* x, size_t blocks, float* out) {
 
 template <class Ops>
 constexpr Q8DotTable table() {
-  return {{dot_q4_0<Ops, 1>, dot_q4_0<Ops, kQ8Rows>},
-          {dot_q4_1<Ops, 1>, dot_q4_1<Ops, kQ8Rows>},
-          {dot_q8_0<Ops, 1>, dot_q8_0<Ops, kQ8Rows>},
+  return {{dot_q4_0<Ops, 1>, dot_q4_0<Ops, kQ8Rows>, dot_q4_weight_rows<Ops, BlockQ4_0>},
+          {dot_q4_1<Ops, 1>, dot_q4_1<Ops, kQ8Rows>, dot_q4_weight_rows<Ops, BlockQ4_1>},
+          {dot_q8_0<Ops, 1>, dot_q8_0<Ops, kQ8Rows>, dot_q8_0_weight_rows<Ops>},
           {dot_q4_k<Ops, 1>, dot_q4_k<Ops, kQ8Rows>},
           {dot_q6_k<Ops, 1>, dot_q6_k<Ops, kQ8Rows>}};
 }
