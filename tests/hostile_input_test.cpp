@@ -45,6 +45,7 @@ TEST(HostileFiles, AFifoIsRefusedWithoutBlocking) {
   std::filesystem::remove(fifo);
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   expect_error([&] { MappedFile file(fifo); }, "not a regular file");
+  expect_error([&] { MappedFile file(fifo, FileResidency::copied); }, "not a regular file");
   expect_error([&] { LlamaModel::load(fifo); }, "not a regular file");
   expect_error([&] { KVCache::load(fifo.string()); }, "not a regular file");
   expect_error([&] { MappedFile file(fifo.parent_path()); }, "not a regular file");  // a directory

@@ -317,7 +317,9 @@ class GgufParser {
   size_t pos_ = 0;
 };
 
-GgufFile::GgufFile(const std::filesystem::path& path) : file_(path) { GgufParser(*this).parse(); }
+GgufFile::GgufFile(const std::filesystem::path& path, FileResidency residency) : file_(path, residency) {
+  GgufParser(*this).parse();
+}
 
 const GgufValue* GgufFile::find(std::string_view key) const {
   const auto it = metadata_.find(key);

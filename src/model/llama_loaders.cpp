@@ -248,11 +248,12 @@ bool starts_with_gguf_magic(const std::filesystem::path& path) {
 
 LlamaModel LlamaModel::load(const std::filesystem::path& path) {
   LlamaModel m;
+  // The weights are copied into memory (huge pages where the kernel has them): every decode step streams them all.
   if (starts_with_gguf_magic(path)) {
-    m.gguf_ = std::make_unique<GgufFile>(path);
+    m.gguf_ = std::make_unique<GgufFile>(path, FileResidency::copied);
     load_gguf_llama(*m.gguf_, m.config_, m.weights_);
   } else {
-    m.bin_ = std::make_unique<MappedFile>(path);
+    m.bin_ = std::make_unique<MappedFile>(path, FileResidency::copied);
     load_llama2c(*m.bin_, m.config_, m.weights_);
   }
   return m;

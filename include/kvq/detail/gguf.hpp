@@ -79,8 +79,9 @@ struct GgufTensorInfo {
 
 class GgufFile {
  public:
-  /// Opens and validates `path` (header, metadata, tensor infos, data bounds).
-  explicit GgufFile(const std::filesystem::path& path);
+  /// Opens and validates `path` (header, metadata, tensor infos, data bounds); `residency`: how its bytes are held
+  /// (mapped_file.hpp; a model's weights are copied).
+  explicit GgufFile(const std::filesystem::path& path, FileResidency residency = FileResidency::mapped);
 
   uint32_t version() const { return version_; }
   size_t alignment() const { return alignment_; }

@@ -1,0 +1,42 @@
+// A file's bytes in memory, mapped or copied (kvq/detail/mapped_file.hpp): both hold the file's bytes, a copy of
+// 2 MiB or more from a 2 MiB boundary (where huge pages can back it), also once moved.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kvq/detail/mapped_file.hpp"
+#include "kvq/detail/random.hpp"
+#include "temp_file.hpp"
+#include "test_seed.hpp"
+
+namespace kvq {
+namespace {
+
+TEST(MappedFile, MappedAndCopiedHoldTheFileBytes) {
+  KVQ_FRESH_SEED();
+  Rng rng(seed);
+  for (size_t n : {size_t{1}, size_t{4095}, size_t{3} << 20}) {  // one byte, under a page, past a huge page
+    SCOPED_TRACE(n);
+    std::vector<uint8_t> bytes(n);
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng.next_u64());
+    const test::TempFile file("mapped_file.bin");
+    file.write(bytes);
+    const MappedFile mapped(file.path());
+    MappedFile copied(file.path(), FileResidency::copied);
+    ASSERT_EQ(mapped.bytes().size(), n);
+    ASSERT_EQ(copied.bytes().size(), n);
+    EXPECT_EQ(std::memcmp(mapped.bytes().data(), bytes.data(), n), 0);
+    EXPECT_EQ(std::memcmp(copied.bytes().data(), bytes.data(), n), 0);
+    if (n >= (size_t{2} << 20)) {  // smaller copies take 4 KiB pages
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(copied.bytes().data()) % (uintptr_t{2} << 20), 0u);
+    }
+    const MappedFile moved = std::move(copied);
+    EXPECT_EQ(moved.bytes().size(), n);
+    EXPECT_EQ(std::memcmp(moved.bytes().data(), bytes.data(), n), 0);
+  }
+}
+
+}  // namespace
+}  // namespace kvq
