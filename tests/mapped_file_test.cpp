@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "kvq/detail/mapped_file.hpp"
@@ -32,10 +33,35 @@ TEST(MappedFile, MappedAndCopiedHoldTheFileBytes) {
     if (n >= (size_t{2} << 20)) {  // smaller copies take 4 KiB pages
       EXPECT_EQ(reinterpret_cast<uintptr_t>(copied.bytes().data()) % (uintptr_t{2} << 20), 0u);
     }
+    EXPECT_EQ(mapped.residency(), FileResidency::mapped);
+    EXPECT_EQ(copied.residency(), FileResidency::copied);
     const MappedFile moved = std::move(copied);
+    EXPECT_EQ(moved.residency(), FileResidency::copied);
     EXPECT_EQ(moved.bytes().size(), n);
     EXPECT_EQ(std::memcmp(moved.bytes().data(), bytes.data(), n), 0);
   }
+}
+
+// A copy cannot be paged out without swap, a mapping's pages are read again from the file: a file larger than 3/4
+// of the memory available stays mapped, with the same bytes.
+TEST(MappedFile, AFileTooLargeForTheMemoryAvailableStaysMapped) {
+  KVQ_FRESH_SEED();
+  Rng rng(seed);
+  const size_t n = (size_t{3} << 20) + 5;
+  std::vector<uint8_t> bytes(n);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng.next_u64());
+  const test::TempFile file("mapped_file_large.bin");
+  file.write(bytes);
+  const MappedFile fits(file.path(), FileResidency::copied, n / 3 * 4 + 4);
+  const MappedFile too_large(file.path(), FileResidency::copied, n);
+  EXPECT_EQ(fits.residency(), FileResidency::copied);
+  EXPECT_EQ(too_large.residency(), FileResidency::mapped);
+  for (const MappedFile* f : {&fits, &too_large}) {
+    ASSERT_EQ(f->bytes().size(), n);
+    EXPECT_EQ(std::memcmp(f->bytes().data(), bytes.data(), n), 0);
+  }
+  EXPECT_EQ(largest_copied_file(size_t{4} << 30), size_t{3} << 30);
+  EXPECT_EQ(largest_copied_file(0), std::numeric_limits<size_t>::max());  // unknown: copied, as asked
 }
 
 }  // namespace

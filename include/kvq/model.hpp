@@ -123,6 +123,9 @@ class LlamaModel {
   const LlamaWeights& weights() const { return weights_; }
   /// The GGUF file (metadata, tokenizer), or nullptr for a llama2.c checkpoint.
   const GgufFile* gguf() const { return gguf_.get(); }
+  /// Whether the weights were copied into memory (huge pages where the kernel has them), or stay mapped from a file
+  /// too large for the memory available (kvq/detail/mapped_file.hpp).
+  bool weights_copied() const;
 
  private:
   LlamaModel() = default;

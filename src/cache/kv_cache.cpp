@@ -8,11 +8,11 @@
 
 #if defined(__linux__)
 #include <sys/mman.h>
-#include <unistd.h>
 #endif
 
 #include "cache/key_offset.hpp"
 #include "cache/residual_window.hpp"
+#include "core/system_memory.hpp"
 #include "kvq/cache.hpp"
 #include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
@@ -32,16 +32,6 @@ void advise_huge_pages(uint8_t* p, size_t bytes) {
 #else
   (void)p, (void)bytes;
 #endif
-}
-
-// The machine's memory, or 0 where unknown. A pool larger than it could never be filled: such a capacity is a
-// mistake or a crafted file, refused before the allocation (which would fail late, or abort under a sanitizer).
-size_t physical_memory_bytes() {
-#if defined(__linux__)
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  if (pages > 0 && page > 0) return static_cast<size_t>(pages) * static_cast<size_t>(page);
-#endif
-  return 0;
 }
 
 void validate(const CacheConfig& c) {
@@ -98,7 +88,9 @@ KVCache::KVCache(const CacheConfig& config) : config_(config) {
             "KVCache: ", config_.capacity_pages, " pages of ", page_bytes, " bytes overflow the address space");
   free_ = detail::FreePages(config_.capacity_pages);
   if (config_.capacity_pages > 0) {
-    const size_t bytes = config_.capacity_pages * page_bytes, memory = physical_memory_bytes();
+    // A pool larger than the machine could never be filled: a mistake or a crafted file, refused before the
+    // allocation (which would fail late, or abort under a sanitizer).
+    const size_t bytes = config_.capacity_pages * page_bytes, memory = detail::physical_memory_bytes();
     KVQ_CHECK(memory == 0 || bytes <= memory, "KVCache: ", config_.capacity_pages, " pages of ", page_bytes,
               " bytes (", bytes, " bytes) exceed this machine's memory of ", memory, " bytes");
     pool_ = std::unique_ptr<uint8_t[], PoolDeleter>(map_pool(bytes), PoolDeleter{bytes});

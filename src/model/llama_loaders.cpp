@@ -249,6 +249,7 @@ bool starts_with_gguf_magic(const std::filesystem::path& path) {
 LlamaModel LlamaModel::load(const std::filesystem::path& path) {
   LlamaModel m;
   // The weights are copied into memory (huge pages where the kernel has them): every decode step streams them all.
+  // A file too large for the memory available stays mapped (weights_copied()).
   if (starts_with_gguf_magic(path)) {
     m.gguf_ = std::make_unique<GgufFile>(path, FileResidency::copied);
     load_gguf_llama(*m.gguf_, m.config_, m.weights_);
@@ -257,6 +258,10 @@ LlamaModel LlamaModel::load(const std::filesystem::path& path) {
     load_llama2c(*m.bin_, m.config_, m.weights_);
   }
   return m;
+}
+
+bool LlamaModel::weights_copied() const {
+  return (gguf_ ? gguf_->residency() : bin_->residency()) == FileResidency::copied;
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const LlamaModel& model, const std::filesystem::path& tokenizer_file) {

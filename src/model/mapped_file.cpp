@@ -8,9 +8,11 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
 
+#include "core/system_memory.hpp"
 #include "kvq/error.hpp"
 
 namespace kvq {
@@ -60,7 +62,15 @@ std::string read_all(int fd, std::byte* to, size_t n) {
 
 }  // namespace
 
-MappedFile::MappedFile(const std::filesystem::path& path, FileResidency residency) : path_(path) {
+size_t largest_copied_file(size_t available) {
+  return available == 0 ? std::numeric_limits<size_t>::max() : available / 4 * 3;
+}
+
+MappedFile::MappedFile(const std::filesystem::path& path, FileResidency residency)
+    : MappedFile(path, residency, residency == FileResidency::copied ? detail::available_memory_bytes() : 0) {}
+
+MappedFile::MappedFile(const std::filesystem::path& path, FileResidency residency, size_t available_memory)
+    : path_(path) {
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever; fstat then refuses it.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   KVQ_CHECK(fd >= 0, "cannot open ", path, ": ", std::strerror(errno));
@@ -74,7 +84,7 @@ MappedFile::MappedFile(const std::filesystem::path& path, FileResidency residenc
     throw Error(detail::concat(path, " is empty"));
   }
   size_ = static_cast<size_t>(st.st_size);
-  if (residency == FileResidency::copied) {
+  if (residency == FileResidency::copied && size_ <= largest_copied_file(available_memory)) {
     const HugeRegion r = map_huge(size_);
     const std::string failed = r.region ? read_all(fd, r.start, size_) : std::strerror(errno);
     ::close(fd);
@@ -86,6 +96,7 @@ MappedFile::MappedFile(const std::filesystem::path& path, FileResidency residenc
     region_ = r.region;
     region_bytes_ = r.bytes;
     data_ = r.start;
+    residency_ = FileResidency::copied;
     return;
   }
   void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -105,6 +116,7 @@ MappedFile::MappedFile(MappedFile&& other) noexcept
     : path_(std::move(other.path_)),
       data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
+      residency_(other.residency_),
       region_(std::exchange(other.region_, nullptr)),
       region_bytes_(std::exchange(other.region_bytes_, 0)) {}
 
@@ -114,6 +126,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     path_ = std::move(other.path_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    residency_ = other.residency_;
     region_ = std::exchange(other.region_, nullptr);
     region_bytes_ = std::exchange(other.region_bytes_, 0);
   }

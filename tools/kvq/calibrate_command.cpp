@@ -16,6 +16,7 @@
 #include "kvq/detail/calibrate.hpp"
 #include "kvq/detail/calibration.hpp"
 #include "kvq/error.hpp"
+#include "model_file.hpp"
 
 namespace kvq::cli {
 namespace {
@@ -77,7 +78,7 @@ void run_calibrate(const CalibrateOptions& o) {
             " must hold '{}' (replaced by each budget) when several budgets are asked for");
   const auto start = std::chrono::steady_clock::now();
   for (const std::string& c : o.codecs) make_codec(c, CodecParams{});  // an unknown codec fails before any work
-  const LlamaModel model = LlamaModel::load(o.model);
+  const LlamaModel model = load_model(o.model, "kvq calibrate");
   const auto tokenizer = load_tokenizer(model, o.tokenizer);
   // The text's tail: kvq ppl scores its start, so calibration and evaluation text stay apart.
   const std::vector<int> tokens = tokenize_tail(*tokenizer, read_text_file(o.text), o.tokens, 0);

@@ -21,6 +21,7 @@
 #include "kvq/codec.hpp"
 #include "kvq/detail/perplexity.hpp"
 #include "kvq/error.hpp"
+#include "model_file.hpp"
 #include "system_info.hpp"
 
 namespace kvq::cli {
@@ -61,7 +62,7 @@ void run_decode_bench(DecodeBenchOptions o) {
   std::sort(o.depths.begin(), o.depths.end());
   o.depths.erase(std::unique(o.depths.begin(), o.depths.end()), o.depths.end());
   std::vector<KVCacheSpec> caches = o.caches.specs();
-  const LlamaModel model = LlamaModel::load(o.model);
+  const LlamaModel model = load_model(o.model, "kvq bench decode");
   const auto tok = load_tokenizer(model, o.tokenizer);
   const LlamaConfig& c = model.config();
   // No --k/--v: the f16 cache, or the fp32 store where the codecs cannot hold the model's heads.

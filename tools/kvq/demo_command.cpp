@@ -17,6 +17,7 @@
 #include "kvq/detail/perplexity.hpp"
 #include "kvq/error.hpp"
 #include "kvq/sampler.hpp"
+#include "model_file.hpp"
 
 namespace kvq::cli {
 namespace {
@@ -62,7 +63,7 @@ void run_demo(DemoOptions o) {
     o.model = files.model;
     if (o.tokenizer.empty()) o.tokenizer = files.tokenizer;
   }
-  const LlamaModel model = LlamaModel::load(o.model);
+  const LlamaModel model = load_model(o.model, "kvq demo");
   const auto tok = load_tokenizer(model, o.tokenizer);
   const LlamaConfig& c = model.config();
   std::vector<int> prompt;

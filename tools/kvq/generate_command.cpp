@@ -9,6 +9,7 @@
 #include "kvq/error.hpp"
 #include "kvq/model.hpp"
 #include "kvq/sampler.hpp"
+#include "model_file.hpp"
 
 namespace kvq::cli {
 namespace {
@@ -25,7 +26,7 @@ struct GenerateOptions {
 };
 
 void run_generate(const GenerateOptions& o) {
-  const LlamaModel model = LlamaModel::load(o.model);
+  const LlamaModel model = load_model(o.model, "kvq generate");
   const auto tokenizer = load_tokenizer(model, o.tokenizer);
   std::vector<int> prompt;
   if (tokenizer->add_bos()) prompt.push_back(tokenizer->bos());

@@ -15,6 +15,7 @@
 #include "kvq/detail/calibration.hpp"
 #include "kvq/detail/perplexity.hpp"
 #include "kvq/error.hpp"
+#include "model_file.hpp"
 
 namespace kvq::cli {
 namespace {
@@ -93,7 +94,7 @@ void print(const PplOptions& o, const PerplexityResult& r, const CacheQuality& q
 }
 
 void run_ppl(const PplOptions& o) {
-  const LlamaModel model = LlamaModel::load(o.model);
+  const LlamaModel model = load_model(o.model, "kvq ppl");
   const auto tokenizer = load_tokenizer(model, o.tokenizer);
   const std::string text = read_text_file(o.text);
   size_t evaluated_bytes = 0;

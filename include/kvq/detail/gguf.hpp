@@ -86,6 +86,8 @@ class GgufFile {
   uint32_t version() const { return version_; }
   size_t alignment() const { return alignment_; }
   const std::filesystem::path& path() const { return file_.path(); }
+  /// How the file's bytes are held (a `copied` file too large for the memory available stays mapped).
+  FileResidency residency() const { return file_.residency(); }
 
   /// All metadata, ordered by key.
   const std::map<std::string, GgufValue, std::less<>>& metadata() const { return metadata_; }
