@@ -37,6 +37,26 @@ TEST(FreePages, FreshPagesInOrderThenGivenBackOnesFirst) {
   EXPECT_EQ(free.size(), 0u);
 }
 
+// A batched device append numbers its new pages next(0), next(1), ... across the batch, then commits them with one
+// take per sequence in batch order: those takes must hand out exactly the numbered pages.
+TEST(FreePages, TakesInARowHandOutThePagesNextNumbered) {
+  FreePages free(10);
+  std::vector<PageId> first;
+  free.take(4, first);
+  free.give_back(std::vector<PageId>{1, 2});  // given back and fresh pages both in the batch
+  std::vector<PageId> numbered;
+  for (size_t k = 0; k < 5; ++k) numbered.push_back(free.next(k));
+  EXPECT_EQ(numbered, (std::vector<PageId>{1, 2, 4, 5, 6}));
+  std::vector<PageId> seq0, seq1, seq2;
+  free.take(2, seq0);
+  free.take(0, seq1);  // a sequence of the batch with no new page
+  free.take(3, seq2);
+  EXPECT_EQ(seq0, (std::vector<PageId>{1, 2}));
+  EXPECT_TRUE(seq1.empty());
+  EXPECT_EQ(seq2, (std::vector<PageId>{4, 5, 6}));
+  EXPECT_EQ(free.size(), 3u);
+}
+
 TEST(FreePages, ExhaustionThrowsAndChangesNothing) {
   FreePages free(2);
   std::vector<PageId> pages;
@@ -71,6 +91,18 @@ TEST(SequenceTable, IdsLookupsAndRemovalGiveThePagesBack) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("TestCache: no sequence with id 5"), std::string::npos) << e.what();
   }
+}
+
+TEST(SequenceTable, InsertKeepsLayersMadeBeforehand) {
+  SequenceTable<Layer> table("TestCache");
+  std::vector<Layer> layers(2);
+  layers[1].pages = {7, 8};
+  const auto& s = table.insert(3, std::move(layers));
+  ASSERT_EQ(s.layers.size(), 2u);
+  EXPECT_EQ(s.layers[1].pages, (std::vector<PageId>{7, 8}));
+  EXPECT_EQ(table.next_id, 4u);
+  EXPECT_THROW(table.insert(3, std::vector<Layer>(2)), Error);
+  EXPECT_EQ(table.at(3).layers[1].pages, (std::vector<PageId>{7, 8}));  // the refused insert changed nothing
 }
 
 }  // namespace

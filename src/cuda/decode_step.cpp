@@ -59,7 +59,7 @@ struct DecodeStep::Impl {
 
   std::vector<DeviceKVCache::Impl::Layer*> layers_of(int layer) {
     std::vector<DeviceKVCache::Impl::Layer*> ls;
-    for (const SeqId id : seqs) ls.push_back(&cache->sequence(id).layers[static_cast<size_t>(layer)]);
+    for (const SeqId id : seqs) ls.push_back(&cache->sequences.at(id).layers[static_cast<size_t>(layer)]);
     return ls;
   }
 
@@ -193,8 +193,8 @@ void DecodeStep::prepare(void* stream_ptr) {
     std::vector<detail::SequenceChunk> chunks;
     for (size_t i = 0; i < s.batch(); ++i) {
       const SeqId id = s.seqs[i];
-      KVQ_CHECK(m.sequences.count(id) != 0, "DecodeStep: sequence ", id, " was removed");
-      const DeviceKVCache::Impl::Layer& l = m.sequence(id).layers[static_cast<size_t>(ls.layer)];
+      KVQ_CHECK(m.sequences.contains(id), "DecodeStep: sequence ", id, " was removed");
+      const DeviceKVCache::Impl::Layer& l = m.sequences.at(id).layers[static_cast<size_t>(ls.layer)];
       const size_t length = l.pages.size() * T + static_cast<size_t>(l.window_count);
       KVQ_CHECK(length < s.max_tokens, "DecodeStep: sequence ", id, " layer ", ls.layer, " holds ", length,
                 " tokens: the step was made for max_tokens = ", s.max_tokens);

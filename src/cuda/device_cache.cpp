@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <map>
 #include <utility>
 
 #include "cache/cache_builder.hpp"
@@ -66,26 +65,22 @@ DeviceKVCache::DeviceKVCache(const KVCache& host, size_t capacity_pages, int dev
     m.value_codecs.push_back(copy_codec(host.value_codec(l)));
   }
   m.init(device);
-  KVQ_CHECK(m.page_bytes == host.page_bytes(), "DeviceKVCache: page layout differs from the host cache's");
+  KVQ_CHECK(m.layout.page_bytes == host.page_bytes(), "DeviceKVCache: page layout differs from the host cache's");
   size_t needed = 0;
   for (SeqId id : host.sequences())
     for (int l = 0; l < m.config.n_layers; ++l) needed += host.view(id, l).pages.size();
   KVQ_CHECK(needed <= m.free.size(), "DeviceKVCache: the host cache holds ", needed, " pages but the device pool has ",
             m.free.size());
   const size_t d = static_cast<size_t>(m.config.head_dim), H = static_cast<size_t>(m.config.n_kv_heads);
-  m.next_id = host.next_sequence_id();
   for (SeqId id : host.sequences()) {
     Impl::Sequence& s = m.insert(id);
     for (int l = 0; l < m.config.n_layers; ++l) {
       const LayerView v = host.view(id, l);
       Impl::Layer& dl = s.layers[static_cast<size_t>(l)];
-      std::vector<PageId> ids(v.pages.size());
-      for (size_t j = 0; j < ids.size(); ++j) {
-        ids[j] = m.free.back();
-        m.free.pop_back();
-        KVQ_CUDA_CHECK(cudaMemcpy(m.page(ids[j]), host.page(v.pages[j]), m.page_bytes, cudaMemcpyHostToDevice));
-      }
-      m.push_pages(dl, ids.data(), ids.size());
+      m.take_pages(dl, v.pages.size());
+      for (size_t j = 0; j < v.pages.size(); ++j)
+        KVQ_CUDA_CHECK(
+            cudaMemcpy(m.page(dl.pages[j]), host.page(v.pages[j]), m.layout.page_bytes, cudaMemcpyHostToDevice));
       dl.window_count = v.residual_count;
       if (v.key_offset != nullptr) m.set_key_offset(dl, v.key_offset);
       const size_t head = m.slots() * d;
@@ -100,6 +95,7 @@ DeviceKVCache::DeviceKVCache(const KVCache& host, size_t capacity_pages, int dev
                                 cudaMemcpyHostToDevice));
     }
   }
+  m.sequences.next_id = host.next_sequence_id();
 }
 
 DeviceKVCache::~DeviceKVCache() = default;
@@ -119,23 +115,16 @@ const Codec& DeviceKVCache::value_codec(int layer) const {
 
 SeqId DeviceKVCache::add_sequence() {
   detail::use_device(impl_->device);
-  impl_->insert(impl_->next_id);
-  return impl_->next_id++;
+  const SeqId id = impl_->sequences.next_id;
+  impl_->insert(id);
+  return id;
 }
 
-void DeviceKVCache::remove_sequence(SeqId seq) {
-  Impl::Sequence& s = impl_->sequence(seq);
-  for (const Impl::Layer& l : s.layers) impl_->free.insert(impl_->free.end(), l.pages.rbegin(), l.pages.rend());
-  impl_->sequences.erase(seq);
-}
+void DeviceKVCache::remove_sequence(SeqId seq) { impl_->sequences.erase(seq, impl_->free); }
 
-bool DeviceKVCache::has_sequence(SeqId seq) const { return impl_->sequences.count(seq) != 0; }
+bool DeviceKVCache::has_sequence(SeqId seq) const { return impl_->sequences.contains(seq); }
 
-std::vector<SeqId> DeviceKVCache::sequences() const {
-  std::vector<SeqId> ids;
-  for (const auto& entry : impl_->sequences) ids.push_back(entry.first);
-  return ids;
-}
+std::vector<SeqId> DeviceKVCache::sequences() const { return impl_->sequences.ids(); }
 
 size_t DeviceKVCache::length(SeqId seq, int layer) const {
   const DeviceLayerView v = view(seq, layer);
@@ -145,7 +134,7 @@ size_t DeviceKVCache::length(SeqId seq, int layer) const {
 void DeviceKVCache::append(SeqId seq, int layer, const float* keys, const float* values, size_t n_tokens) {
   Impl& m = *impl_;
   m.check_layer(layer);
-  Impl::Layer& ls = m.sequence(seq).layers[static_cast<size_t>(layer)];
+  Impl::Layer& ls = m.sequences.at(seq).layers[static_cast<size_t>(layer)];
   if (n_tokens == 0) return;
   KVQ_CHECK(keys != nullptr && values != nullptr, "DeviceKVCache::append: null keys or values");
   detail::use_device(m.device);
@@ -200,6 +189,7 @@ void DeviceKVCache::Impl::append_on_host(Layer& ls, int layer, SeqId seq, const 
     return idx < u ? w + (h * n_slots + idx) * d : fresh + ((idx - u) * H + h) * d;
   };
   // Encode every new page on the host first: if an encoder throws, nothing has changed.
+  const size_t page_bytes = layout.page_bytes;
   std::vector<uint8_t> staged(n_pages * page_bytes, 0);
   std::vector<float> block(T * d);
   for (size_t j = 0; j < n_pages; ++j) {
@@ -208,18 +198,16 @@ void DeviceKVCache::Impl::append_on_host(Layer& ls, int layer, SeqId seq, const 
       for (size_t t = 0; t < T; ++t)
         std::memcpy(block.data() + t * d, stream_token(centered.window(), centered.fresh(), j * T + t, h),
                     d * sizeof(float));
-      kc.encode(block.data(), static_cast<int>(T), p + h * key_stride);
+      kc.encode(block.data(), static_cast<int>(T), p + layout.key_offset(static_cast<int>(h)));
       for (size_t t = 0; t < T; ++t)
         std::memcpy(block.data() + t * d, stream_token(window_v, values, j * T + t, h), d * sizeof(float));
-      vc.encode(block.data(), static_cast<int>(T), p + H * key_stride + h * value_stride);
+      vc.encode(block.data(), static_cast<int>(T), p + layout.value_offset(static_cast<int>(h)));
     }
   }
-  std::vector<PageId> ids(free.end() - static_cast<ptrdiff_t>(n_pages), free.end());
-  std::reverse(ids.begin(), ids.end());
   for (size_t j = 0; j < n_pages; ++j)
-    KVQ_CUDA_CHECK(cudaMemcpy(page(ids[j]), staged.data() + j * page_bytes, page_bytes, cudaMemcpyHostToDevice));
-  push_pages(ls, ids.data(), n_pages);
-  free.resize(free.size() - n_pages);
+    KVQ_CUDA_CHECK(
+        cudaMemcpy(page(free.next(j)), staged.data() + j * page_bytes, page_bytes, cudaMemcpyHostToDevice));
+  take_pages(ls, n_pages);
 
   const size_t encoded = n_pages * T;
   centered.commit(window_k, offset);
@@ -254,7 +242,7 @@ void DeviceKVCache::Impl::append_batch(const char* who, std::span<const SeqId> s
   KVQ_CHECK(seqs.size() <= detail::kMaxAppendBatch, who, ": ", seqs.size(), " sequences in one batch (at most ",
             detail::kMaxAppendBatch, ")");
   std::vector<Layer*> layers;
-  for (const SeqId id : seqs) layers.push_back(&sequence(id).layers[static_cast<size_t>(layer)]);
+  for (const SeqId id : seqs) layers.push_back(&sequences.at(id).layers[static_cast<size_t>(layer)]);
   {
     std::vector<SeqId> sorted(seqs.begin(), seqs.end());
     std::sort(sorted.begin(), sorted.end());
@@ -393,7 +381,7 @@ AppendLaunch DeviceKVCache::Impl::describe_append(const detail::AppendPlan& plan
     at<PageId*>(host, lay.table_ends)[i] = ls.pages_dev.get() + ls.pages.size();
     for (size_t j = 0; j < p.n_pages; ++j)
       at<detail::EncodePage>(host, lay.pages)[p.first_page + j] = {
-          static_cast<uint32_t>(i), static_cast<uint32_t>(j * uT), free[free.size() - 1 - (p.first_page + j)]};
+          static_cast<uint32_t>(i), static_cast<uint32_t>(j * uT), free.next(p.first_page + j)};
     if (p.gather_count > 0) {
       float* to = p.through_scratch ? scratch + 2 * hd * p.scratch_first : ls.window_dev.get();
       at<detail::WindowGather>(host, lay.gathers)[a.n_gathers++] = {
@@ -425,14 +413,15 @@ AppendLaunch DeviceKVCache::Impl::describe_append(const detail::AppendPlan& plan
 void DeviceKVCache::Impl::launch_append(const AppendLaunch& a, int layer, unsigned long long* err,
                                         cudaStream_t st) const {
   const size_t l = static_cast<size_t>(layer);
-  const int H = config.n_kv_heads;
   detail::launch_key_means(a.keys, a.means, a.n_means, st);
   if (a.n_pages > 0) {
-    const detail::EncodeRole kr{a.keys, {pool.get(), page_bytes, 0, key_stride, key_codecs[l]->block_bytes()},
-                                a.pages, err + 2, err};
+    const detail::EncodeRole kr{
+        a.keys,
+        {pool.get(), layout.page_bytes, layout.key_offset(0), layout.key_stride, key_codecs[l]->block_bytes()},
+        a.pages, err + 2, err};
     const detail::EncodeRole vr{
         a.values,
-        {pool.get(), page_bytes, static_cast<size_t>(H) * key_stride, value_stride, value_codecs[l]->block_bytes()},
+        {pool.get(), layout.page_bytes, layout.value_offset(0), layout.value_stride, value_codecs[l]->block_bytes()},
         a.pages, err + 3, err + 1};
     if (!key_encoders[l]->encode(kr, value_encoders[l].get(), &vr, a.n_pages, st))
       value_encoders[l]->encode(vr, nullptr, nullptr, a.n_pages, st);
@@ -450,11 +439,10 @@ void DeviceKVCache::Impl::commit_append(const detail::AppendPlan& plan, std::spa
   for (size_t i = 0; i < layers.size(); ++i) {
     const detail::SequencePlan& p = plan.seqs[i];
     Layer& ls = *layers[i];
-    for (size_t j = 0; j < p.n_pages; ++j) ls.pages.push_back(free[free.size() - 1 - (p.first_page + j)]);
+    free.take(p.n_pages, ls.pages);  // in batch order: the pages describe_append numbered free.next(first_page + j)
     ls.window_count = static_cast<int>(p.kept);
     ls.has_offset = ls.has_offset || p.new_offset;
   }
-  free.resize(free.size() - plan.pages);
 }
 
 SeqId add_sequence_repeating(DeviceKVCache& cache, SeqId src, size_t n_tokens) {
@@ -465,27 +453,23 @@ SeqId add_sequence_repeating(DeviceKVCache& cache, SeqId src, size_t n_tokens) {
   KVQ_CHECK(n_tokens % T == 0, "add_sequence_repeating: ", n_tokens, " tokens is not a multiple of the page size ", T);
   const size_t n_pages = n_tokens / T, layers = static_cast<size_t>(m.config.n_layers);
   size_t needed = 0;
-  for (const Impl::Layer& l : m.sequence(src).layers) {
+  for (const Impl::Layer& l : m.sequences.at(src).layers) {
     KVQ_CHECK(l.window_count == 0, "add_sequence_repeating: sequence ", src,
               " must hold whole pages only (", l.window_count, " window tokens)");
     needed += l.pages.empty() ? 0 : n_pages;
   }
   KVQ_CHECK(needed <= m.free.size(), "device KV cache pool exhausted: ", needed, " pages needed, ", m.free.size(),
             " free");
-  const SeqId id = m.next_id++;
+  const SeqId id = m.sequences.next_id;
   Impl::Sequence& s = m.insert(id);
-  const Impl::Sequence& from = m.sequence(src);
+  const Impl::Sequence& from = m.sequences.at(src);
   for (size_t l = 0; l < layers; ++l) {
-    std::vector<PageId> ids(n_pages);
     const std::vector<PageId>& pattern = from.layers[l].pages;
     if (pattern.empty()) continue;  // a layer the source never received stays empty
-    for (size_t j = 0; j < n_pages; ++j) {
-      ids[j] = m.free.back();
-      m.free.pop_back();
-      KVQ_CUDA_CHECK(cudaMemcpyAsync(m.page(ids[j]), m.page(pattern[j % pattern.size()]), m.page_bytes,
-                                     cudaMemcpyDeviceToDevice));
-    }
-    m.push_pages(s.layers[l], ids.data(), n_pages);
+    m.take_pages(s.layers[l], n_pages);
+    for (size_t j = 0; j < n_pages; ++j)
+      KVQ_CUDA_CHECK(cudaMemcpyAsync(m.page(s.layers[l].pages[j]), m.page(pattern[j % pattern.size()]),
+                                     m.layout.page_bytes, cudaMemcpyDeviceToDevice));
     if (from.layers[l].has_offset) {
       const size_t n = static_cast<size_t>(m.config.n_kv_heads) * m.config.head_dim;
       s.layers[l].key_offset_dev = device_alloc<float>(n, "a key offset");
@@ -519,9 +503,9 @@ KVCache DeviceKVCache::to_host(size_t capacity_pages) const {
     builder.add_sequence(id);
     for (int l = 0; l < m.config.n_layers; ++l) {
       const Impl::Layer& dl = s.layers[static_cast<size_t>(l)];
-      pages.resize(dl.pages.size() * m.page_bytes);
+      pages.resize(dl.pages.size() * m.layout.page_bytes);
       for (size_t j = 0; j < dl.pages.size(); ++j)
-        KVQ_CUDA_CHECK(cudaMemcpy(pages.data() + j * m.page_bytes, m.page(dl.pages[j]), m.page_bytes,
+        KVQ_CUDA_CHECK(cudaMemcpy(pages.data() + j * m.layout.page_bytes, m.page(dl.pages[j]), m.layout.page_bytes,
                                   cudaMemcpyDeviceToHost));
       const std::vector<float> window = m.download_window(dl);
       if (dl.has_offset)
@@ -530,16 +514,13 @@ KVCache DeviceKVCache::to_host(size_t capacity_pages) const {
                          dl.has_offset ? offset.data() : nullptr);
     }
   }
-  builder.set_next_id(m.next_id);
+  builder.set_next_id(m.sequences.next_id);
   return builder.finish();
 }
 
-size_t DeviceKVCache::page_bytes() const { return impl_->page_bytes; }
-size_t DeviceKVCache::key_block_offset(int head) const { return static_cast<size_t>(head) * impl_->key_stride; }
-size_t DeviceKVCache::value_block_offset(int head) const {
-  return static_cast<size_t>(impl_->config.n_kv_heads) * impl_->key_stride +
-         static_cast<size_t>(head) * impl_->value_stride;
-}
+size_t DeviceKVCache::page_bytes() const { return impl_->layout.page_bytes; }
+size_t DeviceKVCache::key_block_offset(int head) const { return impl_->layout.key_offset(head); }
+size_t DeviceKVCache::value_block_offset(int head) const { return impl_->layout.value_offset(head); }
 size_t DeviceKVCache::residual_slots() const { return impl_->slots(); }
 size_t DeviceKVCache::free_pages() const { return impl_->free.size(); }
 size_t DeviceKVCache::capacity_pages() const { return impl_->config.capacity_pages; }
@@ -547,7 +528,7 @@ const uint8_t* DeviceKVCache::device_pool() const { return impl_->pool.get(); }
 
 DeviceLayerView DeviceKVCache::view(SeqId seq, int layer) const {
   impl_->check_layer(layer);
-  const Impl::Layer& l = impl_->sequence(seq).layers[static_cast<size_t>(layer)];
+  const Impl::Layer& l = impl_->sequences.at(seq).layers[static_cast<size_t>(layer)];
   return {l.pages_dev.get(), l.pages.size(), l.window_dev.get(), l.window_count};
 }
 

@@ -1,12 +1,11 @@
 // DeviceKVCache's state (cuda_cache.hpp), shared by the files of the device cache: device_cache.cpp (the cache, its
 // appends) and decode_step.cpp (decode steps of a fixed shape). Pages live in one cudaMalloc'd pool with the CPU
 // KVCache's layout; block tables, fp32 windows and key offsets in device memory; the host keeps the bookkeeping
-// (page lists, window counts, the free list).
+// (page lists, window counts, the free list) in the CPU cache's page-table types (kvq/detail/page_table.hpp).
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -17,13 +16,11 @@
 #include "cuda/device_encoder.hpp"
 #include "cuda/device_memory.hpp"
 #include "kvq/cuda_cache.hpp"
+#include "kvq/detail/page_table.hpp"
 
 namespace kvq::cuda {
 
 namespace detail {
-
-constexpr size_t kBlockAlign = 64;
-inline size_t align64(size_t n) { return (n + kBlockAlign - 1) / kBlockAlign * kBlockAlign; }
 
 // The batch's descriptors in one buffer: byte offsets of each array, 16-byte aligned.
 struct StagingLayout {
@@ -82,18 +79,15 @@ struct DeviceKVCache::Impl {
     DevicePtr<float> key_offset_dev;  // centered keys (cache.hpp): [H][d] once the first page is encoded
     bool has_offset = false;
   };
-  struct Sequence {
-    std::vector<Layer> layers;
-  };
+  using Sequence = kvq::detail::SequenceTable<Layer>::Sequence;
 
   CacheConfig config;
   int device = 0;
   std::vector<std::unique_ptr<Codec>> key_codecs, value_codecs;
-  size_t key_stride = 0, value_stride = 0, page_bytes = 0;
+  kvq::detail::PageLayout layout;
   DevicePtr<uint8_t> pool;
-  std::vector<PageId> free;
-  std::map<SeqId, Sequence> sequences;
-  SeqId next_id = 0;
+  kvq::detail::FreePages free;
+  kvq::detail::SequenceTable<Layer> sequences{"DeviceKVCache"};
   // The append kernels of each layer's codecs (null: none, for the reason in *_why).
   std::vector<std::unique_ptr<detail::DeviceEncoder>> key_encoders, value_encoders;
   std::vector<std::string> key_why, value_why;
@@ -112,13 +106,10 @@ struct DeviceKVCache::Impl {
   void init(int dev) {
     device = dev;
     detail::use_device(device);
-    key_stride = detail::align64(key_codecs[0]->block_bytes());
-    value_stride = detail::align64(value_codecs[0]->block_bytes());
-    page_bytes = static_cast<size_t>(config.n_kv_heads) * (key_stride + value_stride);
-    pool = device_alloc<uint8_t>(config.capacity_pages * page_bytes,
+    layout = kvq::detail::PageLayout(key_codecs[0]->block_bytes(), value_codecs[0]->block_bytes(), config.n_kv_heads);
+    pool = device_alloc<uint8_t>(config.capacity_pages * layout.page_bytes,
                                  "the KV cache pool (" + std::to_string(config.capacity_pages) + " pages)");
-    free.resize(config.capacity_pages);
-    for (size_t i = 0; i < free.size(); ++i) free[i] = static_cast<PageId>(free.size() - 1 - i);
+    free = kvq::detail::FreePages(config.capacity_pages);
     for (int l = 0; l < config.n_layers; ++l) {
       key_why.emplace_back();
       value_why.emplace_back();
@@ -136,25 +127,19 @@ struct DeviceKVCache::Impl {
     KVQ_CHECK(layer >= 0 && layer < config.n_layers, "DeviceKVCache: layer ", layer, " out of range (0..",
               config.n_layers - 1, ")");
   }
-  Sequence& sequence(SeqId seq) {
-    const auto it = sequences.find(seq);
-    KVQ_CHECK(it != sequences.end(), "DeviceKVCache: no sequence with id ", seq);
-    return it->second;
-  }
   Sequence& insert(SeqId id) {
-    Sequence s;
-    s.layers.resize(static_cast<size_t>(config.n_layers));
+    std::vector<Layer> layers(static_cast<size_t>(config.n_layers));
     // Block tables start with room for 128 pages, so that appends rarely reallocate (a synchronizing cudaMalloc).
     const size_t table = std::min<size_t>(128, config.capacity_pages);
-    for (Layer& l : s.layers) {
+    for (Layer& l : layers) {
       l.pages_dev = device_alloc<PageId>(table, "a block table");
       l.pages_capacity = table;
       l.window_dev = device_alloc<float>(window_floats(), "a sequence's fp32 window");
       KVQ_CUDA_CHECK(cudaMemset(l.window_dev.get(), 0, window_floats() * sizeof(float)));
     }
-    return sequences.emplace(id, std::move(s)).first->second;
+    return sequences.insert(id, std::move(layers));
   }
-  uint8_t* page(PageId id) const { return pool.get() + static_cast<size_t>(id) * page_bytes; }
+  uint8_t* page(PageId id) const { return pool.get() + static_cast<size_t>(id) * layout.page_bytes; }
   // Room for `need` entries in the layer's device block table. Growing it waits for the device: an append's
   // commit, queued on the caller's stream, may still be writing entries of the old table.
   void reserve_table(Layer& l, size_t need) {
@@ -169,12 +154,14 @@ struct DeviceKVCache::Impl {
       l.pages_capacity = cap;
     }
   }
-  void push_pages(Layer& l, const PageId* ids, size_t n, cudaStream_t stream = nullptr) {
+  /// Moves the free list's next n pages to the end of the layer's block table, on the host and the device.
+  void take_pages(Layer& l, size_t n) {
     reserve_table(l, l.pages.size() + n);
+    const size_t first = l.pages.size();
+    free.take(n, l.pages);
     if (n > 0)
-      KVQ_CUDA_CHECK(cudaMemcpyAsync(l.pages_dev.get() + l.pages.size(), ids, n * sizeof(PageId),
-                                     cudaMemcpyHostToDevice, stream));
-    l.pages.insert(l.pages.end(), ids, ids + n);
+      KVQ_CUDA_CHECK(cudaMemcpyAsync(l.pages_dev.get() + first, l.pages.data() + first, n * sizeof(PageId),
+                                     cudaMemcpyHostToDevice));
   }
   std::vector<float> download_window(const Layer& l) const {
     std::vector<float> w(window_floats());

@@ -1,12 +1,14 @@
 // The bookkeeping every cache keeps about its pages, whatever memory they live in (the CPU's KVCache, CUDA's
 // DeviceKVCache): where a kv head's key and value blocks lie in a page, which pages of the pool are free, and which
-// sequences exist with each layer's state. Not part of the API (cache.hpp's KVCache holds these as members).
+// sequences exist with each layer's state. Not part of the API (cache.hpp's KVCache and src/cuda's
+// DeviceKVCache::Impl hold these as members).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "kvq/error.hpp"
@@ -42,7 +44,8 @@ class FreePages {
 
   size_t size() const { return given_back_.size() + (capacity_ - fresh_); }
   size_t capacity() const { return capacity_; }
-  /// The j-th page (from 0) that take() would hand out now.
+  /// The j-th page (from 0) that take() would hand out now; takes of n0, n1, ... pages in a row hand out
+  /// next(0 .. n0), then next(n0 .. n0 + n1), ... (a batched device append numbers its pages so).
   PageId next(size_t j) const {
     return j < given_back_.size() ? given_back_[given_back_.size() - 1 - j]
                                   : static_cast<PageId>(fresh_ + (j - given_back_.size()));
@@ -70,10 +73,13 @@ class SequenceTable {
   explicit SequenceTable(const char* owner = "KVCache") : owner_(owner) {}
 
   /// A sequence under `id` with n_layers default layers (an id that exists is a corrupt input: refused).
-  Sequence& insert(SeqId id, int n_layers) {
+  Sequence& insert(SeqId id, int n_layers) { return insert(id, std::vector<Layer>(static_cast<size_t>(n_layers))); }
+  /// A sequence under `id` with layers made beforehand (the device cache's hold device memory: a failed
+  /// allocation then leaves no sequence behind).
+  Sequence& insert(SeqId id, std::vector<Layer> layers) {
     KVQ_CHECK(map_.count(id) == 0, owner_, ": sequence id ", id, " exists already");
     Sequence s;
-    s.layers.resize(static_cast<size_t>(n_layers));
+    s.layers = std::move(layers);
     if (id >= next_id) next_id = id + 1;
     return map_.emplace(id, std::move(s)).first->second;
   }
