@@ -183,6 +183,30 @@ def test_decode_graph_errors(seed):
             graph(token)
 
 
+def assert_same_greedy_run(got, want, tol: float = 1e-4) -> None:
+    """Two generate() results (return_dict_in_generate, output_logits) of one model whose steps round differently
+    (a captured step splits the pages for its largest length, an eager step for the current one): while a row's
+    tokens agree, its logits agree within `tol` relative error; where its token first differs, the reference's logits
+    were a near tie between the two tokens (closer than `tol` of their norm, which rounding may decide either way),
+    and the row's later steps, on different contexts, are not compared."""
+    steps = len(want.logits)
+    assert len(got.logits) == steps and got.sequences.shape == want.sequences.shape
+    start = want.sequences.shape[1] - steps
+    assert torch.equal(got.sequences[:, :start], want.sequences[:, :start])
+    live = torch.ones(want.sequences.shape[0], dtype=torch.bool, device=want.sequences.device)
+    for t in range(steps):
+        if not live.any():
+            break
+        assert relative_error(got.logits[t][live], want.logits[t][live]) < tol, f"step {t}"
+        g, w = got.sequences[:, start + t], want.sequences[:, start + t]
+        for row in torch.nonzero(live & (g != w)).flatten().tolist():
+            logits = want.logits[t][row]
+            margin = float(logits[w[row]] - logits[g[row]])
+            assert margin <= tol * float(logits.norm()), f"step {t}, row {row}: token {int(g[row])} for " \
+                f"{int(w[row])}, {margin:.3g} below the best logit (norm {float(logits.norm()):.3g})"
+            live[row] = False
+
+
 @pytest.mark.parametrize("compile", [False, True])
 def test_generate_replays_its_decode_steps(compile, seed):
     # kvq.hf.generate: model.generate()'s tokens, with its decode steps through a DecodeGraph (compiled or not); a
@@ -193,14 +217,15 @@ def test_generate_replays_its_decode_steps(compile, seed):
     mask = torch.ones_like(ids)
     ids[1, :40] = 0
     mask[1, :40] = 0
-    kwargs = dict(input_ids=ids, attention_mask=mask, max_new_tokens=70, do_sample=False)
+    kwargs = dict(input_ids=ids, attention_mask=mask, max_new_tokens=70, do_sample=False,
+                  return_dict_in_generate=True, output_logits=True)
     with torch.no_grad():
         want = model.generate(**kwargs, past_key_values=kvq.hf.KvqCache(model.config, "int4", "int4", max_tokens=256))
         torch._dynamo.reset()
         got = kvq.hf.generate(model, **kwargs, compile=compile,
                               past_key_values=kvq.hf.KvqCache(model.config, "int4", "int4", max_tokens=256))
         torch._dynamo.reset()
-    assert torch.equal(got, want)
+    assert_same_greedy_run(got, want)
     assert "forward" not in model.__dict__
     with pytest.raises(TypeError, match="KvqCache"):
         kvq.hf.generate(model, input_ids=ids, past_key_values=transformers.DynamicCache(config=model.config))
