@@ -19,12 +19,15 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "byte_reader.hpp"
+#include "cache/cache_builder.hpp"
 #include "cache_test_util.hpp"
 #include "fuzz_check.hpp"
 #include "kvq/attention.hpp"
@@ -57,6 +60,50 @@ std::string with_group(std::string_view spec, int group) {
   const size_t at = spec.find('G');
   if (at == std::string_view::npos) return std::string(spec);
   return std::string(spec.substr(0, at)) + std::to_string(group) + std::string(spec.substr(at + 1));
+}
+
+// The tokens and queries: Gaussian (key_like false) or key-like rows, a pure function of (d, the profile's seed, the
+// sample's seed) and the row count, fewer rows being a prefix of more (one Rng stream). Each stream is drawn once per
+// process, at the most rows asked of it so far, and copied from there: drawing them took a sixth of the target's
+// time. The seeds are small (the script's draws, the config's seed), so the streams are few.
+std::vector<float> draw(bool key_like, int d, uint64_t profile_seed, uint64_t seed, size_t rows) {
+  static std::map<std::tuple<bool, int, uint64_t, uint64_t>, std::vector<float>> streams;
+  std::vector<float>& s = streams[{key_like, d, profile_seed, seed}];
+  const size_t n = rows * static_cast<size_t>(d);
+  if (s.size() < n) {
+    const size_t more = std::max(rows, 2 * s.size() / static_cast<size_t>(d));
+    s = key_like ? kvq::sample_profile(kvq::key_like_profile(d, profile_seed), more, seed)
+                 : kvq::gaussian_vectors(more, d, seed);
+  }
+  return std::vector<float>(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
+// Codecs trained for configuration c (KVCache::train_layer on 64 key-like keys and Gaussian values drawn from the
+// seed); throws what training throws. Training is a pure function of the codecs' specs, d, T and seed and of
+// centering, so each is trained once per process (vecinfer's k-means took a tenth of the target's time) and the
+// caches of the inputs take the trained state as a loaded cache does (CacheBuilder::load_codecs). A cache of one
+// kv head and no pages holds them; at most kMaxTrained (the codecs of the QJL pairs hold their sketches).
+const KVCache& trained(const kvq::CacheConfig& c) {
+  constexpr size_t kMaxTrained = 256;
+  using Key = std::tuple<std::string, std::string, int, int, uint64_t, bool>;
+  static std::map<Key, std::optional<KVCache>> caches;  // nullopt: training threw
+  const Key key{c.key_codec, c.value_codec, c.head_dim, c.block_tokens, c.seed, c.center_keys};
+  auto it = caches.find(key);
+  if (it == caches.end()) {
+    if (caches.size() == kMaxTrained) caches.clear();
+    it = caches.emplace(key, std::nullopt).first;
+    kvq::CacheConfig one = c;
+    one.n_kv_heads = 1;
+    one.capacity_pages = 0;
+    KVCache cache(one);
+    constexpr size_t kTrain = 64;
+    const auto keys = kvq::sample_profile(kvq::key_like_profile(c.head_dim, c.seed), kTrain, c.seed + 1);
+    const auto values = kvq::gaussian_vectors(kTrain, c.head_dim, c.seed + 2);
+    cache.train_layer(0, keys.data(), values.data(), kTrain);
+    it->second.emplace(std::move(cache));
+  }
+  if (!it->second) throw kvq::Error("training refused this configuration before");
+  return *it->second;
 }
 
 // Everything an append may change.
@@ -124,9 +171,8 @@ class Script {
     const float scale = std::ldexp(1.0f, static_cast<int>(in_.pick(10)) - 6);
     const uint8_t shape = in_.take<uint8_t>();
     const uint64_t seed = ++draws_;
-    std::vector<float> keys = shape & 1 ? kvq::sample_profile(kvq::key_like_profile(c.head_dim, seed), n * H, seed)
-                                        : kvq::gaussian_vectors(n * H, c.head_dim, seed);
-    std::vector<float> values = kvq::gaussian_vectors(n * H, c.head_dim, seed + 1);
+    std::vector<float> keys = draw(shape & 1, c.head_dim, seed, seed, n * H);
+    std::vector<float> values = draw(false, c.head_dim, 0, seed + 1, n * H);
     for (float& x : keys) x *= scale;
     for (float& x : values) x *= scale;
     const bool poisoned = (shape >> 1) % 4 == 0;
@@ -158,7 +204,7 @@ class Script {
     kvq::AttentionOptions options;
     options.splits = static_cast<int>(in_.pick(4));
     if (in_.pick(4) == 0) options.window = 1 + in_.take<uint8_t>();
-    const std::vector<float> q = kvq::gaussian_vectors(seqs.size() * H * G, c.head_dim, ++draws_);
+    const std::vector<float> q = draw(false, c.head_dim, 0, ++draws_, seqs.size() * H * G);
     std::vector<float> out(q.size(), std::numeric_limits<float>::quiet_NaN());
     kvq::decode_attention(cache_, 0, seqs, q, out, options);
 
@@ -228,10 +274,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     cache.emplace(c);
     if (!cache->ready(0) || (flags & 2)) {  // vecinfer must learn its codebook; int4/int8 may calibrate scales
-      constexpr size_t kTrain = 64;
-      const auto keys = kvq::sample_profile(kvq::key_like_profile(c.head_dim, c.seed), kTrain, c.seed + 1);
-      const auto values = kvq::gaussian_vectors(kTrain, c.head_dim, c.seed + 2);
-      cache->train_layer(0, keys.data(), values.data(), kTrain);
+      const KVCache& taught = trained(c);
+      kvq::detail::CacheBuilder builder(c);
+      builder.load_codecs(0, taught.key_codec(0), taught.value_codec(0));
+      cache = builder.finish();
     }
   } catch (const kvq::Error&) {
     return 0;  // a configuration a codec refuses (a group size against d)
