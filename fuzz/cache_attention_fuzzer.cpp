@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -78,20 +79,23 @@ std::vector<float> draw(bool key_like, int d, uint64_t profile_seed, uint64_t se
   return std::vector<float>(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(n));
 }
 
-// Codecs trained for configuration c (KVCache::train_layer on 64 key-like keys and Gaussian values drawn from the
-// seed); throws what training throws. Training is a pure function of the codecs' specs, d, T and seed and of
-// centering, so each is trained once per process (vecinfer's k-means took a tenth of the target's time) and the
-// caches of the inputs take the trained state as a loaded cache does (CacheBuilder::load_codecs). A cache of one
-// kv head and no pages holds them; at most kMaxTrained (the codecs of the QJL pairs hold their sketches).
-const KVCache& trained(const kvq::CacheConfig& c) {
-  constexpr size_t kMaxTrained = 256;
+// The codecs of configuration c as KVCache::train_layer leaves them after 64 key-like keys and Gaussian values drawn
+// from the seed, where training learned a state (Codec::state(); else null); throws what training throws. Training
+// is a pure function of the codecs' specs, d, T and seed and of centering, so each is trained once per process
+// (vecinfer's k-means took a tenth of the target's time) and the inputs' caches take the state as a loaded cache
+// does (CacheBuilder::load_codecs). At most kMaxTrained, each a few KB.
+struct Taught {
+  std::unique_ptr<kvq::Codec> key, value;
+};
+const Taught& trained(const kvq::CacheConfig& c) {
+  constexpr size_t kMaxTrained = 4096;
   using Key = std::tuple<std::string, std::string, int, int, uint64_t, bool>;
-  static std::map<Key, std::optional<KVCache>> caches;  // nullopt: training threw
+  static std::map<Key, std::optional<Taught>> taught;  // nullopt: training threw
   const Key key{c.key_codec, c.value_codec, c.head_dim, c.block_tokens, c.seed, c.center_keys};
-  auto it = caches.find(key);
-  if (it == caches.end()) {
-    if (caches.size() == kMaxTrained) caches.clear();
-    it = caches.emplace(key, std::nullopt).first;
+  auto it = taught.find(key);
+  if (it == taught.end()) {
+    if (taught.size() == kMaxTrained) taught.clear();
+    it = taught.emplace(key, std::nullopt).first;
     kvq::CacheConfig one = c;
     one.n_kv_heads = 1;
     one.capacity_pages = 0;
@@ -100,7 +104,15 @@ const KVCache& trained(const kvq::CacheConfig& c) {
     const auto keys = kvq::sample_profile(kvq::key_like_profile(c.head_dim, c.seed), kTrain, c.seed + 1);
     const auto values = kvq::gaussian_vectors(kTrain, c.head_dim, c.seed + 2);
     cache.train_layer(0, keys.data(), values.data(), kTrain);
-    it->second.emplace(std::move(cache));
+    const auto learned = [&](const kvq::Codec& codec, kvq::Role role) -> std::unique_ptr<kvq::Codec> {
+      const std::vector<uint8_t> state = codec.state();
+      if (state.empty()) return nullptr;
+      auto copy = kvq::make_codec(codec.spec().str(), kvq::CodecParams{c.head_dim, c.block_tokens, c.seed, role});
+      copy->load_state(state);
+      return copy;
+    };
+    it->second.emplace(
+        Taught{learned(cache.key_codec(0), kvq::Role::key), learned(cache.value_codec(0), kvq::Role::value)});
   }
   if (!it->second) throw kvq::Error("training refused this configuration before");
   return *it->second;
@@ -274,10 +286,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     cache.emplace(c);
     if (!cache->ready(0) || (flags & 2)) {  // vecinfer must learn its codebook; int4/int8 may calibrate scales
-      const KVCache& taught = trained(c);
-      kvq::detail::CacheBuilder builder(c);
-      builder.load_codecs(0, taught.key_codec(0), taught.value_codec(0));
-      cache = builder.finish();
+      const Taught& taught = trained(c);
+      if (taught.key || taught.value) {
+        kvq::detail::CacheBuilder builder(c);
+        builder.load_codecs(0, taught.key ? *taught.key : cache->key_codec(0),
+                            taught.value ? *taught.value : cache->value_codec(0));
+        cache = builder.finish();
+      }
     }
   } catch (const kvq::Error&) {
     return 0;  // a configuration a codec refuses (a group size against d)
