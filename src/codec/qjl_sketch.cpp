@@ -6,6 +6,7 @@
 #include <numbers>
 
 #include "kvq/detail/random.hpp"
+#include "kvq/error.hpp"
 
 namespace kvq {
 namespace {
@@ -33,6 +34,7 @@ QjlSketch::QjlSketch(int rows, int dim, uint64_t seed)
       dim_(dim),
       scale_(static_cast<float>(std::sqrt(std::numbers::pi / 2) / rows)),
       s_(static_cast<size_t>(rows) * dim) {
+  KVQ_CHECK(dim > 0 && dim % 8 == 0, "QjlSketch: dimension ", dim, " is not a positive multiple of 8");
   Rng rng(seed);
   for (float& v : s_) v = static_cast<float>(rng.normal());
 }
@@ -46,15 +48,28 @@ void QjlSketch::apply(const float* x, float* y, size_t n) const {
 }
 
 void QjlSketch::apply_transpose(const float* y, float* x, size_t n) const {
-  std::vector<double> sum(dim_);
+  // Eight coordinates at a time, each summed over i = 0, 1, ... in a register: the order of a sum over a column
+  // kept in memory, at a third of the loads and stores (which dominate under the sanitizers).
   for (size_t r = 0; r < n; ++r) {
-    std::fill(sum.begin(), sum.end(), 0.0);
-    for (int i = 0; i < rows_; ++i) {
-      const double yi = y[r * rows_ + i];
-      const float* si = s_.data() + static_cast<size_t>(i) * dim_;
-      for (int j = 0; j < dim_; ++j) sum[j] += yi * si[j];
+    const float* yr = y + r * rows_;
+    float* xr = x + r * dim_;
+    for (int j = 0; j < dim_; j += 8) {
+      double a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+      const float* si = s_.data() + j;
+      for (int i = 0; i < rows_; ++i, si += dim_) {
+        const double yi = yr[i];
+        a0 += yi * si[0];
+        a1 += yi * si[1];
+        a2 += yi * si[2];
+        a3 += yi * si[3];
+        a4 += yi * si[4];
+        a5 += yi * si[5];
+        a6 += yi * si[6];
+        a7 += yi * si[7];
+      }
+      const double a[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+      for (int k = 0; k < 8; ++k) xr[j + k] = static_cast<float>(a[k]);
     }
-    for (int j = 0; j < dim_; ++j) x[r * dim_ + j] = static_cast<float>(sum[j]);
   }
 }
 
