@@ -11,20 +11,37 @@
 namespace kvq {
 namespace {
 
-// sum_j s_j x_j in double with four independent partial sums, so that the additions pipeline instead of waiting
-// on each other (a fixed order: the result is the same on every call).
+// Two doubles per vector (the GCC and clang vector extensions), loaded from any address.
+using Double2 = double __attribute__((vector_size(16), aligned(8)));
+using Float4 = float __attribute__((vector_size(16), aligned(4)));
+
+// x[0, 4) as two pairs of doubles.
+void load_pairs(const double* x, Double2& lo, Double2& hi) {
+  std::memcpy(&lo, x, sizeof lo);
+  std::memcpy(&hi, x + 2, sizeof hi);
+}
+void load_pairs(const float* x, Double2& lo, Double2& hi) {
+  Float4 v;
+  std::memcpy(&v, x, sizeof v);
+  lo = Double2{v[0], v[1]};
+  hi = Double2{v[2], v[3]};
+}
+
+// sum_j s_j x_j in double with four independent partial sums (of the j of each residue mod 4), so that the
+// additions pipeline instead of waiting on each other (a fixed order: the result is the same on every call); n a
+// multiple of 4. The four sums as two vectors of two: the products and additions of four scalars, in half the
+// instructions and a third of the loads a sanitized build checks.
 template <class T>
 double dot_f64(const float* s, const T* x, int n) {
-  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-  int j = 0;
-  for (; j + 4 <= n; j += 4) {
-    a0 += static_cast<double>(s[j]) * x[j];
-    a1 += static_cast<double>(s[j + 1]) * x[j + 1];
-    a2 += static_cast<double>(s[j + 2]) * x[j + 2];
-    a3 += static_cast<double>(s[j + 3]) * x[j + 3];
+  Double2 a01 = {0, 0}, a23 = {0, 0};
+  for (int j = 0; j < n; j += 4) {
+    Double2 s01, s23, x01, x23;
+    load_pairs(s + j, s01, s23);
+    load_pairs(x + j, x01, x23);
+    a01 += s01 * x01;
+    a23 += s23 * x23;
   }
-  for (; j < n; ++j) a0 += static_cast<double>(s[j]) * x[j];
-  return (a0 + a1) + (a2 + a3);
+  return (a01[0] + a01[1]) + (a23[0] + a23[1]);
 }
 
 }  // namespace
