@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -67,8 +68,8 @@ std::string with_group(std::string_view spec, int group) {
 // The tokens and queries: Gaussian (key_like false) or key-like rows, a pure function of (d, the profile's seed, the
 // sample's seed) and the row count, fewer rows being a prefix of more (one Rng stream). Each stream is drawn once per
 // process, at the most rows asked of it so far, and copied from there: drawing them took a sixth of the target's
-// time. The seeds are small (the script's draws, the config's seed), so the streams are few.
-std::vector<float> draw(bool key_like, int d, uint64_t profile_seed, uint64_t seed, size_t rows) {
+// time. The seeds are small (the script's draws, the config's seed), so the streams are few. Returned times scale.
+std::vector<float> draw(bool key_like, int d, uint64_t profile_seed, uint64_t seed, size_t rows, float scale = 1) {
   static std::map<std::tuple<bool, int, uint64_t, uint64_t>, std::vector<float>> streams;
   std::vector<float>& s = streams[{key_like, d, profile_seed, seed}];
   const size_t n = rows * static_cast<size_t>(d);
@@ -77,7 +78,9 @@ std::vector<float> draw(bool key_like, int d, uint64_t profile_seed, uint64_t se
     s = key_like ? kvq::sample_profile(kvq::key_like_profile(d, profile_seed), more, seed)
                  : kvq::gaussian_vectors(more, d, seed);
   }
-  return std::vector<float>(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(n));
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = s[i] * scale;
+  return x;
 }
 
 // The codecs of configuration c as KVCache::train_layer leaves them after 64 key-like keys and Gaussian values drawn
@@ -127,14 +130,25 @@ struct Snapshot {
   std::vector<std::vector<float>> windows;  // keys then values of every head, then the key offset
   size_t free_pages = 0;
 
-  explicit Snapshot(const KVCache& cache) : seqs(cache.sequences()), free_pages(cache.free_pages()) {
+  Snapshot() = default;
+  explicit Snapshot(const KVCache& cache) { take(cache); }
+
+  // Refills the buffers, keeping what they hold allocated (the script takes one before every append).
+  void take(const KVCache& cache) {
     const size_t d = static_cast<size_t>(cache.config().head_dim);
-    for (SeqId s : seqs) {
-      const kvq::LayerView v = cache.view(s, 0);
-      pages.emplace_back(v.pages.begin(), v.pages.end());
-      std::vector<uint8_t>& bytes = page_bytes.emplace_back();
+    seqs = cache.sequences();
+    free_pages = cache.free_pages();
+    pages.resize(seqs.size());
+    page_bytes.resize(seqs.size());
+    windows.resize(seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const kvq::LayerView v = cache.view(seqs[i], 0);
+      pages[i].assign(v.pages.begin(), v.pages.end());
+      std::vector<uint8_t>& bytes = page_bytes[i];
+      bytes.clear();
       for (kvq::PageId p : v.pages) bytes.insert(bytes.end(), cache.page(p), cache.page(p) + cache.page_bytes());
-      std::vector<float>& w = windows.emplace_back();
+      std::vector<float>& w = windows[i];
+      w.clear();
       const size_t r = static_cast<size_t>(v.residual_count);
       for (int h = 0; h < cache.config().n_kv_heads; ++h) {
         w.insert(w.end(), v.residual_key(h), v.residual_key(h) + r * d);
@@ -169,51 +183,74 @@ uint64_t codecs_hash(const KVCache& cache) {
   return h;
 }
 
+// A sequence as KVCache::read gives it, each kv head's keys and values apart ([n][d], kvq::test::original_head).
+struct ReadSequence {
+  size_t tokens = 0;
+  std::array<kvq::test::Tokens, 4> heads;  // at most 4 kv heads
+};
+
 // KVCache::read of a sequence, remembered across inputs: a mutated input replays its parent's appends, so about 70%
 // of what the attention checks read was read before (of the same codecs, the same bytes), and reading (the QJL
 // codecs' S^T y above all) took a quarter of the target's time. An entry is keyed by a 64-bit hash of the codecs
-// (codecs_hash) and of everything read() reads: the pages' bytes, the window and the key offset. The slots are
+// (codecs_hash) and of everything read() reads: the pages' bytes, the window and the key offset. The buffers are
 // allocated once at the most a sequence holds, so an input allocates no more than it frees (libFuzzer runs an
 // input that does a second time, looking for leaks).
-const kvq::test::Tokens& read_sequence(const KVCache& cache, uint64_t codecs, SeqId seq) {
+const ReadSequence& read_sequence(const KVCache& cache, uint64_t codecs, SeqId seq) {
   struct Slot {
     uint64_t key = 0;
     bool used = false;
-    kvq::test::Tokens tokens;
+    ReadSequence read;
   };
-  constexpr size_t kSlots = 64, kMaxFloats = kMaxTokens * 4 * 128;  // kv heads and d at most 4 and 128
-  static std::vector<Slot> slots = [] {
+  constexpr size_t kSlots = 64, kMaxFloats = kMaxTokens * 128;  // per kv head; d at most 128
+  const auto reserved = [](kvq::test::Tokens& t, size_t floats) {
+    t.keys.reserve(floats);
+    t.values.reserve(floats);
+  };
+  static kvq::test::Tokens all = [&] {  // read()'s [n][H][d]
+    kvq::test::Tokens t;
+    reserved(t, 4 * kMaxFloats);
+    return t;
+  }();
+  static std::vector<Slot> slots = [&] {
     std::vector<Slot> s(kSlots);
-    for (Slot& slot : s) {
-      slot.tokens.keys.reserve(kMaxFloats);
-      slot.tokens.values.reserve(kMaxFloats);
-    }
+    for (Slot& slot : s)
+      for (kvq::test::Tokens& head : slot.read.heads) reserved(head, kMaxFloats);
     return s;
   }();
   static size_t next = 0;
 
   const kvq::LayerView v = cache.view(seq, 0);
   const size_t d = static_cast<size_t>(cache.config().head_dim), r = static_cast<size_t>(v.residual_count);
-  const int H = cache.config().n_kv_heads;
+  const size_t H = static_cast<size_t>(cache.config().n_kv_heads), n = v.length();
   uint64_t key = codecs;
   for (kvq::PageId p : v.pages) key = fold(key, cache.page(p), cache.page_bytes());
   key = fold(key, &r, sizeof r);
-  for (int h = 0; h < H; ++h) {
+  for (int h = 0; h < static_cast<int>(H); ++h) {
     key = fold(key, v.residual_key(h), r * d * sizeof(float));
     key = fold(key, v.residual_value(h), r * d * sizeof(float));
   }
-  if (v.key_offset) key = fold(key, v.key_offset, static_cast<size_t>(H) * d * sizeof(float));
+  if (v.key_offset) key = fold(key, v.key_offset, H * d * sizeof(float));
   for (const Slot& slot : slots)
-    if (slot.used && slot.key == key) return slot.tokens;
+    if (slot.used && slot.key == key) return slot.read;
 
   Slot& slot = slots[next];
   next = (next + 1) % kSlots;
   slot.used = true;
   slot.key = key;
-  slot.tokens.keys.resize(v.length() * static_cast<size_t>(H) * d);
-  slot.tokens.values.resize(slot.tokens.keys.size());
-  cache.read(seq, 0, slot.tokens.keys.data(), slot.tokens.values.data());
-  return slot.tokens;
+  all.keys.resize(n * H * d);
+  all.values.resize(all.keys.size());
+  cache.read(seq, 0, all.keys.data(), all.values.data());
+  slot.read.tokens = n;
+  for (size_t h = 0; h < H; ++h) {
+    kvq::test::Tokens& head = slot.read.heads[h];
+    head.keys.resize(n * d);
+    head.values.resize(n * d);
+    for (size_t t = 0; t < n; ++t) {
+      std::memcpy(head.keys.data() + t * d, all.keys.data() + (t * H + h) * d, d * sizeof(float));
+      std::memcpy(head.values.data() + t * d, all.values.data() + (t * H + h) * d, d * sizeof(float));
+    }
+  }
+  return slot.read;
 }
 
 class Script {
@@ -253,10 +290,8 @@ class Script {
     const float scale = std::ldexp(1.0f, static_cast<int>(in_.pick(10)) - 6);
     const uint8_t shape = in_.take<uint8_t>();
     const uint64_t seed = ++draws_;
-    std::vector<float> keys = draw(shape & 1, c.head_dim, seed, seed, n * H);
-    std::vector<float> values = draw(false, c.head_dim, 0, seed + 1, n * H);
-    for (float& x : keys) x *= scale;
-    for (float& x : values) x *= scale;
+    std::vector<float> keys = draw(shape & 1, c.head_dim, seed, seed, n * H, scale);
+    std::vector<float> values = draw(false, c.head_dim, 0, seed + 1, n * H, scale);
     const bool poisoned = (shape >> 1) % 4 == 0;
     if (poisoned) {
       const size_t at = in_.take<uint16_t>() % (2 * keys.size());
@@ -266,11 +301,11 @@ class Script {
       x = kNonFinite[(shape >> 3) % kNonFinite.size()];
     }
     const size_t before = cache_.length(seq, 0);
-    const Snapshot snapshot(cache_);
+    snapshot_.take(cache_);
     try {
       cache_.append(seq, 0, keys.data(), values.data(), n);
     } catch (const kvq::Error&) {
-      KVQ_FUZZ_CHECK(Snapshot(cache_) == snapshot, "an append that throws leaves the cache as it was");
+      KVQ_FUZZ_CHECK(Snapshot(cache_) == snapshot_, "an append that throws leaves the cache as it was");
       return;
     }
     KVQ_FUZZ_CHECK(!poisoned, "an append with NaN or Inf throws kvq::Error");
@@ -293,10 +328,10 @@ class Script {
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     std::vector<float> want(d);
     for (size_t s = 0; s < seqs.size(); ++s) {
-      const kvq::test::Tokens& all = read_sequence(cache_, codecs_, seqs[s]);
+      const ReadSequence& read = read_sequence(cache_, codecs_, seqs[s]);
+      const size_t n = read.tokens;
       for (size_t h = 0; h < H; ++h) {
-        const size_t n = all.keys.size() / (H * d);
-        const kvq::test::Tokens kv = kvq::test::original_head(all, c, n, static_cast<int>(h));
+        const kvq::test::Tokens& kv = read.heads[h];
         const size_t first = options.window > 0 && options.window < n ? n - options.window : 0;
         for (size_t j = 0; j < G; ++j) {
           const size_t row = (s * H + h) * G + j;
@@ -324,6 +359,7 @@ class Script {
   }
 
   KVCache& cache_;
+  Snapshot snapshot_;
   uint64_t codecs_;
   int G_;
   kvq::fuzz::ByteReader& in_;
