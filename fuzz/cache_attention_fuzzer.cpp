@@ -12,14 +12,15 @@
 // tokens. Decode attention matches the double-precision reference over the decoded cache within the bound of
 // tests/attention_test_util.hpp (vs_reference): per output row, the error's norm is at most
 // (1e-5 + sqrt(d) 2^-24 max_t scale sum_j |q_j k_tj|) sum_t p_t |v_t|; a row that sees no token is exactly zero.
-// The exact kernels run (KVQ_ATTENTION=exact).
+// The exact kernels run (KVQ_ATTENTION=exact). What repeats from input to input is done once per process: drawing the
+// tokens (draw), training the codecs (trained) and reading a sequence's state for the reference (read_sequence).
 #include <algorithm>
 #include <array>
-#include <functional>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -68,7 +69,7 @@ std::string with_group(std::string_view spec, int group) {
 // The tokens and queries: Gaussian (key_like false) or key-like rows, a pure function of (d, the profile's seed, the
 // sample's seed) and the row count, fewer rows being a prefix of more (one Rng stream). Each stream is drawn once per
 // process, at the most rows asked of it so far, and copied from there: drawing them took a sixth of the target's
-// time. The seeds are small (the script's draws, the config's seed), so the streams are few. Returned times scale.
+// time. The seeds are small (the script's draws, the config's seed), so the streams are few. Returns them times scale.
 std::vector<float> draw(bool key_like, int d, uint64_t profile_seed, uint64_t seed, size_t rows, float scale = 1) {
   static std::map<std::tuple<bool, int, uint64_t, uint64_t>, std::vector<float>> streams;
   std::vector<float>& s = streams[{key_like, d, profile_seed, seed}];
