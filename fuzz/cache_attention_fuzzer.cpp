@@ -12,19 +12,26 @@
 // tokens. Decode attention matches the double-precision reference over the decoded cache within the bound of
 // tests/attention_test_util.hpp (vs_reference): per output row, the error's norm is at most
 // (1e-5 + sqrt(d) 2^-24 max_t scale sum_j |q_j k_tj|) sum_t p_t |v_t|; a row that sees no token is exactly zero.
-// The exact kernels run (KVQ_ATTENTION=exact).
+// The exact kernels run (KVQ_ATTENTION=exact). What repeats from input to input is done once per process: drawing the
+// tokens (draw), training the codecs (trained) and reading a sequence's state for the reference (read_sequence).
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <limits>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "byte_reader.hpp"
+#include "cache/cache_builder.hpp"
 #include "cache_test_util.hpp"
 #include "fuzz_check.hpp"
 #include "kvq/attention.hpp"
@@ -59,6 +66,63 @@ std::string with_group(std::string_view spec, int group) {
   return std::string(spec.substr(0, at)) + std::to_string(group) + std::string(spec.substr(at + 1));
 }
 
+// The tokens and queries: Gaussian (key_like false) or key-like rows, a pure function of (d, the profile's seed, the
+// sample's seed) and the row count, fewer rows being a prefix of more (one Rng stream). Each stream is drawn once per
+// process, at the most rows asked of it so far, and copied from there: drawing them took a sixth of the target's
+// time. The seeds are small (the script's draws, the config's seed), so the streams are few. Returns them times scale.
+std::vector<float> draw(bool key_like, int d, uint64_t profile_seed, uint64_t seed, size_t rows, float scale = 1) {
+  static std::map<std::tuple<bool, int, uint64_t, uint64_t>, std::vector<float>> streams;
+  std::vector<float>& s = streams[{key_like, d, profile_seed, seed}];
+  const size_t n = rows * static_cast<size_t>(d);
+  if (s.size() < n) {
+    const size_t more = std::max(rows, 2 * s.size() / static_cast<size_t>(d));
+    s = key_like ? kvq::sample_profile(kvq::key_like_profile(d, profile_seed), more, seed)
+                 : kvq::gaussian_vectors(more, d, seed);
+  }
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = s[i] * scale;
+  return x;
+}
+
+// The codecs of configuration c as KVCache::train_layer leaves them after 64 key-like keys and Gaussian values drawn
+// from the seed, where training learned a state (Codec::state(); else null); throws what training throws. Training
+// is a pure function of the codecs' specs, d, T and seed and of centering, so each is trained once per process
+// (vecinfer's k-means took a tenth of the target's time) and the inputs' caches take the state as a loaded cache
+// does (CacheBuilder::load_codecs). At most kMaxTrained, each a few KB.
+struct Taught {
+  std::unique_ptr<kvq::Codec> key, value;
+};
+const Taught& trained(const kvq::CacheConfig& c) {
+  constexpr size_t kMaxTrained = 4096;
+  using Key = std::tuple<std::string, std::string, int, int, uint64_t, bool>;
+  static std::map<Key, std::optional<Taught>> taught;  // nullopt: training threw
+  const Key key{c.key_codec, c.value_codec, c.head_dim, c.block_tokens, c.seed, c.center_keys};
+  auto it = taught.find(key);
+  if (it == taught.end()) {
+    if (taught.size() == kMaxTrained) taught.clear();
+    it = taught.emplace(key, std::nullopt).first;
+    kvq::CacheConfig one = c;
+    one.n_kv_heads = 1;
+    one.capacity_pages = 0;
+    KVCache cache(one);
+    constexpr size_t kTrain = 64;
+    const auto keys = kvq::sample_profile(kvq::key_like_profile(c.head_dim, c.seed), kTrain, c.seed + 1);
+    const auto values = kvq::gaussian_vectors(kTrain, c.head_dim, c.seed + 2);
+    cache.train_layer(0, keys.data(), values.data(), kTrain);
+    const auto learned = [&](const kvq::Codec& codec, kvq::Role role) -> std::unique_ptr<kvq::Codec> {
+      const std::vector<uint8_t> state = codec.state();
+      if (state.empty()) return nullptr;
+      auto copy = kvq::make_codec(codec.spec().str(), kvq::CodecParams{c.head_dim, c.block_tokens, c.seed, role});
+      copy->load_state(state);
+      return copy;
+    };
+    it->second.emplace(
+        Taught{learned(cache.key_codec(0), kvq::Role::key), learned(cache.value_codec(0), kvq::Role::value)});
+  }
+  if (!it->second) throw kvq::Error("training refused this configuration before");
+  return *it->second;
+}
+
 // Everything an append may change.
 struct Snapshot {
   std::vector<SeqId> seqs;
@@ -67,14 +131,25 @@ struct Snapshot {
   std::vector<std::vector<float>> windows;  // keys then values of every head, then the key offset
   size_t free_pages = 0;
 
-  explicit Snapshot(const KVCache& cache) : seqs(cache.sequences()), free_pages(cache.free_pages()) {
+  Snapshot() = default;
+  explicit Snapshot(const KVCache& cache) { take(cache); }
+
+  // Refills the buffers, keeping what they hold allocated (the script takes one before every append).
+  void take(const KVCache& cache) {
     const size_t d = static_cast<size_t>(cache.config().head_dim);
-    for (SeqId s : seqs) {
-      const kvq::LayerView v = cache.view(s, 0);
-      pages.emplace_back(v.pages.begin(), v.pages.end());
-      std::vector<uint8_t>& bytes = page_bytes.emplace_back();
+    seqs = cache.sequences();
+    free_pages = cache.free_pages();
+    pages.resize(seqs.size());
+    page_bytes.resize(seqs.size());
+    windows.resize(seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const kvq::LayerView v = cache.view(seqs[i], 0);
+      pages[i].assign(v.pages.begin(), v.pages.end());
+      std::vector<uint8_t>& bytes = page_bytes[i];
+      bytes.clear();
       for (kvq::PageId p : v.pages) bytes.insert(bytes.end(), cache.page(p), cache.page(p) + cache.page_bytes());
-      std::vector<float>& w = windows.emplace_back();
+      std::vector<float>& w = windows[i];
+      w.clear();
       const size_t r = static_cast<size_t>(v.residual_count);
       for (int h = 0; h < cache.config().n_kv_heads; ++h) {
         w.insert(w.end(), v.residual_key(h), v.residual_key(h) + r * d);
@@ -87,10 +162,102 @@ struct Snapshot {
   bool operator==(const Snapshot&) const = default;
 };
 
+// A 64-bit hash of n bytes folded into h.
+uint64_t fold(uint64_t h, const void* bytes, size_t n) {
+  const uint64_t part = std::hash<std::string_view>{}(std::string_view(static_cast<const char*>(bytes), n));
+  return (h ^ part) * 0x9e3779b97f4a7c15u + n;
+}
+
+// What decides how a cache's codecs decode: the configuration and the trained state.
+uint64_t codecs_hash(const KVCache& cache) {
+  const kvq::CacheConfig& c = cache.config();
+  uint64_t h = fold(0, c.key_codec.data(), c.key_codec.size());
+  h = fold(h, c.value_codec.data(), c.value_codec.size());
+  const uint64_t fields[] = {static_cast<uint64_t>(c.n_kv_heads), static_cast<uint64_t>(c.head_dim),
+                             static_cast<uint64_t>(c.block_tokens), static_cast<uint64_t>(c.residual_tokens),
+                             c.seed, c.center_keys};
+  h = fold(h, fields, sizeof fields);
+  for (const kvq::Codec* codec : {&cache.key_codec(0), &cache.value_codec(0)}) {
+    const std::vector<uint8_t> state = codec->state();
+    h = fold(h, state.data(), state.size());
+  }
+  return h;
+}
+
+// A sequence as KVCache::read gives it, each kv head's keys and values apart ([n][d], kvq::test::original_head).
+struct ReadSequence {
+  size_t tokens = 0;
+  std::array<kvq::test::Tokens, 4> heads;  // at most 4 kv heads
+};
+
+// KVCache::read of a sequence, remembered across inputs: a mutated input replays its parent's appends, so about 70%
+// of what the attention checks read was read before (of the same codecs, the same bytes), and reading (the QJL
+// codecs' S^T y above all) took a quarter of the target's time. An entry is keyed by a 64-bit hash of the codecs
+// (codecs_hash) and of everything read() reads: the pages' bytes, the window and the key offset. The buffers are
+// allocated once at the most a sequence holds, so an input allocates no more than it frees (libFuzzer runs an
+// input that does a second time, looking for leaks).
+const ReadSequence& read_sequence(const KVCache& cache, uint64_t codecs, SeqId seq) {
+  struct Slot {
+    uint64_t key = 0;
+    bool used = false;
+    ReadSequence read;
+  };
+  constexpr size_t kSlots = 64, kMaxFloats = kMaxTokens * 128;  // per kv head; d at most 128
+  const auto reserved = [](kvq::test::Tokens& t, size_t floats) {
+    t.keys.reserve(floats);
+    t.values.reserve(floats);
+  };
+  static kvq::test::Tokens all = [&] {  // read()'s [n][H][d]
+    kvq::test::Tokens t;
+    reserved(t, 4 * kMaxFloats);
+    return t;
+  }();
+  static std::vector<Slot> slots = [&] {
+    std::vector<Slot> s(kSlots);
+    for (Slot& slot : s)
+      for (kvq::test::Tokens& head : slot.read.heads) reserved(head, kMaxFloats);
+    return s;
+  }();
+  static size_t next = 0;
+
+  const kvq::LayerView v = cache.view(seq, 0);
+  const size_t d = static_cast<size_t>(cache.config().head_dim), r = static_cast<size_t>(v.residual_count);
+  const size_t H = static_cast<size_t>(cache.config().n_kv_heads), n = v.length();
+  uint64_t key = codecs;
+  for (kvq::PageId p : v.pages) key = fold(key, cache.page(p), cache.page_bytes());
+  key = fold(key, &r, sizeof r);
+  for (int h = 0; h < static_cast<int>(H); ++h) {
+    key = fold(key, v.residual_key(h), r * d * sizeof(float));
+    key = fold(key, v.residual_value(h), r * d * sizeof(float));
+  }
+  if (v.key_offset) key = fold(key, v.key_offset, H * d * sizeof(float));
+  for (const Slot& slot : slots)
+    if (slot.used && slot.key == key) return slot.read;
+
+  Slot& slot = slots[next];
+  next = (next + 1) % kSlots;
+  slot.used = true;
+  slot.key = key;
+  all.keys.resize(n * H * d);
+  all.values.resize(all.keys.size());
+  cache.read(seq, 0, all.keys.data(), all.values.data());
+  slot.read.tokens = n;
+  for (size_t h = 0; h < H; ++h) {
+    kvq::test::Tokens& head = slot.read.heads[h];
+    head.keys.resize(n * d);
+    head.values.resize(n * d);
+    for (size_t t = 0; t < n; ++t) {
+      std::memcpy(head.keys.data() + t * d, all.keys.data() + (t * H + h) * d, d * sizeof(float));
+      std::memcpy(head.values.data() + t * d, all.values.data() + (t * H + h) * d, d * sizeof(float));
+    }
+  }
+  return slot.read;
+}
+
 class Script {
  public:
   Script(KVCache& cache, int queries_per_head, kvq::fuzz::ByteReader& in)
-      : cache_(cache), G_(queries_per_head), in_(in) {}
+      : cache_(cache), codecs_(codecs_hash(cache)), G_(queries_per_head), in_(in) {}
 
   void run() {
     for (int op = 0; op < kMaxOps && !in_.empty(); ++op) {
@@ -124,11 +291,8 @@ class Script {
     const float scale = std::ldexp(1.0f, static_cast<int>(in_.pick(10)) - 6);
     const uint8_t shape = in_.take<uint8_t>();
     const uint64_t seed = ++draws_;
-    std::vector<float> keys = shape & 1 ? kvq::sample_profile(kvq::key_like_profile(c.head_dim, seed), n * H, seed)
-                                        : kvq::gaussian_vectors(n * H, c.head_dim, seed);
-    std::vector<float> values = kvq::gaussian_vectors(n * H, c.head_dim, seed + 1);
-    for (float& x : keys) x *= scale;
-    for (float& x : values) x *= scale;
+    std::vector<float> keys = draw(shape & 1, c.head_dim, seed, seed, n * H, scale);
+    std::vector<float> values = draw(false, c.head_dim, 0, seed + 1, n * H, scale);
     const bool poisoned = (shape >> 1) % 4 == 0;
     if (poisoned) {
       const size_t at = in_.take<uint16_t>() % (2 * keys.size());
@@ -138,11 +302,11 @@ class Script {
       x = kNonFinite[(shape >> 3) % kNonFinite.size()];
     }
     const size_t before = cache_.length(seq, 0);
-    const Snapshot snapshot(cache_);
+    snapshot_.take(cache_);
     try {
       cache_.append(seq, 0, keys.data(), values.data(), n);
     } catch (const kvq::Error&) {
-      KVQ_FUZZ_CHECK(Snapshot(cache_) == snapshot, "an append that throws leaves the cache as it was");
+      KVQ_FUZZ_CHECK(Snapshot(cache_) == snapshot_, "an append that throws leaves the cache as it was");
       return;
     }
     KVQ_FUZZ_CHECK(!poisoned, "an append with NaN or Inf throws kvq::Error");
@@ -158,17 +322,17 @@ class Script {
     kvq::AttentionOptions options;
     options.splits = static_cast<int>(in_.pick(4));
     if (in_.pick(4) == 0) options.window = 1 + in_.take<uint8_t>();
-    const std::vector<float> q = kvq::gaussian_vectors(seqs.size() * H * G, c.head_dim, ++draws_);
+    const std::vector<float> q = draw(false, c.head_dim, 0, ++draws_, seqs.size() * H * G);
     std::vector<float> out(q.size(), std::numeric_limits<float>::quiet_NaN());
     kvq::decode_attention(cache_, 0, seqs, q, out, options);
 
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     std::vector<float> want(d);
     for (size_t s = 0; s < seqs.size(); ++s) {
-      const kvq::test::Tokens all = kvq::test::decoded(cache_, seqs[s], 0);
+      const ReadSequence& read = read_sequence(cache_, codecs_, seqs[s]);
+      const size_t n = read.tokens;
       for (size_t h = 0; h < H; ++h) {
-        const size_t n = all.keys.size() / (H * d);
-        const kvq::test::Tokens kv = kvq::test::original_head(all, c, n, static_cast<int>(h));
+        const kvq::test::Tokens& kv = read.heads[h];
         const size_t first = options.window > 0 && options.window < n ? n - options.window : 0;
         for (size_t j = 0; j < G; ++j) {
           const size_t row = (s * H + h) * G + j;
@@ -196,6 +360,8 @@ class Script {
   }
 
   KVCache& cache_;
+  Snapshot snapshot_;
+  uint64_t codecs_;
   int G_;
   kvq::fuzz::ByteReader& in_;
   uint64_t draws_ = 0;
@@ -228,10 +394,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     cache.emplace(c);
     if (!cache->ready(0) || (flags & 2)) {  // vecinfer must learn its codebook; int4/int8 may calibrate scales
-      constexpr size_t kTrain = 64;
-      const auto keys = kvq::sample_profile(kvq::key_like_profile(c.head_dim, c.seed), kTrain, c.seed + 1);
-      const auto values = kvq::gaussian_vectors(kTrain, c.head_dim, c.seed + 2);
-      cache->train_layer(0, keys.data(), values.data(), kTrain);
+      const Taught& taught = trained(c);
+      if (taught.key || taught.value) {
+        kvq::detail::CacheBuilder builder(c);
+        builder.load_codecs(0, taught.key ? *taught.key : cache->key_codec(0),
+                            taught.value ? *taught.value : cache->value_codec(0));
+        cache = builder.finish();
+      }
     }
   } catch (const kvq::Error&) {
     return 0;  // a configuration a codec refuses (a group size against d)

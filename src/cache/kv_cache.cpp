@@ -1,5 +1,4 @@
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -12,6 +11,7 @@
 
 #include "cache/key_offset.hpp"
 #include "cache/residual_window.hpp"
+#include "core/finite.hpp"
 #include "core/system_memory.hpp"
 #include "kvq/cache.hpp"
 #include "kvq/detail/random.hpp"
@@ -212,10 +212,11 @@ void KVCache::append(SeqId seq, int layer, const float* keys, const float* value
   const size_t H = static_cast<size_t>(config_.n_kv_heads), d = static_cast<size_t>(config_.head_dim);
   const size_t T = static_cast<size_t>(config_.block_tokens), R = static_cast<size_t>(config_.residual_tokens);
   // Check everything before changing anything: a cache must never hold a value that poisons attention.
-  for (const float* x : {keys, values})
-    for (size_t i = 0; i < n_tokens * H * d; ++i)
-      KVQ_CHECK(std::isfinite(x[i]), "KVCache::append: ", x == keys ? "key" : "value", " of token ", i / (H * d),
-                " head ", i / d % H, " channel ", i % d, " is ", x[i], " (NaN and Inf are rejected)");
+  for (const float* x : {keys, values}) {
+    const size_t i = first_non_finite(x, n_tokens * H * d);
+    KVQ_CHECK(i == n_tokens * H * d, "KVCache::append: ", x == keys ? "key" : "value", " of token ", i / (H * d),
+              " head ", i / d % H, " channel ", i % d, " is ", x[i], " (NaN and Inf are rejected)");
+  }
 
   // The unencoded stream is the window (u tokens) followed by the new tokens; its oldest blocks of T are encoded
   // until fewer than R + T remain.

@@ -14,7 +14,7 @@ namespace kvq {
 
 class QjlSketch {
  public:
-  /// S drawn row by row from Rng(seed).
+  /// S drawn row by row from Rng(seed); dim a multiple of 8 (the codecs' head dimensions are of 16).
   QjlSketch(int rows, int dim, uint64_t seed);
 
   int rows() const { return rows_; }
