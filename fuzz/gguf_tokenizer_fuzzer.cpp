@@ -6,7 +6,7 @@
 #include "input_file.hpp"
 #include "kvq/detail/gguf.hpp"
 #include "kvq/error.hpp"
-#include "kvq/tokenizer.hpp"
+#include "kvq/model.hpp"
 #include "tokenizer_checks.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

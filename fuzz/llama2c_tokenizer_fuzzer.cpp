@@ -4,7 +4,7 @@
 
 #include "input_file.hpp"
 #include "kvq/error.hpp"
-#include "kvq/tokenizer.hpp"
+#include "kvq/model.hpp"
 #include "tokenizer_checks.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

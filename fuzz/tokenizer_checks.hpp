@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "fuzz_check.hpp"
-#include "kvq/tokenizer.hpp"
+#include "kvq/model.hpp"
 
 namespace kvq::fuzz {
 

@@ -17,7 +17,7 @@
 #include "fuzz_check.hpp"
 #include "input_file.hpp"
 #include "kvq/detail/gguf.hpp"
-#include "kvq/tokenizer.hpp"
+#include "kvq/model.hpp"
 #include "small_gguf_tokenizers.hpp"
 #include "tokenizer_checks.hpp"
 

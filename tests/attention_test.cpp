@@ -13,9 +13,9 @@
 
 #include "attention_test_util.hpp"
 #include "codec_test_specs.hpp"
+#include "kvq/attention.hpp"
 #include "kvq/detail/synthetic.hpp"
 #include "kvq/error.hpp"
-#include "kvq/thread_pool.hpp"
 #include "test_seed.hpp"
 
 namespace kvq {

@@ -13,7 +13,6 @@
 #include "cache_test_util.hpp"
 #include "kvq/attention.hpp"
 #include "kvq/detail/synthetic.hpp"
-#include "kvq/thread_pool.hpp"
 
 namespace kvq::test {
 

@@ -9,7 +9,6 @@
 
 #include "kvq/detail/gguf.hpp"
 #include "kvq/model.hpp"
-#include "kvq/tokenizer.hpp"
 #include "reference_logits.hpp"
 #include "test_data.hpp"
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "attention/isa.hpp"
-#include "kvq/thread_pool.hpp"
+#include "kvq/attention.hpp"  // ThreadPool
 #include "ggml_block_encoder.hpp"
 #include "model/q8_activations.hpp"
 #include "model/q8_dot.hpp"

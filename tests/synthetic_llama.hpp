@@ -15,7 +15,6 @@
 #include "kvq/detail/ggml_quants.hpp"
 #include "kvq/detail/random.hpp"
 #include "kvq/model.hpp"
-#include "kvq/tokenizer.hpp"
 #include "temp_file.hpp"
 
 namespace kvq::test {

@@ -14,7 +14,6 @@
 #include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
 #include "kvq/model.hpp"
-#include "kvq/tokenizer.hpp"
 #include "model/pretokenizer.hpp"
 #include "model/unicode.hpp"
 #include "temp_file.hpp"

@@ -14,6 +14,9 @@
 // Checkpoints: GGUF (architectures llama, qwen2, gemma3; any computable ggml format, see detail/ggml_quants.hpp) and
 // llama2.c's .bin (7 int32 {dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len}, a negative
 // vocab_size meaning an unshared classifier, then fp32 weights in llama2.c's order).
+//
+// Text in and out: the Tokenizer (from the checkpoint or a tokenizer file) and the Sampler that picks each next
+// token from the logits; generate() runs the three together.
 #pragma once
 
 #include <cstddef>
@@ -24,14 +27,14 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "kvq/detail/ggml_quants.hpp"
 #include "kvq/detail/gguf.hpp"
 #include "kvq/detail/mapped_file.hpp"
-#include "kvq/sampler.hpp"
-#include "kvq/tokenizer.hpp"
+#include "kvq/detail/random.hpp"
 
 namespace kvq {
 
@@ -134,6 +137,44 @@ class LlamaModel {
   LlamaConfig config_;
   LlamaWeights weights_;
 };
+
+/// Text <-> token ids. Two families:
+///  - SentencePiece BPE (llama2.c tokenizer.bin; GGUF tokenizer.ggml.model = "llama"): a leading space is added
+///    (unless the GGUF's add_space_prefix is false: Gemma), pieces are merged pairwise by highest score, characters
+///    missing from the vocabulary fall back to <0xXX> byte tokens; after BOS the leading space of the first piece is
+///    dropped when decoding. From GGUF, control and user-defined tokens written in the text are recognised first.
+///  - Byte-level BPE (GGUF tokenizer.ggml.model = "gpt2"): text is split by the pre-tokenizer named in
+///    tokenizer.ggml.pre, each piece's bytes are mapped to printable characters (GPT-2's byte-to-unicode map) and
+///    merged by merge rank; control tokens written in the text (e.g. <|im_start|>) are recognised as themselves.
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  /// The tokens of `text`, without BOS or EOS.
+  virtual std::vector<int> encode(std::string_view text) const = 0;
+  /// The bytes that `token` adds to a text whose previous token is `prev` (-1 at the start).
+  virtual std::string decode(int prev, int token) const = 0;
+  /// The text of a whole token sequence.
+  std::string decode(std::span<const int> tokens) const;
+
+  virtual int vocab_size() const = 0;
+  /// The stored text of a token (for diagnostics); kvq::Error outside [0, vocab_size).
+  virtual std::string_view piece(int token) const = 0;
+  int bos() const { return bos_; }
+  int eos() const { return eos_; }
+  /// Whether a sequence starts with BOS (the model was trained so).
+  bool add_bos() const { return add_bos_; }
+
+ protected:
+  int bos_ = -1, eos_ = -1;
+  bool add_bos_ = true;
+};
+
+/// A llama2.c tokenizer.bin: int32 max_token_length, then per token {float score, int32 length, bytes}; BOS 1,
+/// EOS 2.
+std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::filesystem::path& path);
+/// The tokenizer stored in GGUF metadata (tokenizer.ggml.*).
+std::unique_ptr<Tokenizer> load_gguf_tokenizer(const GgufFile& gguf);
 
 /// The tokenizer of a model: `tokenizer_file` (llama2.c tokenizer.bin, or a GGUF file) when given, else the one
 /// in the model's GGUF metadata (kvq::Error for a llama2.c checkpoint without a tokenizer file).
@@ -322,6 +363,22 @@ class LlamaRunner {
   std::vector<float> logits_;  // [n][vocab_size]
 };
 
+/// Picks the next token from logits: the most likely one (temperature 0) or a draw from softmax(logits / T).
+class Sampler {
+ public:
+  /// temperature >= 0; the seed makes draws repeatable.
+  Sampler(float temperature, uint64_t seed);
+  int sample(std::span<const float> logits);
+
+ private:
+  float temperature_;
+  Rng rng_;
+  std::vector<double> probs_;
+};
+
+/// The index of the largest logit (the first on ties).
+int argmax(std::span<const float> logits);
+
 /// What generate() did: the new tokens and the time of the prompt and of the decode steps.
 struct Generation {
   std::vector<int> tokens;      ///< the new tokens, the end token (EOS or BOS) that stopped it excluded
@@ -342,7 +399,8 @@ inline constexpr int kPrefillChunk = 512;
 
 /// Continues `prompt` (its tokens, BOS included where the tokenizer adds one) by up to `steps` tokens: the prompt
 /// but its last token in chunks of kPrefillChunk from the runner's position 0, then one token at a time, each
-/// drawn by `sampler`; stops early at the tokenizer's EOS or BOS. on_token(previous, next), when set, sees each new token as it comes.
+/// drawn by `sampler`; stops early at the tokenizer's EOS or BOS. on_token(previous, next), when set, sees each new
+/// token as it comes.
 Generation generate(LlamaRunner& runner, const Tokenizer& tokenizer, std::span<const int> prompt, int steps,
                     Sampler& sampler, const std::function<void(int, int)>& on_token = {});
 

@@ -24,7 +24,6 @@
 #include "kvq/attention.hpp"
 #include "kvq/cache.hpp"
 #include "kvq/error.hpp"
-#include "kvq/thread_pool.hpp"
 #include "without_gil.hpp"
 
 namespace kvq::python {

@@ -6,9 +6,9 @@
 #include <cstddef>
 #include <mutex>
 
+#include "kvq/attention.hpp"
 #include "kvq/cache.hpp"
-#include "kvq/cuda_cache.hpp"
-#include "kvq/thread_pool.hpp"
+#include "kvq/cuda.hpp"
 
 namespace kvq::python {
 

@@ -1,4 +1,4 @@
-// kvq.DeviceKVCache: the compressed KV cache on a CUDA device (cuda_cache.hpp) and its fused decode attention, on
+// kvq.DeviceKVCache: the compressed KV cache on a CUDA device (cuda.hpp) and its fused decode attention, on
 // arrays in that device's memory (torch CUDA tensors through DLPack, read and written in place). What a call runs
 // on when the caller names no stream, and the tensor decode_attention writes when it gets no out=, are Python's
 // policy: kvq/_device.py. Builds without the CUDA backend bind the same class; the library's stand-in makes every
@@ -18,7 +18,6 @@
 #include "cache_objects.hpp"
 #include "kvq/attention.hpp"
 #include "kvq/cuda.hpp"
-#include "kvq/cuda_cache.hpp"
 #include "kvq/error.hpp"
 #include "without_gil.hpp"
 
@@ -104,7 +103,7 @@ nb::object decode_attention(PyDeviceKVCache& self, int layer, const std::vector<
   return out;
 }
 
-// A DecodeStep of the cache (cuda_cache.hpp), holding the cache alive and taking turns on its lock.
+// A DecodeStep of the cache (cuda.hpp), holding the cache alive and taking turns on its lock.
 struct PyDecodeStep {
   cuda::DecodeStep step;
   PyDeviceKVCache* owner;
@@ -171,7 +170,7 @@ void bind_device_cache(nb::module_& m) {
   nb::class_<PyDeviceKVCache> cls(
       m, "DeviceKVCache",
       "The paged compressed KV cache on a CUDA device: KVCache's codecs, pages and windows in one device pool, "
-      "appended to from device (or CPU) arrays and attended over by fused CUDA kernels (cuda_cache.hpp). Device "
+      "appended to from device (or CPU) arrays and attended over by fused CUDA kernels (cuda.hpp). Device "
       "arrays are float32, C-contiguous, on the cache's device: torch CUDA tensors or anything with __dlpack__.");
   cls.def(
          "__init__",

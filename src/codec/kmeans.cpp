@@ -6,9 +6,9 @@
 #include <thread>
 
 #include "codec/nearest_centroid.hpp"
+#include "kvq/attention.hpp"  // ThreadPool
 #include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
-#include "kvq/thread_pool.hpp"
 
 namespace kvq {
 namespace {

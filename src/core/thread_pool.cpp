@@ -1,4 +1,4 @@
-#include "kvq/thread_pool.hpp"
+#include "kvq/attention.hpp"
 
 #include <chrono>
 #include <thread>

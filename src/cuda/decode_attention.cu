@@ -21,7 +21,7 @@
 #include "cuda/decode_pairs.hpp"
 #include "cuda/device_memory.hpp"
 #include "cuda/window_start.hpp"
-#include "kvq/cuda_cache.hpp"
+#include "kvq/cuda.hpp"
 
 namespace kvq::cuda {
 namespace detail {

@@ -1,4 +1,4 @@
-// DecodeStep (cuda_cache.hpp): decode steps whose launches keep one shape, so that a CUDA graph can capture them
+// DecodeStep (cuda.hpp): decode steps whose launches keep one shape, so that a CUDA graph can capture them
 // once and replay them every step. The host does a step's bookkeeping in prepare() (plan_append for one token per
 // sequence, the free list's pages, the commit of lengths and windows), writes every launch's descriptors and the
 // decode kernels' tables into one pinned buffer and uploads it with one copy; run() only launches, with arrays sized

@@ -13,7 +13,6 @@
 #include "cuda/device_cache_impl.hpp"
 #include "cuda/encode_layout.cuh"
 #include "kvq/cuda.hpp"
-#include "kvq/cuda_cache.hpp"
 #include "kvq/detail/cuda_bench_support.hpp"
 #include "kvq/detail/random.hpp"
 

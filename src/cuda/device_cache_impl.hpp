@@ -1,4 +1,4 @@
-// DeviceKVCache's state (cuda_cache.hpp), shared by the files of the device cache: device_cache.cpp (the cache, its
+// DeviceKVCache's state (cuda.hpp), shared by the files of the device cache: device_cache.cpp (the cache, its
 // appends) and decode_step.cpp (decode steps of a fixed shape). Pages live in one cudaMalloc'd pool with the CPU
 // KVCache's layout; block tables, fp32 windows and key offsets in device memory; the host keeps the bookkeeping
 // (page lists, window counts, the free list) in the CPU cache's page-table types (kvq/detail/page_table.hpp).
@@ -15,7 +15,7 @@
 #include "cuda/append_plan.hpp"
 #include "cuda/device_encoder.hpp"
 #include "cuda/device_memory.hpp"
-#include "kvq/cuda_cache.hpp"
+#include "kvq/cuda.hpp"
 #include "kvq/detail/page_table.hpp"
 
 namespace kvq::cuda {

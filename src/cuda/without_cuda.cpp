@@ -1,6 +1,5 @@
 // The CUDA API of a build without the backend: no devices, and every device request names the reason.
 #include "kvq/cuda.hpp"
-#include "kvq/cuda_cache.hpp"
 #include "kvq/detail/cuda_bench_support.hpp"
 #include "kvq/error.hpp"
 

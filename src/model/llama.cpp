@@ -9,10 +9,10 @@
 #include <cmath>
 #include <thread>
 
+#include "kvq/attention.hpp"
 #include "kvq/cache.hpp"
 #include "kvq/error.hpp"
 #include "kvq/model.hpp"
-#include "kvq/thread_pool.hpp"
 #include "model/chunk_matmul.hpp"
 #include "model/kv_store.hpp"
 #include "model/q8_dot.hpp"

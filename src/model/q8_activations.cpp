@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "kvq/thread_pool.hpp"
+#include "kvq/attention.hpp"  // ThreadPool
 
 namespace kvq::detail {
 namespace {

@@ -1,4 +1,4 @@
-#include "kvq/sampler.hpp"
+#include "kvq/model.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "kvq/tokenizer.hpp"
+#include "kvq/model.hpp"
 #include "model/pretokenizer.hpp"
 
 namespace kvq {

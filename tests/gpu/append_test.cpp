@@ -24,7 +24,7 @@
 #include "gpu_test.hpp"
 #include "kvq/attention.hpp"
 #include "kvq/codec.hpp"
-#include "kvq/cuda_cache.hpp"
+#include "kvq/cuda.hpp"
 #include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
 #include "test_seed.hpp"

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "gpu_test.hpp"
-#include "kvq/cuda_cache.hpp"
+#include "kvq/cuda.hpp"
 #include "kvq/error.hpp"
 #include "test_seed.hpp"
 

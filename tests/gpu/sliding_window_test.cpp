@@ -12,7 +12,7 @@
 
 #include "attention_test_util.hpp"
 #include "gpu_test.hpp"
-#include "kvq/cuda_cache.hpp"
+#include "kvq/cuda.hpp"
 #include "test_seed.hpp"
 
 namespace kvq {

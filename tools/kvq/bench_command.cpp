@@ -33,7 +33,6 @@
 #include "kvq/cache.hpp"
 #include "kvq/detail/synthetic.hpp"
 #include "kvq/error.hpp"
-#include "kvq/thread_pool.hpp"
 #include "system_info.hpp"
 
 namespace kvq::cli {

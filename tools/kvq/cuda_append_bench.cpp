@@ -17,7 +17,6 @@
 
 #include "cuda_append_bench.hpp"
 #include "kvq/cuda.hpp"
-#include "kvq/cuda_cache.hpp"
 #include "kvq/detail/cuda_bench_support.hpp"
 #include "kvq/detail/synthetic.hpp"
 #include "kvq/error.hpp"

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "kvq/error.hpp"
-#include "kvq/sampler.hpp"
+#include "kvq/model.hpp"
 
 namespace kvq::cli {
 namespace {

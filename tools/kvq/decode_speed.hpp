@@ -6,7 +6,6 @@
 #include <span>
 
 #include "kvq/model.hpp"
-#include "kvq/tokenizer.hpp"
 
 namespace kvq::cli {
 

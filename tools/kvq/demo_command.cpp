@@ -16,7 +16,7 @@
 #include "kvq/codec.hpp"
 #include "kvq/detail/perplexity.hpp"
 #include "kvq/error.hpp"
-#include "kvq/sampler.hpp"
+#include "kvq/model.hpp"
 #include "model_file.hpp"
 
 namespace kvq::cli {

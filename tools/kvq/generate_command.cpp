@@ -8,7 +8,6 @@
 #include "kvq/detail/perplexity.hpp"
 #include "kvq/error.hpp"
 #include "kvq/model.hpp"
-#include "kvq/sampler.hpp"
 #include "model_file.hpp"
 
 namespace kvq::cli {

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <functional>
 
-#include "kvq/cuda_cache.hpp"
+#include "kvq/cuda.hpp"
 
 namespace kvq::cuda {
 
