@@ -37,8 +37,7 @@ namespace kvq {
 /// into tasks and wait for all of them. The calling thread works too (it is worker 0), so a pool of 1 starts no
 /// thread and runs everything inline. Between loops the workers stay hot for a while (kSpin in thread_pool.cpp): a
 /// forward pass runs a few loops per layer, microseconds apart, and a sleep and wake-up through the kernel costs
-/// about as much as a loop; polling, they offer the core to other threads now and then, and after kSpin without
-/// work they sleep.
+/// about as much as a loop; after kSpin without work they sleep, which frees the core for other processes.
 class ThreadPool {
  public:
   /// A pool of `n_workers` >= 1 workers: the caller plus n_workers - 1 threads started here.

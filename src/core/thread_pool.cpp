@@ -13,12 +13,13 @@
 namespace kvq {
 namespace {
 
-// How long an idle worker (and a caller waiting for the others) polls before it sleeps.
-constexpr std::chrono::microseconds kSpin{200};
-// Polls between two offers of the core to another runnable thread (sched_yield). On a machine shared with other
-// work, the thread this one waits for may be the one preempted: SmolLM2's decode at 2 threads beside two busy
-// processes ran at 13-75 tokens/s polling with pause alone, 66-111 yielding as well, 37-96 sleeping at once.
-constexpr int kPollsPerYield = 16;
+// How long an idle worker (and a caller waiting for the others) polls, with pause alone, before it sleeps. Polling
+// never offers the core to another thread (sched_yield): beside two busy processes a yield hands the core to one of
+// them for its whole slice while the thread waited for is runnable, and a short spin then a sleep (which frees the
+// core until a notify) beat it under every load measured (docs/perf/cpu.md, "The thread pool's wait"): SmolLM2 int4
+// at 2 threads, depth 0, on a 2-core AMD EPYC VM: idle 138-149 tokens/s against 136-138 yielding, beside two
+// nice-19 busy loops 141-147 against 40-42, beside two nice-0 loops 39-42 against 5-14.
+constexpr std::chrono::microseconds kSpin{50};
 
 // Tells the core that this is a polling loop (frees the sibling hyperthread, saves power).
 inline void cpu_relax() {
@@ -51,9 +52,7 @@ void ThreadPool::wait_for(std::condition_variable& cv, Ready ready) {
   const auto deadline = std::chrono::steady_clock::now() + kSpin;
   for (int i = 1; !ready(); ++i) {
     cpu_relax();
-    if (i % kPollsPerYield != 0) continue;
-    std::this_thread::yield();
-    if (i % (4 * kPollsPerYield) == 0 && std::chrono::steady_clock::now() > deadline) {
+    if (i % 64 == 0 && std::chrono::steady_clock::now() > deadline) {  // the clock read every 64 polls
       std::unique_lock lock(mutex_);
       cv.wait(lock, ready);
       return;
