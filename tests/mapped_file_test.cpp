@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/system_memory.hpp"
 #include "kvq/detail/mapped_file.hpp"
 #include "kvq/detail/random.hpp"
 #include "temp_file.hpp"
@@ -62,6 +63,18 @@ TEST(MappedFile, AFileTooLargeForTheMemoryAvailableStaysMapped) {
   }
   EXPECT_EQ(largest_copied_file(size_t{4} << 30), size_t{3} << 30);
   EXPECT_EQ(largest_copied_file(0), std::numeric_limits<size_t>::max());  // unknown: copied, as asked
+}
+
+// The figures the copy and the cache pool's checks read: on Linux both known, and no more available than there is.
+TEST(SystemMemory, AvailableIsKnownAndAtMostThePhysicalMemory) {
+#if defined(__linux__)
+  const size_t physical = detail::physical_memory_bytes(), available = detail::available_memory_bytes();
+  EXPECT_GT(physical, 0u);
+  EXPECT_GT(available, 0u);
+  EXPECT_LE(available, physical);
+#else
+  GTEST_SKIP() << "the memory queries read Linux's sysconf and /proc/meminfo";
+#endif
 }
 
 }  // namespace

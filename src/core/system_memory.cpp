@@ -1,5 +1,6 @@
 #include "core/system_memory.hpp"
 
+#include <cstdio>
 #include <fstream>
 #include <string>
 
@@ -18,11 +19,11 @@ size_t physical_memory_bytes() {
 }
 
 size_t available_memory_bytes() {
+  // One line per field ("MemAvailable:   123456 kB"); some fields have no unit, so read whole lines.
   std::ifstream meminfo("/proc/meminfo");
-  std::string key, unit;
-  size_t kib = 0;
-  while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
+  for (std::string line; std::getline(meminfo, line);) {
+    unsigned long long kib = 0;
+    if (std::sscanf(line.c_str(), "MemAvailable: %llu kB", &kib) == 1) return static_cast<size_t>(kib) * 1024;
   }
   return 0;
 }
