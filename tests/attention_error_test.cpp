@@ -1,6 +1,8 @@
 // measure_attention_error: exact caches give fp32 rounding, fewer bits give more error, bad options are refused.
 #include <gtest/gtest.h>
 
+#include "expect_error.hpp"
+#include "kvq/cuda.hpp"
 #include "kvq/detail/attention_error.hpp"
 #include "kvq/error.hpp"
 #include "test_seed.hpp"
@@ -52,6 +54,26 @@ TEST(AttentionError, RejectsBadOptions) {
   o = {};
   o.key_codec = "int5";
   EXPECT_THROW(measure_attention_error(o), Error);
+  o = {};
+  o.device = "gpu";
+  EXPECT_THROW(measure_attention_error(o), Error);
+}
+
+// Without a usable device the CUDA measurement says why; with one, the device kernel is measured like the CPU's
+// (tests/gpu holds it to the same bounds).
+TEST(AttentionError, OnCudaNamesWhatRan) {
+  AttentionErrorOptions o;
+  o.dim = 64;
+  o.ctx = 300;
+  o.queries = 1;
+  o.device = "cuda";
+  if (cuda::device_count() == 0) {
+    test::expect_error([&] { measure_attention_error(o); }, "CUDA");
+    return;
+  }
+  const AttentionErrorResult r = measure_attention_error(o);
+  EXPECT_EQ(r.kernel.rfind("cuda_", 0), 0u) << r.kernel;
+  EXPECT_LT(r.kernel_err_mean, r.codec_err_mean / 10);
 }
 
 }  // namespace

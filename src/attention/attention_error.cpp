@@ -4,10 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "kvq/attention.hpp"
 #include "kvq/cache.hpp"
+#include "kvq/cuda.hpp"
 #include "kvq/detail/random.hpp"
 #include "kvq/detail/synthetic.hpp"
 #include "kvq/error.hpp"
@@ -55,6 +59,36 @@ double relative_distance(const float* a, const float* b, size_t d, double norm) 
   return std::sqrt(e) / std::max(norm, 1e-300);
 }
 
+// Decode attention of one sequence's queries (q, out: [q heads][d]) on the device the options name.
+class DecodeRunner {
+ public:
+  DecodeRunner(const KVCache& cache, SeqId seq, const std::string& device) : cache_(cache), seq_(seq) {
+    KVQ_CHECK(device == "cpu" || device == "cuda", "--device must be cpu or cuda (got '", device, "')");
+    if (device == "cuda") device_cache_ = std::make_unique<cuda::DeviceKVCache>(cache);
+  }
+  std::string kernel() const {
+    return device_cache_ ? cuda::decode_kernel(*device_cache_, 0) : attention_kernel(cache_, 0);
+  }
+  void run(std::span<const float> q, std::span<float> out) {
+    if (!device_cache_) return decode_attention(cache_, 0, {&seq_, 1}, q, out);
+    if (!q_dev_) {
+      q_dev_ = std::make_unique<cuda::DeviceFloats>(q.size());
+      out_dev_ = std::make_unique<cuda::DeviceFloats>(out.size());
+    }
+    q_dev_->upload(q);
+    const int n_q_heads = static_cast<int>(q.size() / static_cast<size_t>(cache_.config().head_dim));
+    cuda::decode_attention(*device_cache_, 0, {&seq_, 1}, q_dev_->data(), out_dev_->data(), n_q_heads);
+    const std::vector<float> result = out_dev_->download();
+    std::copy(result.begin(), result.end(), out.begin());
+  }
+
+ private:
+  const KVCache& cache_;
+  SeqId seq_;
+  std::unique_ptr<cuda::DeviceKVCache> device_cache_;
+  std::unique_ptr<cuda::DeviceFloats> q_dev_, out_dev_;
+};
+
 }  // namespace
 
 AttentionErrorResult measure_attention_error(const AttentionErrorOptions& o) {
@@ -97,7 +131,8 @@ AttentionErrorResult measure_attention_error(const AttentionErrorOptions& o) {
   r.value_codec = cache.config().value_codec;
   r.bits_k = cache.key_codec(0).bits_per_element();
   r.bits_v = cache.value_codec(0).bits_per_element();
-  r.kernel = attention_kernel(cache, 0);
+  DecodeRunner runner(cache, seq, o.device);
+  r.kernel = runner.kernel();
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   std::vector<float> keys_held(keys.size()), values_held(values.size());  // decoded, the key offset added back
   cache.read(seq, 0, keys_held.data(), values_held.data());
@@ -125,7 +160,7 @@ AttentionErrorResult measure_attention_error(const AttentionErrorOptions& o) {
       const double sd = std::sqrt(std::max(s2 / n - (s1 / n) * (s1 / n), 1e-30));
       for (size_t c = 0; c < d; ++c) q[j * d + c] = static_cast<float>(x[c] * (n > 1 ? o.logit_std / sd : 1.0));
     }
-    decode_attention(cache, 0, {&seq, 1}, q, out);
+    runner.run(q, out);
     for (size_t j = 0; j < H; ++j) {
       const size_t h = j / group;
       reference_attention(q.data() + j * d, 1, k_head[h].data(), v_head[h].data(), n, o.dim, n, scale, ref.data());

@@ -1,4 +1,5 @@
-// kvq attention-error --k SPEC --v SPEC [--k SPEC --v SPEC ...] --dim D --ctx N --seed S [--exact] [--json]
+// kvq attention-error --k SPEC --v SPEC [--k SPEC --v SPEC ...] --dim D --ctx N --seed S [--device cpu|cuda] [--exact]
+//   [--json]
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -30,6 +31,9 @@ void add_attention_error_command(CLI::App& app) {
   cmd->add_option("--logit-std", opts->logit_std, "spread of each query's logits over the context")
       ->check(CLI::Range(0.0, 1000.0))->capture_default_str();
   cmd->add_option("--seed", opts->seed, "random seed")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--device", opts->device, "cpu, or cuda (device 0: the CUDA kernels on a copy of the cache)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   add_exact_attention_option(*cmd);
   cmd->add_flag("--json", *json, "print one JSON object per pair");
   cmd->callback([opts, keys, values, json] {
