@@ -19,7 +19,7 @@ struct PyKVCache {
 };
 
 struct PyDeviceKVCache {
-  cuda::DeviceKVCache cache;
+  KVCache cache;  // on a CUDA device
   std::mutex mutex;
 };
 

@@ -25,7 +25,7 @@ namespace kvq::python {
 
 PyDeviceKVCache* to_device(PyKVCache& host, int device, size_t capacity_pages) {
   return without_gil(host.mutex, [&] {
-    return new PyDeviceKVCache{cuda::DeviceKVCache(host.cache, capacity_pages, device), {}};
+    return new PyDeviceKVCache{host.cache.to(Device::cuda(device), capacity_pages), {}};
   });
 }
 
@@ -37,14 +37,14 @@ nb::object device_policy(const char* name) { return nb::module_::import_("kvq._d
 
 // The cudaStream_t a call on the cache's device runs on (kvq/_device.py: stream_handle).
 void* stream_of(const PyDeviceKVCache& self, const nb::object& stream) {
-  const nb::object handle = device_policy("stream_handle")(stream, self.cache.device());
+  const nb::object handle = device_policy("stream_handle")(stream, self.cache.device().index);
   return reinterpret_cast<void*>(nb::cast<uintptr_t>(handle));
 }
 
 // Tokens come from the cache's device (appended there) or from CPU memory (uploaded first): keys decide, values
 // must lie with them.
 int tokens_place(const PyDeviceKVCache& self, const InputArray& keys) {
-  return keys.device_type() == nb::device::cuda::value ? self.cache.device() : kCpu;
+  return keys.device_type() == nb::device::cuda::value ? self.cache.device().index : kCpu;
 }
 
 void append(PyDeviceKVCache& self, SeqId seq, int layer, const InputArray& keys, const InputArray& values,
@@ -72,7 +72,7 @@ void append_batch(PyDeviceKVCache& self, const std::vector<SeqId>& seqs, int lay
     KVQ_CHECK(n <= SIZE_MAX - total, "n_tokens: the counts add up beyond ", SIZE_MAX);
     total += n;
   }
-  const int place = self.cache.device();
+  const int place = self.cache.device().index;
   const float* k = float_input(keys, "keys", {{"sum(n_tokens)", total}, {"n_kv_heads", H}, {"head_dim", d}}, place);
   const float* v =
       float_input(values, "values", {{"sum(n_tokens)", total}, {"n_kv_heads", H}, {"head_dim", d}}, place);
@@ -82,7 +82,7 @@ void append_batch(PyDeviceKVCache& self, const std::vector<SeqId>& seqs, int lay
 
 nb::object decode_attention(PyDeviceKVCache& self, int layer, const std::vector<SeqId>& seqs, const InputArray& q,
                             std::optional<float> scale, size_t window, nb::object out, const nb::object& stream) {
-  const int device = self.cache.device();
+  const int device = self.cache.device().index;
   const size_t d = static_cast<size_t>(self.cache.config().head_dim);
   const float* qp = float_input(q, "q", {{"len(seqs)", seqs.size()}, {"n_q_heads"}, {"head_dim", d}}, device);
   KVQ_CHECK(q.shape(1) <= INT_MAX, "q: ", q.shape(1), " query heads");
@@ -98,7 +98,7 @@ nb::object decode_attention(PyDeviceKVCache& self, int layer, const std::vector<
   options.window = window;
   void* s = stream_of(self, stream);
   without_gil(self.mutex, [&] {
-    cuda::decode_attention(self.cache, layer, seqs, qp, op, static_cast<int>(q.shape(1)), options, s);
+    decode_attention(self.cache, layer, seqs, {qp, q.size()}, {op, q.size()}, options, nullptr, s);
   });
   return out;
 }
@@ -128,8 +128,8 @@ PyDecodeStep* make_decode_step(PyDeviceKVCache& self, const std::vector<SeqId>& 
 
 void run_decode_step(PyDecodeStep& self, int layer, const InputArray& keys, const InputArray& values,
                      const InputArray& q, OutputArray& out, const nb::object& stream) {
-  const cuda::DeviceKVCache& cache = self.owner->cache;
-  const int device = cache.device();
+  const KVCache& cache = self.owner->cache;
+  const int device = cache.device().index;
   const size_t H = static_cast<size_t>(cache.config().n_kv_heads), d = static_cast<size_t>(cache.config().head_dim);
   const float* k = float_input(keys, "keys", {{"batch", self.batch}, {"n_kv_heads", H}, {"head_dim", d}}, device);
   const float* v = float_input(values, "values", {{"batch", self.batch}, {"n_kv_heads", H}, {"head_dim", d}}, device);
@@ -147,7 +147,7 @@ nb::dict memory(PyDeviceKVCache& self) {
   without_gil(self.mutex, [&] {
     page_bytes = self.cache.page_bytes();
     free_pages = self.cache.free_pages();
-    slots = self.cache.residual_slots();
+    slots = static_cast<size_t>(c.residual_tokens + c.block_tokens - 1);
     sequences = self.cache.sequences().size();
   });
   const size_t capacity = self.cache.capacity_pages(), in_use = capacity - free_pages;
@@ -181,7 +181,7 @@ void bind_device_cache(nb::module_& m) {
                                     value_codec,    residual_tokens, capacity_pages,         seed,
                                     center_keys};
            nb::gil_scoped_release release;
-           new (self) PyDeviceKVCache{cuda::DeviceKVCache(config, device), {}};
+           new (self) PyDeviceKVCache{KVCache(config, Device::cuda(device)), {}};
          },
          nb::arg("n_layers"), nb::arg("n_kv_heads"), nb::arg("head_dim"), nb::kw_only(), nb::arg("capacity_pages"),
          nb::arg("key_codec") = "f16", nb::arg("value_codec") = "f16", nb::arg("block_tokens") = 64,
@@ -193,7 +193,7 @@ void bind_device_cache(nb::module_& m) {
           [](PyDeviceKVCache& self, size_t capacity_pages) {
             const int workers = pool_size(0);
             return without_gil(self.mutex, [&] {
-              return new PyKVCache{self.cache.to_host(capacity_pages), ThreadPool(workers), {}};
+              return new PyKVCache{self.cache.to(Device::cpu(), capacity_pages), ThreadPool(workers), {}};
             });
           },
           nb::arg("capacity_pages") = 0, nb::rv_policy::take_ownership,
@@ -242,7 +242,7 @@ void bind_device_cache(nb::module_& m) {
       .def(
           "attention_kernel",
           [](PyDeviceKVCache& self, int layer) {
-            return without_gil(self.mutex, [&] { return cuda::decode_kernel(self.cache, layer); });
+            return without_gil(self.mutex, [&] { return attention_kernel(self.cache, layer); });
           },
           nb::arg("layer"),
           "The CUDA kernel decode attention runs for the layer, e.g. 'cuda_int4_int4'; kvq.Error for a codec pair "
@@ -254,7 +254,7 @@ void bind_device_cache(nb::module_& m) {
         return without_gil(self.mutex, [&] { return self.cache.free_pages(); });
       });
   // The configuration does not change after construction: read without the lock.
-  cls.def_prop_ro("device", [](PyDeviceKVCache& self) { return self.cache.device(); }, "The CUDA device's id.")
+  cls.def_prop_ro("device", [](PyDeviceKVCache& self) { return self.cache.device().index; }, "The CUDA device's id.")
       .def_prop_ro("n_layers", [](PyDeviceKVCache& self) { return self.cache.config().n_layers; })
       .def_prop_ro("n_kv_heads", [](PyDeviceKVCache& self) { return self.cache.config().n_kv_heads; })
       .def_prop_ro("head_dim", [](PyDeviceKVCache& self) { return self.cache.config().head_dim; })
@@ -271,7 +271,7 @@ void bind_device_cache(nb::module_& m) {
         return "kvq.DeviceKVCache(" + std::to_string(c.n_layers) + ", " + std::to_string(c.n_kv_heads) + ", " +
                std::to_string(c.head_dim) + ", capacity_pages=" + std::to_string(c.capacity_pages) +
                ", key_codec='" + c.key_codec + "', value_codec='" + c.value_codec +
-               "', device=" + std::to_string(self.cache.device()) + ")";
+               "', device=" + std::to_string(self.cache.device().index) + ")";
       });
   cls.def("decode_step", &make_decode_step, nb::arg("seqs"), nb::arg("layers"), nb::arg("n_q_heads"), nb::kw_only(),
           nb::arg("scales"), nb::arg("windows"), nb::arg("max_tokens"), nb::keep_alive<0, 1>(),
