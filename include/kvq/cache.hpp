@@ -35,6 +35,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -231,6 +232,12 @@ class KVCache {
   void reserve_window(LayerState& layer, size_t tokens) const;  // room for `tokens` per head, the held ones kept
   uint8_t* page_mut(PageId id);
   void zero_page_padding(uint8_t* page) const;
+  // append's work on a layer's host state (a CPU cache's own, or a host copy of a CUDA cache's window and key
+  // offset): the checks, the new pages encoded into page_at(j) (the j-th new page, zeroed padding), take(n) moving
+  // the n pages off the free list into the block table, then the window and key offset advanced. Nothing changes
+  // before take.
+  void append_on_host(LayerState& ls, int layer, SeqId seq, const float* keys, const float* values, size_t n_tokens,
+                      const std::function<uint8_t*(size_t)>& page_at, const std::function<void(size_t)>& take);
 
   // A CPU copy of `seqs` (every sequence when empty) with a pool of capacity_pages (0: this cache's).
   KVCache to_cpu(size_t capacity_pages, std::span<const SeqId> seqs = {}) const;

@@ -34,8 +34,12 @@ struct Backend {
   static void trained(KVCache& cache, int layer);
   /// Fills the empty CUDA cache `dev` (same configuration and codecs) with the CPU cache `host`'s sequences.
   static void upload(KVCache& dev, const KVCache& host);
-  /// A CPU copy of `seqs` (every sequence when empty) of a CUDA cache, with a pool of capacity_pages.
-  static KVCache download(const KVCache& cache, size_t capacity_pages, std::span<const SeqId> seqs);
+  /// Waits for the cache's device: every append's commit, queued on any stream, done.
+  static void synchronize(const KVCache& cache);
+  /// A host copy of a layer of a CUDA cache: its window (every slot), window count and key offset; no pages.
+  static KVCache::LayerState host_layer(const KVCache& cache, const KVCache::LayerState& layer);
+  /// Copies `bytes` of the cache's device memory at `from` to host memory at `to`.
+  static void copy_to_host(const KVCache& cache, void* to, const void* from, size_t bytes);
 };
 
 }  // namespace kvq::cuda::detail

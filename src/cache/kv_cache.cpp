@@ -239,6 +239,19 @@ void KVCache::append(SeqId seq, int layer, const float* keys, const float* value
   if (cuda_) return cuda::detail::Backend::append(*this, seq, layer, keys, values, n_tokens);
   check_layer(layer);
   LayerState& ls = sequences_.at(seq).layers[static_cast<size_t>(layer)];
+  append_on_host(
+      ls, layer, seq, keys, values, n_tokens,
+      [&](size_t j) {
+        uint8_t* p = page_mut(free_.next(j));  // encoded while still on the free list
+        zero_page_padding(p);
+        return p;
+      },
+      [&](size_t n) { free_.take(n, ls.pages); });
+}
+
+void KVCache::append_on_host(LayerState& ls, int layer, SeqId seq, const float* keys, const float* values,
+                             size_t n_tokens, const std::function<uint8_t*(size_t)>& page_at,
+                             const std::function<void(size_t)>& take) {
   if (n_tokens == 0) return;
   KVQ_CHECK(keys != nullptr && values != nullptr, "KVCache::append: null keys or values");
   const Codec& kc = *key_codecs_[static_cast<size_t>(layer)];
@@ -273,11 +286,10 @@ void KVCache::append(SeqId seq, int layer, const float* keys, const float* value
   auto stream_token = [&](const float* window, const float* fresh, size_t idx, size_t h) {
     return idx < u ? window + (h * slots + idx) * d : fresh + ((idx - u) * H + h) * d;
   };
-  // Encode into free pages while they are still on the free list: if an encoder throws, nothing has changed.
+  // Encode every new page before taking any: if an encoder throws, nothing has changed.
   std::vector<float> block(T * d);
   for (size_t j = 0; j < n_pages; ++j) {
-    uint8_t* p = page_mut(free_.next(j));
-    zero_page_padding(p);
+    uint8_t* p = page_at(j);
     for (size_t h = 0; h < H; ++h) {
       const int head = static_cast<int>(h);
       for (size_t t = 0; t < T; ++t)
@@ -291,7 +303,7 @@ void KVCache::append(SeqId seq, int layer, const float* keys, const float* value
   }
 
   // Commit (nothing below throws once take has).
-  free_.take(n_pages, ls.pages);
+  take(n_pages);
   const size_t encoded = n_pages * T;
   centered.commit(window_k, ls.key_offset);
   detail::advance_window(window_k, H, slots, d, u, encoded, centered.fresh(), n_tokens);
@@ -388,7 +400,6 @@ CacheMemory KVCache::memory() const {
 }
 
 KVCache KVCache::to_cpu(size_t capacity_pages, std::span<const SeqId> seqs) const {
-  if (cuda_) return cuda::detail::Backend::download(*this, capacity_pages, seqs);
   CacheConfig config = config_;
   if (capacity_pages != 0) config.capacity_pages = capacity_pages;
   const std::vector<SeqId> all = sequences();
@@ -398,6 +409,7 @@ KVCache KVCache::to_cpu(size_t capacity_pages, std::span<const SeqId> seqs) cons
     for (const LayerState& l : sequences_.at(id).layers) needed += l.pages.size();
   KVQ_CHECK(needed <= config.capacity_pages, "KVCache::to: the cache holds ", needed, " pages but the copy's pool has ",
             config.capacity_pages);
+  if (cuda_) cuda::detail::Backend::synchronize(*this);
   detail::CacheBuilder builder(config);
   for (int l = 0; l < config_.n_layers; ++l) builder.load_codecs(l, key_codec(l), value_codec(l));
   std::vector<uint8_t> pages;
@@ -405,11 +417,19 @@ KVCache KVCache::to_cpu(size_t capacity_pages, std::span<const SeqId> seqs) cons
     builder.add_sequence(id);
     for (int l = 0; l < config_.n_layers; ++l) {
       const LayerState& ls = sequences_.at(id).layers[static_cast<size_t>(l)];
+      // A CUDA cache's window and key offset, downloaded; a CPU cache's as they are.
+      const LayerState downloaded = cuda_ ? cuda::detail::Backend::host_layer(*this, ls) : LayerState{};
+      const LayerState& host = cuda_ ? downloaded : ls;
       pages.resize(ls.pages.size() * layout_.page_bytes);
-      for (size_t j = 0; j < ls.pages.size(); ++j)
-        std::memcpy(pages.data() + j * layout_.page_bytes, page(ls.pages[j]), layout_.page_bytes);
-      builder.fill_layer(id, l, pages.data(), ls.pages.size(), ls.residual.data(), ls.window_slots, ls.residual_count,
-                         ls.key_offset.empty() ? nullptr : ls.key_offset.data());
+      for (size_t j = 0; j < ls.pages.size(); ++j) {
+        uint8_t* to = pages.data() + j * layout_.page_bytes;
+        if (cuda_)
+          cuda::detail::Backend::copy_to_host(*this, to, page(ls.pages[j]), layout_.page_bytes);
+        else
+          std::memcpy(to, page(ls.pages[j]), layout_.page_bytes);
+      }
+      builder.fill_layer(id, l, pages.data(), ls.pages.size(), host.residual.data(), host.window_slots,
+                         host.residual_count, host.key_offset.empty() ? nullptr : host.key_offset.data());
     }
   }
   builder.set_next_id(sequences_.next_id);

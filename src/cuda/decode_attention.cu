@@ -538,7 +538,7 @@ void DevicePlan::Impl::shape(const KVCache& cache, int max_pages, const DecodeTa
   m.scale_log2 = a.scale_log2;
 }
 
-DevicePlan::DecodePlan(const KVCache& cache, int layer, std::span<const SeqId> seqs, int n_q_heads,
+DevicePlan::DevicePlan(const KVCache& cache, int layer, std::span<const SeqId> seqs, int n_q_heads,
                        const AttentionOptions& options)
     : impl_(std::make_unique<Impl>()) {
   Impl& p = *impl_;
@@ -569,7 +569,7 @@ DevicePlan::DecodePlan(const KVCache& cache, int layer, std::span<const SeqId> s
   p.shape(cache, max_pages, {p.seqs.get(), p.windows.get(), p.window_start_pages.get()}, options, scale);
 }
 
-DevicePlan::DecodePlan(const KVCache& cache, int layer, int n_seqs, int n_q_heads,
+DevicePlan::DevicePlan(const KVCache& cache, int layer, int n_seqs, int n_q_heads,
                        const AttentionOptions& options, size_t max_pages, const DecodeTables& tables)
     : impl_(std::make_unique<Impl>()) {
   Impl& p = *impl_;
@@ -580,9 +580,9 @@ DevicePlan::DecodePlan(const KVCache& cache, int layer, int n_seqs, int n_q_head
   p.shape(cache, static_cast<int>(max_pages), tables, options, scale);
 }
 
-DevicePlan::~DecodePlan() = default;
-DevicePlan::DecodePlan(DecodePlan&&) noexcept = default;
-DecodePlan& DevicePlan::operator=(DecodePlan&&) noexcept = default;
+DevicePlan::~DevicePlan() = default;
+DevicePlan::DevicePlan(DevicePlan&&) noexcept = default;
+DevicePlan& DevicePlan::operator=(DevicePlan&&) noexcept = default;
 
 int DevicePlan::splits() const { return impl_->ranges; }
 

@@ -1,15 +1,12 @@
-// The device-side KV cache (its state: device_cache_impl.hpp). Appends of tokens in device memory encode full pages
-// with the append kernels (device_encoder.hpp) straight into the pool and move the rest into the window on the
-// device; appends from host memory upload the tokens first.
+// A CUDA KVCache's device side (its state: device_store.hpp; what KVCache calls: cache/cuda_backend.hpp). Appends
+// of tokens in device memory encode full pages with the append kernels (device_encoder.hpp) straight into the pool
+// and move the rest into the window on the device; appends from host memory upload the tokens first.
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <utility>
 
-#include "cache/cache_builder.hpp"
 #include "cache/key_offset.hpp"
-#include "cache/residual_window.hpp"
 #include "cache/cuda_backend.hpp"
 #include "cuda/device_store.hpp"
 #include "cuda/encode_layout.cuh"
@@ -105,9 +102,6 @@ void Backend::append(KVCache& cache, SeqId seq, int layer, const float* keys, co
   KVQ_CHECK(keys != nullptr && values != nullptr, "KVCache::append: null keys or values");
   detail::use_device(m.device);
   const size_t l = static_cast<size_t>(layer);
-  for (const Codec* c : {m.key_codecs()[l].get(), m.value_codecs()[l].get()})
-    KVQ_CHECK(c->trained(), "KVCache::append: layer ", layer, " codec '", c->spec().str(),
-              "' needs training: call train_layer first");
   if (!m.key_encoders[l] || !m.value_encoders[l]) {
     // A codec without an append kernel: the tokens are on the host already, so its CPU encoder does the work.
     m.append_on_host(ls, layer, seq, keys, values, n_tokens);
@@ -169,64 +163,36 @@ void Backend::upload(KVCache& dev, const KVCache& host) {
 
 }  // namespace detail
 
+DeviceStore::Layer DeviceStore::host_layer(const Layer& l) const {
+  Layer host;
+  host.residual.resize(window_floats());
+  KVQ_CUDA_CHECK(cudaMemcpy(host.residual.data(), l.device->window.get(), host.residual.size() * sizeof(float),
+                            cudaMemcpyDeviceToHost));
+  host.window_slots = slots();
+  host.residual_count = l.residual_count;
+  if (l.device->has_offset) {
+    host.key_offset.resize(static_cast<size_t>(config().n_kv_heads) * config().head_dim);
+    KVQ_CUDA_CHECK(cudaMemcpy(host.key_offset.data(), l.device->key_offset.get(),
+                              host.key_offset.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  }
+  return host;
+}
+
 void DeviceStore::append_on_host(Layer& ls, int layer, SeqId seq, const float* keys, const float* values,
-                                         size_t n_tokens) {
-  const Codec& kc = *key_codecs()[static_cast<size_t>(layer)];
-  const Codec& vc = *value_codecs()[static_cast<size_t>(layer)];
-  const size_t H = static_cast<size_t>(config().n_kv_heads), d = static_cast<size_t>(config().head_dim);
-  const size_t T = static_cast<size_t>(config().block_tokens), R = static_cast<size_t>(config().residual_tokens);
-  for (const float* x : {keys, values})
-    for (size_t i = 0; i < n_tokens * H * d; ++i)
-      KVQ_CHECK(std::isfinite(x[i]), "KVCache::append: ", x == keys ? "key" : "value", " of token ",
-                i / (H * d), " head ", i / d % H, " channel ", i % d, " is ", x[i], " (NaN and Inf are rejected)");
-  const size_t u = static_cast<size_t>(ls.residual_count), total = u + n_tokens;
-  const size_t n_pages = total >= R + T ? (total - R - T) / T + 1 : 0;
-  KVQ_CHECK(n_pages <= free().size(), "device KV cache pool exhausted: appending ", n_tokens, " tokens to sequence ",
-            seq, " layer ", layer, " needs ", n_pages, " new pages but ", free().size(), " of ", config().capacity_pages,
-            " are free");
-
-  const size_t n_slots = slots();
-  std::vector<float> window = download_window(ls);
-  std::vector<float> offset;
-  if (ls.device->has_offset) {
-    offset.resize(H * d);
-    KVQ_CUDA_CHECK(cudaMemcpy(offset.data(), ls.device->key_offset.get(), H * d * sizeof(float), cudaMemcpyDeviceToHost));
-  }
-  float* window_k = window.data();
-  float* window_v = window_k + H * n_slots * d;
-  kvq::detail::CenteredKeys centered(kvq::detail::centers_keys(config()), offset, window_k, H, n_slots, d, u, keys,
-                                     n_tokens, T, n_pages > 0);
-  auto stream_token = [&](const float* w, const float* fresh, size_t idx, size_t h) {
-    return idx < u ? w + (h * n_slots + idx) * d : fresh + ((idx - u) * H + h) * d;
-  };
-  // Encode every new page on the host first: if an encoder throws, nothing has changed.
-  const size_t page_bytes = layout().page_bytes;
-  std::vector<uint8_t> staged(n_pages * page_bytes, 0);
-  std::vector<float> block(T * d);
-  for (size_t j = 0; j < n_pages; ++j) {
-    uint8_t* p = staged.data() + j * page_bytes;
-    for (size_t h = 0; h < H; ++h) {
-      for (size_t t = 0; t < T; ++t)
-        std::memcpy(block.data() + t * d, stream_token(centered.window(), centered.fresh(), j * T + t, h),
-                    d * sizeof(float));
-      kc.encode(block.data(), static_cast<int>(T), p + layout().key_offset(static_cast<int>(h)));
-      for (size_t t = 0; t < T; ++t)
-        std::memcpy(block.data() + t * d, stream_token(window_v, values, j * T + t, h), d * sizeof(float));
-      vc.encode(block.data(), static_cast<int>(T), p + layout().value_offset(static_cast<int>(h)));
-    }
-  }
-  for (size_t j = 0; j < n_pages; ++j)
-    KVQ_CUDA_CHECK(
-        cudaMemcpy(page(free().next(j)), staged.data() + j * page_bytes, page_bytes, cudaMemcpyHostToDevice));
-  take_pages(ls, n_pages);
-
-  const size_t encoded = n_pages * T;
-  centered.commit(window_k, offset);
-  if (!offset.empty() && !ls.device->has_offset) set_key_offset(ls, offset.data());
-  kvq::detail::advance_window(window_k, H, n_slots, d, u, encoded, centered.fresh(), n_tokens);
-  kvq::detail::advance_window(window_v, H, n_slots, d, u, encoded, values, n_tokens);
-  ls.residual_count = static_cast<int>(total - encoded);
-  KVQ_CUDA_CHECK(cudaMemcpy(ls.device->window.get(), window.data(), window.size() * sizeof(float),
+                                 size_t n_tokens) {
+  Layer host = host_layer(ls);
+  std::vector<std::vector<uint8_t>> staged;  // the new pages, encoded on the host
+  cache->append_on_host(
+      host, layer, seq, keys, values, n_tokens,
+      [&](size_t) { return staged.emplace_back(layout().page_bytes, uint8_t{0}).data(); },
+      [&](size_t n) {
+        for (size_t j = 0; j < n; ++j)
+          KVQ_CUDA_CHECK(cudaMemcpy(page(free().next(j)), staged[j].data(), staged[j].size(), cudaMemcpyHostToDevice));
+        take_pages(ls, n);
+      });
+  if (!host.key_offset.empty() && !ls.device->has_offset) set_key_offset(ls, host.key_offset.data());
+  ls.residual_count = host.residual_count;
+  KVQ_CUDA_CHECK(cudaMemcpy(ls.device->window.get(), host.residual.data(), host.residual.size() * sizeof(float),
                             cudaMemcpyHostToDevice));
 }
 
@@ -480,44 +446,18 @@ SeqId add_sequence_repeating(KVCache& cache, SeqId src, size_t n_tokens) {
   return id;
 }
 
-KVCache detail::Backend::download(const KVCache& cache, size_t capacity_pages, std::span<const SeqId> seqs) {
-  const DeviceStore& m = *cache.cuda_;
-  const std::vector<SeqId> all = cache.sequences();
-  if (seqs.empty()) seqs = all;
-  detail::use_device(m.device);
-  KVQ_CUDA_CHECK(cudaDeviceSynchronize());  // appends' commits queued on any stream
-  CacheConfig config = m.config();
-  if (capacity_pages != 0) config.capacity_pages = capacity_pages;
-  size_t needed = 0;
-  for (const SeqId id : seqs)
-    for (const DeviceStore::Layer& l : m.sequences().at(id).layers) needed += l.pages.size();
-  KVQ_CHECK(needed <= config.capacity_pages, "KVCache::to: the cache holds ", needed, " pages but the copy's pool has ",
-            config.capacity_pages);
-  kvq::detail::CacheBuilder builder(config);
-  for (int l = 0; l < m.config().n_layers; ++l)
-    builder.load_codecs(l, *m.key_codecs()[static_cast<size_t>(l)], *m.value_codecs()[static_cast<size_t>(l)]);
-  const size_t hd = static_cast<size_t>(m.config().n_kv_heads) * m.config().head_dim;
-  std::vector<uint8_t> pages;
-  std::vector<float> offset(hd);
-  for (const SeqId id : seqs) {
-    const DeviceStore::Sequence& s = m.sequences().at(id);
-    builder.add_sequence(id);
-    for (int l = 0; l < m.config().n_layers; ++l) {
-      const DeviceStore::Layer& dl = s.layers[static_cast<size_t>(l)];
-      pages.resize(dl.pages.size() * m.layout().page_bytes);
-      for (size_t j = 0; j < dl.pages.size(); ++j)
-        KVQ_CUDA_CHECK(cudaMemcpy(pages.data() + j * m.layout().page_bytes, m.page(dl.pages[j]),
-                                  m.layout().page_bytes, cudaMemcpyDeviceToHost));
-      const std::vector<float> window = m.download_window(dl);
-      if (dl.device->has_offset)
-        KVQ_CUDA_CHECK(
-            cudaMemcpy(offset.data(), dl.device->key_offset.get(), hd * sizeof(float), cudaMemcpyDeviceToHost));
-      builder.fill_layer(id, l, pages.data(), dl.pages.size(), window.data(), m.slots(), dl.residual_count,
-                         dl.device->has_offset ? offset.data() : nullptr);
-    }
-  }
-  builder.set_next_id(m.sequences().next_id);
-  return builder.finish();
+void detail::Backend::synchronize(const KVCache& cache) {
+  detail::use_device(cache.cuda_->device);
+  KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+KVCache::LayerState detail::Backend::host_layer(const KVCache& cache, const KVCache::LayerState& layer) {
+  return cache.cuda_->host_layer(layer);
+}
+
+void detail::Backend::copy_to_host(const KVCache& cache, void* to, const void* from, size_t bytes) {
+  detail::use_device(cache.cuda_->device);
+  KVQ_CUDA_CHECK(cudaMemcpy(to, from, bytes, cudaMemcpyDeviceToHost));
 }
 
 // ---- device arrays and timing -------------------------------------------------------------------------------

@@ -157,17 +157,15 @@ struct DeviceStore {
       KVQ_CUDA_CHECK(cudaMemcpyAsync(l.device->pages.get() + first, l.pages.data() + first, n * sizeof(PageId),
                                      cudaMemcpyHostToDevice));
   }
-  std::vector<float> download_window(const Layer& l) const {
-    std::vector<float> w(window_floats());
-    KVQ_CUDA_CHECK(cudaMemcpy(w.data(), l.device->window.get(), w.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    return w;
-  }
+  /// A host copy of the layer's window (every slot), window count and key offset.
+  Layer host_layer(const Layer& l) const;
   void set_key_offset(Layer& l, const float* host) const {
     const size_t n = static_cast<size_t>(config().n_kv_heads) * config().head_dim;
     if (!l.device->key_offset) l.device->key_offset = device_alloc<float>(n, "a key offset");
     KVQ_CUDA_CHECK(cudaMemcpy(l.device->key_offset.get(), host, n * sizeof(float), cudaMemcpyHostToDevice));
     l.device->has_offset = true;
   }
+  /// KVCache::append for a codec without append kernels: encoded by the CPU codecs (KVCache::append_on_host).
   void append_on_host(Layer& ls, int layer, SeqId seq, const float* keys, const float* values, size_t n_tokens);
   void append_batch(const char* who, std::span<const SeqId> seqs, int layer, const float* keys_dev,
                     const float* values_dev, std::span<const size_t> n_tokens, cudaStream_t stream);

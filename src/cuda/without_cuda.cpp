@@ -44,7 +44,9 @@ const uint8_t* Backend::pool(const KVCache&) { no_backend(); }
 void Backend::add_memory(const KVCache&, CacheMemory&) { no_backend(); }
 void Backend::trained(KVCache&, int) { no_backend(); }
 void Backend::upload(KVCache&, const KVCache&) { no_backend(); }
-KVCache Backend::download(const KVCache&, size_t, std::span<const SeqId>) { no_backend(); }
+void Backend::synchronize(const KVCache&) { no_backend(); }
+KVCache::LayerState Backend::host_layer(const KVCache&, const KVCache::LayerState&) { no_backend(); }
+void Backend::copy_to_host(const KVCache&, void*, const void*, size_t) { no_backend(); }
 
 struct DevicePlan::Impl {};
 DevicePlan::DevicePlan(const KVCache&, int, std::span<const SeqId>, int, const AttentionOptions&) { no_backend(); }

@@ -65,7 +65,7 @@ const std::vector<std::pair<std::string, std::string>> kPairs = {
 
 // Runs the device kernel on the scenario's cache (layer 1) and returns its output.
 std::vector<float> device_decode(const KVCache& dev, const std::vector<SeqId>& ids,
-                                 const std::vector<float>& q, int n_q_heads, int splits = 0) {
+                                 const std::vector<float>& q, int splits = 0) {
   cuda::DeviceFloats q_dev(q.size()), out_dev(q.size());
   q_dev.upload(q);
   out_dev.fill(NAN);  // every element must be written
@@ -83,7 +83,7 @@ void expect_matches(const Shape& shape, const std::string& k, const std::string&
   const test::Scenario sc = test::build(shape, k, v, seed, center_keys);
   const KVCache dev = sc.cache.to(Device::cuda());
   const auto q = test::queries(shape, sc.ids.size(), seed + 99);
-  const std::vector<float> got = device_decode(dev, sc.ids, q, shape.H * shape.G, splits);
+  const std::vector<float> got = device_decode(dev, sc.ids, q, splits);
   for (float x : got) ASSERT_TRUE(std::isfinite(x));
   const test::Reference ref = test::reference_decode(sc, q, shape.G, true);
   EXPECT_LE(test::worst(got, ref.out, ref, static_cast<size_t>(shape.d), 1e-3, true), 1.0);
@@ -211,7 +211,7 @@ TEST(CudaDeviceCache, AppendsMatchTheHostCache) {
       EXPECT_EQ(dev.length(ids.back(), 1), n);
     }
     const auto q = test::queries(shape, ids.size(), seed + 5);
-    const std::vector<float> got = device_decode(dev, ids, q, shape.H * shape.G);
+    const std::vector<float> got = device_decode(dev, ids, q);
     const test::Reference ref = test::reference_decode(sc, q, shape.G, true);
     EXPECT_LE(test::worst(got, ref.out, ref, static_cast<size_t>(shape.d), 1e-3, true), 1.0);
   }
@@ -227,7 +227,7 @@ TEST(CudaDeviceCache, RepeatedSequenceIsTheTokensRepeated) {
   const std::vector<SeqId> ids = {cuda::add_sequence_repeating(dev, sc.ids[0], 384)};
   EXPECT_EQ(dev.length(ids[0], 1), 384u);
   const auto q = test::queries(shape, 1, seed + 1);
-  const std::vector<float> got = device_decode(dev, ids, q, shape.H * shape.G);
+  const std::vector<float> got = device_decode(dev, ids, q);
   const size_t d = 128;
   test::Reference ref(q.size() / d, d);
   for (int h = 0; h < shape.H; ++h) {
@@ -295,7 +295,7 @@ TEST(CudaDeviceCache, ErrorsNameTheProblem) {
 
   CacheConfig small = test::config_for(shape, "int4", "int4", seed);
   small.capacity_pages = 1;
-  KVCache full = small.to(Device::cuda());
+  KVCache full(small, Device::cuda());
   const SeqId s = full.add_sequence();
   const test::Tokens t = test::make_tokens(small, 200, seed, true);
   EXPECT_THROW(full.append(s, 0, t.keys.data(), t.values.data(), 200), Error);  // needs 3 pages
@@ -303,7 +303,7 @@ TEST(CudaDeviceCache, ErrorsNameTheProblem) {
   std::vector<float> nan_keys(t.keys.begin(), t.keys.begin() + 256);
   nan_keys[7] = NAN;
   EXPECT_THROW(full.append(s, 0, nan_keys.data(), t.values.data(), 1), Error);
-  EXPECT_THROW(KVCache(small, 99), Error);  // no such device
+  EXPECT_THROW(KVCache(small, Device::cuda(99)), Error);  // no such device
 }
 
 }  // namespace

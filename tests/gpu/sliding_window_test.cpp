@@ -29,7 +29,7 @@ const std::vector<std::pair<std::string, std::string>> kWindowPairs = {
     {"turbo_prod:4", "turbo_prod:4"}, {"vecinfer:10/4", "vecinfer:10/4"}};
 
 std::vector<float> device_decode(const KVCache& dev, const std::vector<SeqId>& ids,
-                                 const std::vector<float>& q, int n_q_heads, const AttentionOptions& options) {
+                                 const std::vector<float>& q, const AttentionOptions& options) {
   cuda::DeviceFloats q_dev(q.size()), out_dev(q.size());
   q_dev.upload(q);
   out_dev.fill(NAN);  // every element must be written
@@ -50,7 +50,7 @@ void expect_windows_match(const Shape& shape, const std::string& k, const std::s
     AttentionOptions options;
     options.window = window;
     options.splits = splits;
-    const std::vector<float> got = device_decode(dev, sc.ids, q, shape.H * shape.G, options);
+    const std::vector<float> got = device_decode(dev, sc.ids, q, options);
     for (float x : got) ASSERT_TRUE(std::isfinite(x));
     std::vector<float> cpu(q.size(), NAN);
     decode_attention(sc.cache, 1, sc.ids, q, cpu, options);
@@ -102,13 +102,13 @@ TEST(CudaSlidingWindow, WindowCoveringEverySequenceIsNoWindow) {
     const KVCache dev = sc.cache.to(Device::cuda());
     const auto q = test::queries(shape, sc.ids.size(), seed + 3);
     const int n_q = shape.H * shape.G;
-    const std::vector<float> none = device_decode(dev, sc.ids, q, n_q, {});
+    const std::vector<float> none = device_decode(dev, sc.ids, q, {});
     const test::Reference ref = test::reference_decode(sc, q, shape.G, true);
     EXPECT_LE(test::worst(none, ref.out, ref, static_cast<size_t>(shape.d), 1e-3, true), 1.0);
     for (const size_t window : {size_t{1000}, size_t{1} << 40}) {
       AttentionOptions options;
       options.window = window;
-      EXPECT_EQ(device_decode(dev, sc.ids, q, n_q, options), none) << "window " << window;
+      EXPECT_EQ(device_decode(dev, sc.ids, q, options), none) << "window " << window;
       EXPECT_EQ(DecodePlan(dev, 1, sc.ids, n_q, options).splits(),
                 DecodePlan(dev, 1, sc.ids, n_q).splits());
     }
