@@ -1,4 +1,4 @@
-// A KVCache assembled from another's parts (src/cache/cache_builder.hpp, what DeviceKVCache::to_host uses) holds
+// A KVCache assembled from another's parts (src/cache/cache_builder.hpp, what KVCache::to uses) holds
 // the same codecs, sequences, pages, windows and key offsets, and goes on exactly as the original under the same
 // appends. Bad parts are rejected by name.
 #include <gtest/gtest.h>

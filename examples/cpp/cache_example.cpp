@@ -14,7 +14,7 @@ int main() {
   config.key_codec = "int4";
   config.value_codec = "turbo_mse:3";
   config.capacity_pages = 64;  // pages of 64 tokens, shared by every sequence and layer
-  kvq::KVCache cache(config);
+  kvq::KVCache cache(config, kvq::Device::cpu());  // Device::cuda(0): the same cache on a GPU (a CUDA build)
   const kvq::SeqId seq = cache.add_sequence();
 
   std::mt19937 rng(7);

@@ -124,27 +124,37 @@ struct AttentionOptions {
 /// Decode attention of one query token per sequence. q: [seqs.size()][n_q_heads][head_dim], n_q_heads a multiple
 /// of the cache's n_kv_heads (query head j uses kv head j / (n_q_heads / n_kv_heads)); out: the same shape.
 /// out = softmax(q K^T * scale) V over every token the sequence holds in `layer` (encoded pages + residual window).
-/// pool: null runs on the calling thread.
+/// The cache's device runs it: on a CPU cache q and out are host memory and `pool` the workers (null: the calling
+/// thread); on a CUDA cache they are fp32 arrays in the cache's device memory, the call runs on `stream` (a
+/// cudaStream_t; null: the default stream) and returns once it is done. A codec pair without a CUDA kernel, or
+/// host arrays given to a CUDA cache, throw kvq::Error.
 void decode_attention(const KVCache& cache, int layer, std::span<const SeqId> seqs, std::span<const float> q,
-                      std::span<float> out, const AttentionOptions& options = {}, ThreadPool* pool = nullptr);
+                      std::span<float> out, const AttentionOptions& options = {}, ThreadPool* pool = nullptr,
+                      void* stream = nullptr);
 
-/// Decode attention of one batch planned once and run at every step, the CPU's counterpart of cuda::DecodePlan: the
-/// batch's (sequence, kv head) groups are made with the plan, and the scratch of a run (gathered queries, split-K
-/// states, the workers' buffers) is kept for the next, so that a step allocates only when the sequences outgrow the
-/// last one. Each run reads the sequences as they are then (tokens appended between runs are attended) and gives
+/// Decode attention of one batch planned once and run at every step. On the CPU the batch's (sequence, kv head)
+/// groups are made with the plan, and the scratch of a run (gathered queries, split-K states, the workers' buffers)
+/// is kept for the next, so that a step allocates only when the sequences outgrow the last one; each run reads the
+/// sequences as they are then (tokens appended between runs are attended). On a CUDA device the block-table
+/// descriptors and the split-K workspace live on the device, valid until the sequences change (append, remove),
+/// and a sliding window is placed from each sequence's length when the plan is made. Each run gives
 /// decode_attention's output bit for bit. The cache and the pool must outlive the plan; one run at a time.
 class DecodePlan {
  public:
   /// As decode_attention's arguments; throws kvq::Error for a bad layer, unknown sequence, n_q_heads that is not a
-  /// multiple of the cache's kv heads, or bad options.
+  /// multiple of the cache's kv heads, bad options, or (CUDA) a codec pair without a kernel.
   DecodePlan(const KVCache& cache, int layer, std::span<const SeqId> seqs, int n_q_heads,
              const AttentionOptions& options = {}, ThreadPool* pool = nullptr);
   ~DecodePlan();
   DecodePlan(DecodePlan&&) noexcept;
   DecodePlan& operator=(DecodePlan&&) noexcept;
 
-  /// q, out: [seqs][n_q_heads][head_dim].
-  void run(std::span<const float> q, std::span<float> out);
+  /// q, out: [seqs][n_q_heads][head_dim], in the cache's device memory. stream: a CUDA cache's cudaStream_t (null:
+  /// the default stream), the run queued on it without waiting; unused on the CPU.
+  void run(std::span<const float> q, std::span<float> out, void* stream = nullptr);
+  /// CUDA caches: the split kernel's ranges per (sequence, kv head), not counting the window-start variant's; CPU
+  /// caches: AttentionOptions::splits as given.
+  int splits() const;
 
  private:
   struct Impl;
@@ -153,12 +163,14 @@ class DecodePlan {
 
 /// Causal attention for n_queries consecutive positions start .. start + n_queries - 1 of one sequence, whose keys
 /// and values are already appended to `layer`. q and out: [n_queries][n_q_heads][head_dim]; the query at position
-/// p sees tokens 0..p.
+/// p sees tokens 0..p. CPU caches.
 void prefill_attention(const KVCache& cache, int layer, SeqId seq, size_t start, size_t n_queries,
                        std::span<const float> q, std::span<float> out, const AttentionOptions& options = {},
                        ThreadPool* pool = nullptr);
 
-/// The page-loop kernel decode_attention and prefill_attention run for `layer` on this CPU: "generic" (through the
+/// The kernel decode attention runs for `layer`. A CUDA cache: the split kernel of the codec pair, e.g.
+/// "cuda_int4_int4" (kvq::Error for a pair or head dimension without one). A CPU cache: the page-loop kernel of
+/// decode_attention and prefill_attention on this CPU, "generic" (through the
 /// codecs' Scorer and accumulate) or a kernel fused for the layer's codec pair, named fused_<key>_<value>_<isa>
 /// (e.g. "fused_int4_int4_avx512vnni"). The environment variable KVQ_ISA=scalar|avx2|avx512|avx512vnni (x86) or
 /// KVQ_ISA=scalar|neon (AArch64) caps the instruction set; an unknown value, or one this CPU lacks, makes this and

@@ -18,12 +18,24 @@
 // model (docs/quality.md): Gemma 3's int4 keys lose 4x less, SmolLM2's 1.6x more (its later layers' keys rotate
 // away from the first page's mean).
 //
+// Devices (device.hpp). The pages, fp32 windows and key offsets live on the CPU or on one CUDA device, the cache's
+// device(); the bookkeeping (sequences, block tables, the free list, memory accounting, append planning) is the
+// same host-side state for both. append from host memory works on either device; append_device(_batch) takes
+// tokens in device memory (CUDA caches). A CUDA cache's appends encode on the device: every codec's append kernel
+// (src/cuda/encode_*.cu) writes the same bytes as the CPU codecs (bit-exact for f32/f16/bf16, kivi and qjl, and for
+// int8/int4, turbo_mse, turbo_prod, turbo_rvq and vecinfer under the Hadamard rotation, the default for a
+// power-of-two d; other rotations use their dense matrix, within 1% of the CPU's reconstruction error). to()
+// copies a cache to another device. Builds without the CUDA backend throw kvq::Error for a CUDA device, naming the
+// reason (cuda::unavailable_reason()).
+//
 // Thread safety: const member functions may run concurrently; anything that modifies the cache must not overlap
-// with any other call. Views and pointers stay valid until the next append, remove_sequence or train_layer.
+// with any other call. Views and pointers stay valid until the next append, remove_sequence or train_layer. A CUDA
+// cache's appends share its device scratch: appends on different streams must be ordered by the caller.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -32,11 +44,24 @@
 
 #include "kvq/codec.hpp"
 #include "kvq/detail/page_table.hpp"
+#include "kvq/device.hpp"
 
 namespace kvq {
 namespace detail {
 class CacheBuilder;
 }
+namespace cuda {
+class DecodeStep;
+namespace detail {
+struct Backend;      // what KVCache calls for a CUDA cache (src/cache/cuda_backend.hpp)
+struct DeviceStore;  // a CUDA cache's pool, scratch and append kernels (src/cuda/device_store.hpp)
+struct DeviceLayer;  // one (sequence, layer)'s device block table, fp32 window and key offset
+struct DeviceDeleter {
+  void operator()(DeviceStore* p) const noexcept;
+  void operator()(DeviceLayer* p) const noexcept;
+};
+}  // namespace detail
+}  // namespace cuda
 
 struct CacheConfig {
   int n_layers = 1;
@@ -69,7 +94,8 @@ struct CacheMemory {
   double bits_per_element = 0;
 };
 
-/// What attention reads of one (sequence, layer).
+/// What attention reads of one (sequence, layer). The pointers are in the cache's device memory (a CUDA cache's
+/// window, key offset and device_pages on its device); `pages` is the host copy of the block table.
 struct LayerView {
   std::span<const PageId> pages;           ///< block table: tokens [j*T, (j+1)*T) live in page pages[j]
   int block_tokens = 0;                    ///< T
@@ -78,6 +104,7 @@ struct LayerView {
   const float* residual_values = nullptr;  ///< same layout
   size_t residual_stride = 0;              ///< floats between the windows of consecutive kv heads
   const float* key_offset = nullptr;       ///< [kv head][d] subtracted from every stored key; null: none
+  const PageId* device_pages = nullptr;    ///< a CUDA cache's block table on its device (pages.size() entries)
 
   size_t encoded_tokens() const { return pages.size() * static_cast<size_t>(block_tokens); }
   size_t length() const { return encoded_tokens() + static_cast<size_t>(residual_count); }
@@ -88,8 +115,9 @@ struct LayerView {
 
 class KVCache {
  public:
-  /// Builds the codecs and allocates the page pool; throws kvq::Error naming any bad field.
-  explicit KVCache(const CacheConfig& config);
+  /// Builds the codecs and allocates the page pool on `device`; throws kvq::Error naming any bad field, or for a
+  /// CUDA device this build or machine lacks.
+  explicit KVCache(const CacheConfig& config, Device device = Device::cpu());
   ~KVCache();
   KVCache(KVCache&&) noexcept;
   KVCache& operator=(KVCache&&) noexcept;
@@ -98,6 +126,12 @@ class KVCache {
 
   /// The configuration, codec specs in canonical form.
   const CacheConfig& config() const { return config_; }
+  /// Where the pages, windows and key offsets live.
+  Device device() const { return device_; }
+  /// A copy on `device`: the same configuration, codecs (trained state included), sequences (ids, pages byte for
+  /// byte, windows, key offsets) and next sequence id; page ids may differ. capacity_pages: the copy's pool (0:
+  /// this cache's capacity). Waits for a CUDA cache's queued work.
+  KVCache to(Device device, size_t capacity_pages = 0) const;
 
   // ---- codecs ----
   const Codec& key_codec(int layer) const;
@@ -106,7 +140,7 @@ class KVCache {
   bool ready(int layer) const;
   /// Trains the layer's codecs on n x d example keys and values (original space; with center_keys the key codec
   /// learns from the keys minus their mean, as it will encode them). Only before the layer holds encoded tokens:
-  /// retraining would invalidate them.
+  /// retraining would invalidate them. keys, values: host memory, on either device.
   void train_layer(int layer, const float* keys, const float* values, size_t n);
 
   // ---- sequences ----
@@ -121,14 +155,33 @@ class KVCache {
 
   /// Appends n_tokens tokens to one layer of a sequence. keys and values: [n_tokens][n_kv_heads][head_dim].
   /// One token (decode) or a chunk (prefill). On any error (unknown sequence, non-finite input, untrained codec,
-  /// pool exhausted) it throws kvq::Error before modifying anything.
+  /// pool exhausted) it throws kvq::Error before modifying anything. Host memory on either device (a CUDA cache
+  /// uploads them and runs append_device, then synchronizes).
   void append(SeqId seq, int layer, const float* keys, const float* values, size_t n_tokens);
+  /// CUDA caches: appends tokens already in the cache's device memory (16-byte aligned, [n_tokens][n_kv_heads]
+  /// [head_dim] fp32 each), the batch of one sequence (append_device_batch). A CPU cache throws kvq::Error.
+  void append_device(SeqId seq, int layer, const float* keys_dev, const float* values_dev, size_t n_tokens,
+                     void* stream = nullptr);
+  /// CUDA caches: appends one chunk to each of several sequences of one layer in one call, as one append per
+  /// sequence would (the same pages, taken from the pool in the order of `seqs`, and windows). keys_dev and
+  /// values_dev: the chunks concatenated in the order of `seqs`, [sum of n_tokens][n_kv_heads][head_dim] fp32 in
+  /// device memory, 16-byte aligned: sequence seqs[i]'s n_tokens[i] tokens start at token n_tokens[0] + ... +
+  /// n_tokens[i - 1] (a decode step: one token per sequence). Full pages of every sequence are encoded by the append
+  /// kernels into the pool (one launch per encoder kind for the whole batch), the rest goes to the device windows.
+  /// Throws kvq::Error before modifying any sequence: a CPU cache, an unknown or repeated sequence, a NaN or Inf
+  /// (naming sequence, token, head and channel), a value the codec cannot store, an exhausted pool, or a codec
+  /// without append kernels (naming it). Waits once for all the checks on `stream` (a cudaStream_t; null: the
+  /// default stream); the commit (block table entries, window moves) is queued on it, so the inputs may be reused
+  /// once the call returns.
+  void append_device_batch(std::span<const SeqId> seqs, int layer, const float* keys_dev, const float* values_dev,
+                           std::span<const size_t> n_tokens, void* stream = nullptr);
   /// Tokens of the sequence; throws if its layers hold different counts (append every layer first).
   size_t length(SeqId seq) const;
   size_t length(SeqId seq, int layer) const;
 
   /// The tokens of (seq, layer) as attention reads them: the pages decoded by the layer's codecs, then the fp32
-  /// window, the key offset added back (centered keys). keys and values: [length(seq, layer)][n_kv_heads][head_dim].
+  /// window, the key offset added back (centered keys). keys and values: [length(seq, layer)][n_kv_heads][head_dim],
+  /// host memory (a CUDA cache reads through a CPU copy of the sequence).
   void read(SeqId seq, int layer, float* keys, float* values) const;
 
   // ---- storage, for attention ----
@@ -136,6 +189,7 @@ class KVCache {
   size_t page_bytes() const { return layout_.page_bytes; }
   size_t key_block_offset(int head) const;
   size_t value_block_offset(int head) const;
+  /// A page in the cache's pool, on its device.
   const uint8_t* page(PageId id) const;
   const uint8_t* key_block(PageId id, int head) const { return page(id) + key_block_offset(head); }
   const uint8_t* value_block(PageId id, int head) const { return page(id) + value_block_offset(head); }
@@ -145,10 +199,12 @@ class KVCache {
   CacheMemory memory() const;
 
   // ---- files ----
-  /// Writes the cache to `path` (through path + ".tmp" and a rename). Format: src/cache/cache_file.cpp.
+  /// Writes the cache to `path` (through path + ".tmp" and a rename; a CUDA cache through a CPU copy). Format:
+  /// src/cache/cache_file.cpp.
   void save(const std::string& path) const;
-  /// Reads a file written by save(); throws kvq::Error for a damaged, truncated, foreign or newer file.
-  static KVCache load(const std::string& path);
+  /// Reads a file written by save() into a cache on `device`; throws kvq::Error for a damaged, truncated, foreign
+  /// or newer file.
+  static KVCache load(const std::string& path, Device device = Device::cpu());
 
  private:
   struct LayerState {
@@ -157,6 +213,8 @@ class KVCache {
     size_t window_slots = 0;        // tokens per head `residual` has room for: grows with use, up to R + T - 1
     std::vector<float> residual;    // keys [H][window_slots][d], then values [H][window_slots][d]
     std::vector<float> key_offset;  // [H][d] once the first page is encoded (center_keys), else empty
+    // A CUDA cache's part: the device block table, window and key offset (the host vectors above stay empty).
+    std::unique_ptr<cuda::detail::DeviceLayer, cuda::detail::DeviceDeleter> device;
   };
   using Sequence = detail::SequenceTable<LayerState>::Sequence;
   struct PoolDeleter {
@@ -165,17 +223,31 @@ class KVCache {
   };
   friend class CacheFile;
   friend class detail::CacheBuilder;
+  friend struct cuda::detail::DeviceStore;
+  friend class cuda::DecodeStep;
+  friend struct cuda::detail::Backend;
 
   void check_layer(int layer) const;
   size_t residual_slots() const;                                // R + T - 1
   void reserve_window(LayerState& layer, size_t tokens) const;  // room for `tokens` per head, the held ones kept
   uint8_t* page_mut(PageId id);
   void zero_page_padding(uint8_t* page) const;
+  // append's work on a layer's host state (a CPU cache's own, or a host copy of a CUDA cache's window and key
+  // offset): the checks, the new pages encoded into page_at(j) (the j-th new page, zeroed padding), take(n) moving
+  // the n pages off the free list into the block table, then the window and key offset advanced. Nothing changes
+  // before take.
+  void append_on_host(LayerState& ls, int layer, SeqId seq, const float* keys, const float* values, size_t n_tokens,
+                      const std::function<uint8_t*(size_t)>& page_at, const std::function<void(size_t)>& take);
+
+  // A CPU copy of `seqs` (every sequence when empty) with a pool of capacity_pages (0: this cache's).
+  KVCache to_cpu(size_t capacity_pages, std::span<const SeqId> seqs = {}) const;
 
   CacheConfig config_;
+  Device device_;
   std::vector<std::unique_ptr<Codec>> key_codecs_, value_codecs_;
   detail::PageLayout layout_;
-  std::unique_ptr<uint8_t[], PoolDeleter> pool_;
+  std::unique_ptr<uint8_t[], PoolDeleter> pool_;  // a CPU cache's pool
+  std::unique_ptr<cuda::detail::DeviceStore, cuda::detail::DeviceDeleter> cuda_;  // a CUDA cache's
   detail::FreePages free_;
   detail::SequenceTable<LayerState> sequences_;
 };

@@ -4,26 +4,25 @@ The API (docs/python.md has examples):
 
 - ``Codec(spec, dim, seed=0, block_tokens=64, role="key")``: one codec; ``encode`` / ``decode`` token vectors
   to and from blocks of bytes, ``train``, ``state`` / ``load_state``.
-- ``KVCache(n_layers, n_kv_heads, head_dim, *, capacity_pages, key_codec="f16", value_codec="f16", ...)``: the
-  paged compressed cache on the CPU; ``append`` tokens, ``decode_attention`` / ``prefill_attention`` on the
-  packed pages, ``read`` them back decoded, ``memory``, ``save`` / ``KVCache.load``.
-- ``DeviceKVCache(n_layers, n_kv_heads, head_dim, *, capacity_pages, ..., device=0)``: the same cache on a CUDA
-  device (``KVCache.to_device``, ``DeviceKVCache.to_host``); ``append`` / ``append_batch`` from torch CUDA tensors
-  and ``decode_attention`` on CUDA tensors by the fused CUDA kernels, on torch's current stream.
-  ``cuda_available()`` says whether it can run here, ``cuda_unavailable_reason()`` why not.
+- ``KVCache(n_layers, n_kv_heads, head_dim, *, capacity_pages, key_codec="f16", value_codec="f16", ...,
+  device="cpu")``: the paged compressed cache; ``append`` tokens, ``decode_attention`` / ``prefill_attention`` on
+  the packed pages, ``read`` them back decoded, ``memory``, ``save`` / ``KVCache.load``. On ``device="cuda:N"``
+  (or a copy, ``to("cuda")``; ``to("cpu")`` back) its pages live on that CUDA device: ``append`` /
+  ``append_batch`` from torch CUDA tensors and ``decode_attention`` on CUDA tensors by the fused CUDA kernels, on
+  torch's current stream. ``cuda_available()`` says whether a device can be used here, ``cuda_unavailable_reason()``
+  why not.
 - ``distortion(codec, ...)`` and ``attention_error(key_codec, value_codec, ...)``: a codec's distortion on random
   unit vectors and a codec pair's error at the attention output, as dicts.
 - ``Error``: what every failed check of the library raises (a ``ValueError``); a wrong kind of array (dtype,
   device, not C-contiguous) raises ``TypeError``.
 
-Arrays are float32, C-contiguous and in CPU memory (the device cache's: on its CUDA device): NumPy arrays or
-anything with ``__dlpack__`` (torch tensors), read in place. Results are new NumPy arrays (the device cache's: torch
-CUDA tensors), or written into ``out=``.
+Arrays are float32, C-contiguous and in CPU memory (a CUDA cache's: on its device): NumPy arrays or anything with
+``__dlpack__`` (torch tensors), read in place. Results are new NumPy arrays (a CUDA cache's: torch CUDA tensors), or
+written into ``out=``.
 """
 
 from ._kvq import (
     Codec,
-    DeviceKVCache,
     Error,
     KVCache,
     __version__,
@@ -37,7 +36,6 @@ from ._kvq import (
 
 __all__ = [
     "Codec",
-    "DeviceKVCache",
     "Error",
     "KVCache",
     "__version__",

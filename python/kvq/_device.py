@@ -1,5 +1,5 @@
-"""What kvq.DeviceKVCache's calls use where the caller leaves it open: the CUDA stream they run on, and the tensor
-decode_attention writes its output into. The extension (python/src/device_cache_binding.cpp) calls these.
+"""What the calls of a kvq.KVCache on a CUDA device use where the caller leaves it open: the CUDA stream they run on,
+and the tensor decode_attention writes its output into. The extension (python/src/cache_binding.cpp) calls these.
 
 torch is used where it is imported; a stream is never a reason to import it."""
 

@@ -11,8 +11,7 @@ namespace kvq::python {
 
 void bind_error(nanobind::module_& m);
 void bind_codec(nanobind::module_& m);
-void bind_cache(nanobind::module_& m);
-void bind_device_cache(nanobind::module_& m);
+void bind_cache(nanobind::module_& m);  // and, through it, the device-only parts (cache_objects.hpp)
 void bind_measurements(nanobind::module_& m);
 
 /// "key" or "value" as a Role; kvq.Error for anything else.

@@ -11,6 +11,5 @@ NB_MODULE(_kvq, m) {
   kvq::python::bind_error(m);
   kvq::python::bind_codec(m);
   kvq::python::bind_cache(m);
-  kvq::python::bind_device_cache(m);
   kvq::python::bind_measurements(m);
 }

@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "attention/attention_engine.hpp"
 #include "attention/isa.hpp"
 #include "attention/page_kernel.hpp"
+#include "cuda/device_plan.hpp"
 #include "kvq/error.hpp"
 
 namespace kvq {
@@ -43,6 +45,8 @@ float AttentionOptions::resolved_scale(int head_dim) const {
 void prefill_attention(const KVCache& cache, int layer, SeqId seq, size_t start, size_t n_queries,
                        std::span<const float> q, std::span<float> out, const AttentionOptions& options,
                        ThreadPool* pool) {
+  KVQ_CHECK(cache.device().is_cpu(), "prefill_attention: a ", cache.device().str(),
+            " cache; prefill runs on CPU caches (attend a copy: to(Device::cpu()))");
   const size_t length = cache.length(seq, layer);
   if (n_queries == 0 && q.empty() && out.empty()) return;
   KVQ_CHECK(start <= length && n_queries <= length - start, "prefill_attention: positions ", start, "..",
@@ -64,6 +68,7 @@ void prefill_attention(const KVCache& cache, int layer, SeqId seq, size_t start,
 }
 
 struct DecodePlan::Impl {
+  std::optional<cuda::detail::DevicePlan> device;  // a CUDA cache's plan; the rest is the CPU's
   const KVCache* cache = nullptr;
   int layer = 0, G = 0;
   size_t n_seqs = 0, row = 0;  // row: floats of one sequence's queries
@@ -77,6 +82,10 @@ DecodePlan::DecodePlan(const KVCache& cache, int layer, std::span<const SeqId> s
                        const AttentionOptions& options, ThreadPool* pool)
     : impl_(std::make_unique<Impl>()) {
   Impl& p = *impl_;
+  if (cache.device().is_cuda()) {
+    p.device.emplace(cache, layer, seqs, n_q_heads, options);
+    return;
+  }
   const CacheConfig& cfg = cache.config();
   cache.key_codec(layer);  // checks the layer
   options.resolved_scale(cfg.head_dim);
@@ -99,8 +108,14 @@ DecodePlan::~DecodePlan() = default;
 DecodePlan::DecodePlan(DecodePlan&&) noexcept = default;
 DecodePlan& DecodePlan::operator=(DecodePlan&&) noexcept = default;
 
-void DecodePlan::run(std::span<const float> q, std::span<float> out) {
+int DecodePlan::splits() const { return impl_->device ? impl_->device->splits() : impl_->options.splits; }
+
+void DecodePlan::run(std::span<const float> q, std::span<float> out, void* stream) {
   Impl& p = *impl_;
+  if (p.device) {
+    KVQ_CHECK(q.size() == out.size(), "DecodePlan::run: q holds ", q.size(), " floats and out ", out.size());
+    return p.device->run(q.data(), out.data(), q.size(), stream);
+  }
   KVQ_CHECK(q.size() == p.n_seqs * p.row && out.size() == q.size(), "DecodePlan::run: q holds ", q.size(),
             " floats and out ", out.size(), "; the plan's batch takes ", p.n_seqs * p.row, " ([", p.n_seqs,
             " sequences][query heads][head_dim])");
@@ -117,14 +132,17 @@ void DecodePlan::run(std::span<const float> q, std::span<float> out) {
 }
 
 void decode_attention(const KVCache& cache, int layer, std::span<const SeqId> seqs, std::span<const float> q,
-                      std::span<float> out, const AttentionOptions& options, ThreadPool* pool) {
+                      std::span<float> out, const AttentionOptions& options, ThreadPool* pool, void* stream) {
   cache.key_codec(layer);  // checks the layer
   if (seqs.empty() && q.empty() && out.empty()) return;
   const int hq = query_heads(cache, seqs.size(), q, out, "decode_attention");
-  DecodePlan(cache, layer, seqs, hq, options, pool).run(q, out);  // a plan run once
+  DecodePlan plan(cache, layer, seqs, hq, options, pool);  // a plan run once
+  plan.run(q, out, stream);
+  if (cache.device().is_cuda()) cuda::detail::synchronize(stream);
 }
 
 std::string attention_kernel(const KVCache& cache, int layer) {
+  if (cache.device().is_cuda()) return cuda::detail::DevicePlan::kernel(cache, layer);
   return detail::select_page_kernel(cache.key_codec(layer), cache.value_codec(layer), cache.config().block_tokens,
                                     detail::active_isa(), detail::active_precision())
       .name;

@@ -1,5 +1,5 @@
 // A KVCache assembled from its parts: codec states, and per sequence and layer its pages, window and key offset.
-// The CUDA DeviceKVCache copies itself to the host with it (DeviceKVCache::to_host).
+// KVCache::to copies a cache to the CPU with it.
 #pragma once
 
 #include <cstddef>

@@ -305,6 +305,7 @@ KVCache CacheFile::read(std::ifstream& in, uint64_t payload_bytes, uint32_t vers
 }
 
 void KVCache::save(const std::string& path) const {
+  if (cuda_) return to_cpu(0).save(path);
   const std::string tmp = path + ".tmp";
   try {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -322,7 +323,8 @@ void KVCache::save(const std::string& path) const {
   KVQ_CHECK(!ec, "KVCache::save: cannot rename '", tmp, "' to '", path, "': ", ec.message());
 }
 
-KVCache KVCache::load(const std::string& path) {
+KVCache KVCache::load(const std::string& path, Device device) {
+  if (device.is_cuda()) return load(path).to(device);
   std::error_code ec;
   const std::filesystem::file_status status = std::filesystem::status(path, ec);
   KVQ_CHECK(!ec, "KVCache::load: cannot read '", path, "': ", ec.message());

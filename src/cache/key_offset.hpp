@@ -4,7 +4,7 @@
 // common to the tokens near each other (Gemma 3 270M: 62-86 % per layer), which would otherwise set the quantization
 // step of the per-token part that decides the softmax. After RoPE, channel pairs of middle frequency turn away from
 // the first page's mean over a long context, so what centering gains depends on the model (docs/quality.md).
-// Shared by KVCache and the CUDA DeviceKVCache (which encodes on the host).
+// Shared by the CPU and CUDA caches (a CUDA cache encodes on the host for codecs without append kernels).
 #pragma once
 
 #include <algorithm>

@@ -9,6 +9,8 @@
 #include <sys/mman.h>
 #endif
 
+#include "cache/cache_builder.hpp"
+#include "cache/cuda_backend.hpp"
 #include "cache/key_offset.hpp"
 #include "cache/residual_window.hpp"
 #include "core/finite.hpp"
@@ -71,7 +73,7 @@ void KVCache::PoolDeleter::operator()(uint8_t* p) const {
 #endif
 }
 
-KVCache::KVCache(const CacheConfig& config) : config_(config) {
+KVCache::KVCache(const CacheConfig& config, Device device) : config_(config), device_(device) {
   validate(config_);
   config_.key_codec = CodecSpec::parse(config.key_codec).str();
   config_.value_codec = CodecSpec::parse(config.value_codec).str();
@@ -87,7 +89,9 @@ KVCache::KVCache(const CacheConfig& config) : config_(config) {
   KVQ_CHECK(config_.capacity_pages <= std::numeric_limits<size_t>::max() / page_bytes,
             "KVCache: ", config_.capacity_pages, " pages of ", page_bytes, " bytes overflow the address space");
   free_ = detail::FreePages(config_.capacity_pages);
-  if (config_.capacity_pages > 0) {
+  if (device_.is_cuda()) {
+    cuda::detail::Backend::open(*this, device_.index);
+  } else if (config_.capacity_pages > 0) {
     // A pool larger than the machine could never be filled: a mistake or a crafted file, refused before the
     // allocation (which would fail late, or abort under a sanitizer).
     const size_t bytes = config_.capacity_pages * page_bytes, memory = detail::physical_memory_bytes();
@@ -101,8 +105,21 @@ KVCache::KVCache(const CacheConfig& config) : config_(config) {
 }
 
 KVCache::~KVCache() = default;
-KVCache::KVCache(KVCache&&) noexcept = default;
-KVCache& KVCache::operator=(KVCache&&) noexcept = default;
+KVCache::KVCache(KVCache&& o) noexcept { *this = std::move(o); }
+
+KVCache& KVCache::operator=(KVCache&& o) noexcept {
+  config_ = std::move(o.config_);
+  device_ = o.device_;
+  key_codecs_ = std::move(o.key_codecs_);
+  value_codecs_ = std::move(o.value_codecs_);
+  layout_ = o.layout_;
+  pool_ = std::move(o.pool_);
+  cuda_ = std::move(o.cuda_);
+  free_ = std::move(o.free_);
+  sequences_ = std::move(o.sequences_);
+  if (cuda_) cuda::detail::Backend::moved(*this);  // the device store points back at its cache
+  return *this;
+}
 
 void KVCache::check_layer(int layer) const {
   KVQ_CHECK(layer >= 0 && layer < config_.n_layers, "KVCache: layer ", layer, " out of range (", config_.n_layers,
@@ -141,6 +158,7 @@ void KVCache::train_layer(int layer, const float* keys, const float* values, siz
     key_codecs_[static_cast<size_t>(layer)]->train(keys, n);
   }
   value_codecs_[static_cast<size_t>(layer)]->train(values, n);
+  if (cuda_) cuda::detail::Backend::trained(*this, layer);
 }
 
 size_t KVCache::residual_slots() const {
@@ -162,7 +180,10 @@ void KVCache::reserve_window(LayerState& ls, size_t tokens) const {
 
 SeqId KVCache::add_sequence() {
   const SeqId id = sequences_.next_id;
-  sequences_.insert(id, config_.n_layers);
+  if (cuda_)
+    cuda::detail::Backend::add_sequence(*this, id);
+  else
+    sequences_.insert(id, config_.n_layers);
   return id;
 }
 
@@ -186,7 +207,8 @@ size_t KVCache::value_block_offset(int head) const {
 
 const uint8_t* KVCache::page(PageId id) const {
   KVQ_CHECK(id < config_.capacity_pages, "KVCache: page ", id, " out of range (", config_.capacity_pages, " pages)");
-  return pool_.get() + static_cast<size_t>(id) * layout_.page_bytes;
+  const uint8_t* pool = cuda_ ? cuda::detail::Backend::pool(*this) : pool_.get();
+  return pool + static_cast<size_t>(id) * layout_.page_bytes;
 }
 
 uint8_t* KVCache::page_mut(PageId id) { return const_cast<uint8_t*>(page(id)); }
@@ -199,9 +221,37 @@ void KVCache::zero_page_padding(uint8_t* p) const {
   }
 }
 
+void KVCache::append_device(SeqId seq, int layer, const float* keys_dev, const float* values_dev, size_t n_tokens,
+                            void* stream) {
+  KVQ_CHECK(cuda_, "KVCache::append_device: a cpu cache takes tokens from host memory (append)");
+  cuda::detail::Backend::append_batch(*this, "KVCache::append_device", {&seq, 1}, layer, keys_dev, values_dev,
+                                      {&n_tokens, 1}, stream);
+}
+
+void KVCache::append_device_batch(std::span<const SeqId> seqs, int layer, const float* keys_dev,
+                                  const float* values_dev, std::span<const size_t> n_tokens, void* stream) {
+  KVQ_CHECK(cuda_, "KVCache::append_device_batch: a cpu cache takes tokens from host memory (append)");
+  cuda::detail::Backend::append_batch(*this, "KVCache::append_device_batch", seqs, layer, keys_dev, values_dev,
+                                      n_tokens, stream);
+}
+
 void KVCache::append(SeqId seq, int layer, const float* keys, const float* values, size_t n_tokens) {
+  if (cuda_) return cuda::detail::Backend::append(*this, seq, layer, keys, values, n_tokens);
   check_layer(layer);
   LayerState& ls = sequences_.at(seq).layers[static_cast<size_t>(layer)];
+  append_on_host(
+      ls, layer, seq, keys, values, n_tokens,
+      [&](size_t j) {
+        uint8_t* p = page_mut(free_.next(j));  // encoded while still on the free list
+        zero_page_padding(p);
+        return p;
+      },
+      [&](size_t n) { free_.take(n, ls.pages); });
+}
+
+void KVCache::append_on_host(LayerState& ls, int layer, SeqId seq, const float* keys, const float* values,
+                             size_t n_tokens, const std::function<uint8_t*(size_t)>& page_at,
+                             const std::function<void(size_t)>& take) {
   if (n_tokens == 0) return;
   KVQ_CHECK(keys != nullptr && values != nullptr, "KVCache::append: null keys or values");
   const Codec& kc = *key_codecs_[static_cast<size_t>(layer)];
@@ -236,11 +286,10 @@ void KVCache::append(SeqId seq, int layer, const float* keys, const float* value
   auto stream_token = [&](const float* window, const float* fresh, size_t idx, size_t h) {
     return idx < u ? window + (h * slots + idx) * d : fresh + ((idx - u) * H + h) * d;
   };
-  // Encode into free pages while they are still on the free list: if an encoder throws, nothing has changed.
+  // Encode every new page before taking any: if an encoder throws, nothing has changed.
   std::vector<float> block(T * d);
   for (size_t j = 0; j < n_pages; ++j) {
-    uint8_t* p = page_mut(free_.next(j));
-    zero_page_padding(p);
+    uint8_t* p = page_at(j);
     for (size_t h = 0; h < H; ++h) {
       const int head = static_cast<int>(h);
       for (size_t t = 0; t < T; ++t)
@@ -254,7 +303,7 @@ void KVCache::append(SeqId seq, int layer, const float* keys, const float* value
   }
 
   // Commit (nothing below throws once take has).
-  free_.take(n_pages, ls.pages);
+  take(n_pages);
   const size_t encoded = n_pages * T;
   centered.commit(window_k, ls.key_offset);
   detail::advance_window(window_k, H, slots, d, u, encoded, centered.fresh(), n_tokens);
@@ -264,7 +313,8 @@ void KVCache::append(SeqId seq, int layer, const float* keys, const float* value
 
 size_t KVCache::length(SeqId seq, int layer) const {
   check_layer(layer);
-  return view(seq, layer).length();
+  const LayerState& ls = sequences_.at(seq).layers[static_cast<size_t>(layer)];
+  return ls.pages.size() * static_cast<size_t>(config_.block_tokens) + static_cast<size_t>(ls.residual_count);
 }
 
 size_t KVCache::length(SeqId seq) const {
@@ -279,6 +329,7 @@ size_t KVCache::length(SeqId seq) const {
 
 LayerView KVCache::view(SeqId seq, int layer) const {
   check_layer(layer);
+  if (cuda_) return cuda::detail::Backend::view(*this, seq, layer);
   const LayerState& ls = sequences_.at(seq).layers[static_cast<size_t>(layer)];
   const size_t head_stride = ls.window_slots * static_cast<size_t>(config_.head_dim);
   LayerView v;
@@ -296,6 +347,10 @@ LayerView KVCache::view(SeqId seq, int layer) const {
 }
 
 void KVCache::read(SeqId seq, int layer, float* keys, float* values) const {
+  if (cuda_) {
+    check_layer(layer);
+    return to_cpu(0, {&seq, 1}).read(seq, layer, keys, values);
+  }
   const LayerView v = view(seq, layer);
   KVQ_CHECK((keys != nullptr && values != nullptr) || v.length() == 0, "KVCache::read: null keys or values");
   const size_t d = static_cast<size_t>(config_.head_dim), H = static_cast<size_t>(config_.n_kv_heads);
@@ -333,6 +388,7 @@ CacheMemory KVCache::memory() const {
       m.block_table_bytes += layer.pages.size() * sizeof(PageId);
       m.key_offset_bytes += layer.key_offset.size() * sizeof(float);
     }
+  if (cuda_) cuda::detail::Backend::add_memory(*this, m);
   for (int l = 0; l < config_.n_layers; ++l)
     m.codec_state_bytes += key_codec(l).state().size() + value_codec(l).state().size();
   const size_t rest = m.residual_bytes + m.block_table_bytes + m.codec_state_bytes + m.key_offset_bytes;
@@ -341,6 +397,59 @@ CacheMemory KVCache::memory() const {
   m.bits_per_element =
       8.0 * static_cast<double>(layout_.page_bytes) / (2.0 * config_.block_tokens * config_.n_kv_heads * config_.head_dim);
   return m;
+}
+
+KVCache KVCache::to_cpu(size_t capacity_pages, std::span<const SeqId> seqs) const {
+  CacheConfig config = config_;
+  if (capacity_pages != 0) config.capacity_pages = capacity_pages;
+  const std::vector<SeqId> all = sequences();
+  if (seqs.empty()) seqs = all;
+  size_t needed = 0;
+  for (const SeqId id : seqs)
+    for (const LayerState& l : sequences_.at(id).layers) needed += l.pages.size();
+  KVQ_CHECK(needed <= config.capacity_pages, "KVCache::to: the cache holds ", needed, " pages but the copy's pool has ",
+            config.capacity_pages);
+  if (cuda_) cuda::detail::Backend::synchronize(*this);
+  detail::CacheBuilder builder(config);
+  for (int l = 0; l < config_.n_layers; ++l) builder.load_codecs(l, key_codec(l), value_codec(l));
+  std::vector<uint8_t> pages;
+  for (const SeqId id : seqs) {
+    builder.add_sequence(id);
+    for (int l = 0; l < config_.n_layers; ++l) {
+      const LayerState& ls = sequences_.at(id).layers[static_cast<size_t>(l)];
+      // A CUDA cache's window and key offset, downloaded; a CPU cache's as they are.
+      const LayerState downloaded = cuda_ ? cuda::detail::Backend::host_layer(*this, ls) : LayerState{};
+      const LayerState& host = cuda_ ? downloaded : ls;
+      pages.resize(ls.pages.size() * layout_.page_bytes);
+      for (size_t j = 0; j < ls.pages.size(); ++j) {
+        uint8_t* to = pages.data() + j * layout_.page_bytes;
+        if (cuda_)
+          cuda::detail::Backend::copy_to_host(*this, to, page(ls.pages[j]), layout_.page_bytes);
+        else
+          std::memcpy(to, page(ls.pages[j]), layout_.page_bytes);
+      }
+      builder.fill_layer(id, l, pages.data(), ls.pages.size(), host.residual.data(), host.window_slots,
+                         host.residual_count, host.key_offset.empty() ? nullptr : host.key_offset.data());
+    }
+  }
+  builder.set_next_id(sequences_.next_id);
+  return builder.finish();
+}
+
+KVCache KVCache::to(Device device, size_t capacity_pages) const {
+  if (device.is_cpu()) return to_cpu(capacity_pages);
+  if (cuda_) return to_cpu(0).to(device, capacity_pages);  // between CUDA devices through the host
+  CacheConfig config = config_;
+  if (capacity_pages != 0) config.capacity_pages = capacity_pages;
+  KVCache copy(config, device);
+  for (int l = 0; l < config_.n_layers; ++l) {
+    const size_t i = static_cast<size_t>(l);
+    for (const auto& [to, from] : {std::pair{copy.key_codecs_[i].get(), key_codecs_[i].get()},
+                                   std::pair{copy.value_codecs_[i].get(), value_codecs_[i].get()}})
+      if (from->trained()) to->load_state(from->state());  // an untrained codec (a layer not used yet) stays so
+  }
+  cuda::detail::Backend::upload(copy, *this);
+  return copy;
 }
 
 }  // namespace kvq

@@ -1,5 +1,5 @@
-// The fp32 window of unencoded tokens, advanced after an append: shared by KVCache and the CUDA DeviceKVCache
-// (which encodes on the host with the same codecs and keeps a host copy of its windows).
+// The fp32 window of unencoded tokens, advanced after an append: shared by the CPU and CUDA caches
+// (a CUDA cache runs it on host copies of its windows for codecs without append kernels).
 #pragma once
 
 #include <cstddef>

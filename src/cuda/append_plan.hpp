@@ -1,4 +1,4 @@
-// The bookkeeping of one batched device append (DeviceKVCache::append_device_batch), plain C++ so that the CPU
+// The bookkeeping of one batched device append (KVCache::append_device_batch), plain C++ so that the CPU
 // tests check it: for every sequence of the batch, which tokens of its stream (the window's `used` tokens, then its
 // fresh ones) become which of the batch's new pages, where the tokens that stay unencoded go, and whether the
 // append sets the sequence's key offset; and, for an error the kernels report, which sequence and token it names.

@@ -21,6 +21,8 @@
 #include "cuda/decode_pairs.hpp"
 #include "cuda/device_memory.hpp"
 #include "cuda/window_start.hpp"
+#include "cache/cuda_backend.hpp"
+#include "cuda/device_plan.hpp"
 #include "kvq/cuda.hpp"
 
 namespace kvq::cuda {
@@ -327,7 +329,7 @@ CodecArgs host_codec_args(const Codec& c, bool key) {
 
 using namespace detail;
 
-std::string decode_kernel(const DeviceKVCache& cache, int layer) {
+std::string DevicePlan::kernel(const KVCache& cache, int layer) {
   const Codec& k = cache.key_codec(layer);
   const Codec& v = cache.value_codec(layer);
   const int d = cache.config().head_dim;
@@ -338,7 +340,7 @@ std::string decode_kernel(const DeviceKVCache& cache, int layer) {
   return "cuda_" + k.spec().name + "_" + v.spec().name;
 }
 
-struct DecodePlan::Impl {
+struct DevicePlan::Impl {
   int device = 0, n_seqs = 0, n_q_heads = 0, n_kv_heads = 0, d = 0, key_space = 0, value_space = 0, group = 0;
   int ranges = 0;  // the split kernel's per (sequence, kv head)
   std::string kernel_name;
@@ -368,8 +370,8 @@ struct DecodePlan::Impl {
     if (capture) cudaStreamDestroy(capture);
   }
 
-  void choose_kernel(const DeviceKVCache& cache, int layer, int n_q_heads);
-  void shape(const DeviceKVCache& cache, int max_pages, const DecodeTables& tables, const AttentionOptions& options,
+  void choose_kernel(const KVCache& cache, int layer, int n_q_heads);
+  void shape(const KVCache& cache, int max_pages, const DecodeTables& tables, const AttentionOptions& options,
              float scale);
 
   // The three kernels of one call (four with the window-start variant), enqueued on `stream`.
@@ -401,10 +403,11 @@ struct DecodePlan::Impl {
 };
 
 // What does not depend on the batch: the pair's kernel, the codecs' maps and tables, shared memory and occupancy.
-void DecodePlan::Impl::choose_kernel(const DeviceKVCache& cache, int layer, int n_q_heads_) {
-  kernel_name = decode_kernel(cache, layer);
+void DevicePlan::Impl::choose_kernel(const KVCache& cache, int layer, int n_q_heads_) {
+  kernel_name = DevicePlan::kernel(cache, layer);
   const CacheConfig& cfg = cache.config();
-  device = cache.device();
+  KVQ_CHECK(cache.device().is_cuda(), "CUDA decode attention: a ", cache.device().str(), " cache");
+  device = cache.device().index;
   use_device(device);
   n_q_heads = n_q_heads_;
   n_kv_heads = cfg.n_kv_heads;
@@ -463,7 +466,7 @@ void DecodePlan::Impl::choose_kernel(const DeviceKVCache& cache, int layer, int 
 }
 
 // The grid, split-K and workspace for n_seqs sequences of at most max_pages pages each, read from `tables`.
-void DecodePlan::Impl::shape(const DeviceKVCache& cache, int max_pages, const DecodeTables& tables,
+void DevicePlan::Impl::shape(const KVCache& cache, int max_pages, const DecodeTables& tables,
                              const AttentionOptions& options, float scale) {
   const CacheConfig& cfg = cache.config();
   const SplitKernel& k = kernel;
@@ -488,7 +491,7 @@ void DecodePlan::Impl::shape(const DeviceKVCache& cache, int max_pages, const De
   window_start = tables.window_start != nullptr;
   const int splits = ranges + (window_start ? per_block : 0);
 
-  a.pool = cache.device_pool();
+  a.pool = Backend::pool(cache);
   a.page_bytes = cache.page_bytes();
   a.key_offset = cache.key_block_offset(0);
   a.key_stride = cache.key_block_offset(1 % cfg.n_kv_heads) - a.key_offset;
@@ -528,14 +531,14 @@ void DecodePlan::Impl::shape(const DeviceKVCache& cache, int max_pages, const De
   m.n_q_heads = n_q_heads;
   m.group = group;
   m.n_kv_heads = cfg.n_kv_heads;
-  m.slots = static_cast<int>(cache.residual_slots());
+  m.slots = cfg.residual_tokens + cfg.block_tokens - 1;
   m.value_space = VD;
   m.value_map = value_map.get();
   m.windows = tables.windows;
   m.scale_log2 = a.scale_log2;
 }
 
-DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const SeqId> seqs, int n_q_heads,
+DevicePlan::DevicePlan(const KVCache& cache, int layer, std::span<const SeqId> seqs, int n_q_heads,
                        const AttentionOptions& options)
     : impl_(std::make_unique<Impl>()) {
   Impl& p = *impl_;
@@ -551,12 +554,12 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   int max_pages = 0;
   bool starts_inside_a_page = false;
   for (SeqId id : seqs) {
-    const DeviceLayerView v = cache.view(id, layer);
-    const WindowStart w = window_start(v.n_pages, T, v.window_count, options.window);
+    const LayerView v = cache.view(id, layer);
+    const WindowStart w = window_start(v.pages.size(), T, v.residual_count, options.window);
     const size_t whole = w.first_whole_page();
-    pages.push_back({v.pages + whole, static_cast<int>(v.n_pages - whole), 0});
-    start_pages.push_back({v.pages + w.page, w.in_page > 0 ? 1 : 0, w.in_page});
-    windows.push_back({v.window, v.window_count, w.in_residual});
+    pages.push_back({v.device_pages + whole, static_cast<int>(v.pages.size() - whole), 0});
+    start_pages.push_back({v.device_pages + w.page, w.in_page > 0 ? 1 : 0, w.in_page});
+    windows.push_back({v.residual_keys, v.residual_count, w.in_residual});
     max_pages = std::max(max_pages, pages.back().n_pages);
     starts_inside_a_page |= w.in_page > 0;
   }
@@ -566,7 +569,7 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, std::span<const Se
   p.shape(cache, max_pages, {p.seqs.get(), p.windows.get(), p.window_start_pages.get()}, options, scale);
 }
 
-DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, int n_seqs, int n_q_heads,
+DevicePlan::DevicePlan(const KVCache& cache, int layer, int n_seqs, int n_q_heads,
                        const AttentionOptions& options, size_t max_pages, const DecodeTables& tables)
     : impl_(std::make_unique<Impl>()) {
   Impl& p = *impl_;
@@ -577,21 +580,31 @@ DecodePlan::DecodePlan(const DeviceKVCache& cache, int layer, int n_seqs, int n_
   p.shape(cache, static_cast<int>(max_pages), tables, options, scale);
 }
 
-DecodePlan::~DecodePlan() = default;
-DecodePlan::DecodePlan(DecodePlan&&) noexcept = default;
-DecodePlan& DecodePlan::operator=(DecodePlan&&) noexcept = default;
+DevicePlan::~DevicePlan() = default;
+DevicePlan::DevicePlan(DevicePlan&&) noexcept = default;
+DevicePlan& DevicePlan::operator=(DevicePlan&&) noexcept = default;
 
-int DecodePlan::splits() const { return impl_->ranges; }
+int DevicePlan::splits() const { return impl_->ranges; }
 
-void DecodePlan::enqueue(const float* q_dev, float* out_dev, void* stream) const {
+void DevicePlan::enqueue(const float* q_dev, float* out_dev, void* stream) const {
   if (impl_->n_seqs > 0) impl_->enqueue(q_dev, out_dev, static_cast<cudaStream_t>(stream));
 }
 
-void DecodePlan::run(const float* q_dev, float* out_dev, void* stream_ptr) const {
+void DevicePlan::run(const float* q_dev, float* out_dev, size_t n_floats, void* stream_ptr) const {
   Impl& p = *impl_;
+  const size_t batch = static_cast<size_t>(p.n_seqs) * static_cast<size_t>(p.n_q_heads) * static_cast<size_t>(p.d);
+  KVQ_CHECK(n_floats == batch, "DecodePlan::run: q and out hold ", n_floats, " floats; the plan's batch takes ", batch,
+            " ([", p.n_seqs, " sequences][", p.n_q_heads, " query heads][", p.d, "])");
   if (p.n_seqs == 0) return;
   KVQ_CHECK(q_dev != nullptr && out_dev != nullptr, "CUDA decode attention: null query or output");
   use_device(p.device);
+  for (const void* x : {static_cast<const void*>(q_dev), static_cast<const void*>(out_dev)}) {
+    cudaPointerAttributes at{};
+    KVQ_CHECK(cudaPointerGetAttributes(&at, x) == cudaSuccess &&
+                  (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged) && at.device == p.device,
+              "CUDA decode attention: ", x == q_dev ? "q" : "out", " is not memory of the cache's device cuda:",
+              p.device);
+  }
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   const std::lock_guard<std::mutex> lock(p.mutex);
   const bool repeat = q_dev == p.last_q && out_dev == p.last_out;
@@ -622,11 +635,6 @@ void DecodePlan::run(const float* q_dev, float* out_dev, void* stream_ptr) const
   KVQ_CUDA_CHECK(cudaGraphLaunch(p.graph, stream));
 }
 
-void decode_attention(const DeviceKVCache& cache, int layer, std::span<const SeqId> seqs, const float* q_dev,
-                      float* out_dev, int n_q_heads, const AttentionOptions& options, void* stream) {
-  const DecodePlan plan(cache, layer, seqs, n_q_heads, options);
-  plan.run(q_dev, out_dev, stream);
-  KVQ_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
-}
+void detail::synchronize(void* stream) { KVQ_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream))); }
 
 }  // namespace kvq::cuda

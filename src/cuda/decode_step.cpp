@@ -12,7 +12,9 @@
 
 #include "cache/key_offset.hpp"
 #include "cuda/decode_tables.hpp"
-#include "cuda/device_cache_impl.hpp"
+#include "cache/cuda_backend.hpp"
+#include "cuda/device_plan.hpp"
+#include "cuda/device_store.hpp"
 #include "cuda/encode_layout.cuh"
 #include "cuda/window_start.hpp"
 #include "kvq/error.hpp"
@@ -32,10 +34,10 @@ struct DecodeStep::Impl {
     size_t seqs_at = 0, windows_at = 0, starts_at = 0;  // the tables, from `at`
     AppendLaunch launch;
     AttentionOptions options;
-    std::optional<DecodePlan> plan;
+    std::optional<detail::DevicePlan> plan;
   };
 
-  DeviceKVCache::Impl* cache = nullptr;
+  DeviceStore* cache = nullptr;
   std::vector<SeqId> seqs;
   std::vector<LayerStep> steps_of;  // one per layer of the step
   std::vector<int> index;           // model layer -> its entry in steps_of, or -1
@@ -57,22 +59,23 @@ struct DecodeStep::Impl {
 
   size_t batch() const { return seqs.size(); }
 
-  std::vector<DeviceKVCache::Impl::Layer*> layers_of(int layer) {
-    std::vector<DeviceKVCache::Impl::Layer*> ls;
-    for (const SeqId id : seqs) ls.push_back(&cache->sequences.at(id).layers[static_cast<size_t>(layer)]);
+  std::vector<DeviceStore::Layer*> layers_of(int layer) {
+    std::vector<DeviceStore::Layer*> ls;
+    for (const SeqId id : seqs) ls.push_back(&cache->sequences().at(id).layers[static_cast<size_t>(layer)]);
     return ls;
   }
 
   void check_flags(const unsigned long long* flags, size_t step);
 };
 
-DecodeStep::DecodeStep(DeviceKVCache& owner, std::span<const SeqId> seqs, std::span<const int> layers,
+DecodeStep::DecodeStep(KVCache& owner, std::span<const SeqId> seqs, std::span<const int> layers,
                        int n_q_heads, std::span<const AttentionOptions> options, size_t max_tokens)
     : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
-  DeviceKVCache::Impl& m = *owner.impl_;
+  KVQ_CHECK(owner.device().is_cuda(), "DecodeStep: a ", owner.device().str(), " cache (decode steps run on CUDA caches)");
+  DeviceStore& m = detail::Backend::store(owner);
   s.cache = &m;
-  const CacheConfig& cfg = m.config;
+  const CacheConfig& cfg = m.config();
   const size_t B = seqs.size(), T = static_cast<size_t>(cfg.block_tokens), R = static_cast<size_t>(cfg.residual_tokens);
   s.hd = static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim;
   KVQ_CHECK(B > 0, "DecodeStep: no sequences");
@@ -96,7 +99,7 @@ DecodeStep::DecodeStep(DeviceKVCache& owner, std::span<const SeqId> seqs, std::s
     const size_t l = static_cast<size_t>(layer);
     KVQ_CHECK(m.key_encoders[l] != nullptr, "DecodeStep: key ", m.key_why[l]);
     KVQ_CHECK(m.value_encoders[l] != nullptr, "DecodeStep: value ", m.value_why[l]);
-    for (const Codec* c : {m.key_codecs[l].get(), m.value_codecs[l].get()})
+    for (const Codec* c : {m.key_codecs()[l].get(), m.value_codecs()[l].get()})
       KVQ_CHECK(c->trained(), "DecodeStep: layer ", layer, " codec '", c->spec().str(),
                 "' needs training (train a host KVCache and copy it)");
     for (const SeqId id : seqs)
@@ -126,14 +129,14 @@ DecodeStep::DecodeStep(DeviceKVCache& owner, std::span<const SeqId> seqs, std::s
   KVQ_CUDA_CHECK(cudaEventCreateWithFlags(&s.uploaded, cudaEventDisableTiming));
   for (Impl::LayerStep& ls : s.steps_of) {
     // Block tables at their largest from the start: no step reallocates one (a synchronizing cudaMalloc).
-    for (DeviceKVCache::Impl::Layer* l : s.layers_of(ls.layer)) m.reserve_table(*l, max_pages);
+    for (DeviceStore::Layer* l : s.layers_of(ls.layer)) m.reserve_table(*l, max_pages);
     // A sliding window reads at most the pages it spans.
     const size_t window = ls.options.window;
     const size_t spanned = window > 0 ? std::min(max_pages, (window + T - 1) / T + 1) : max_pages;
     uint8_t* base = s.dev.get() + ls.at;
     const DecodeTables tables{detail::at<SeqPages>(base, ls.seqs_at), detail::at<WindowDesc>(base, ls.windows_at),
                               window > 0 ? detail::at<SeqPages>(base, ls.starts_at) : nullptr};
-    ls.plan.emplace(DecodePlan(owner, ls.layer, static_cast<int>(B), n_q_heads, ls.options, spanned, tables));
+    ls.plan.emplace(detail::DevicePlan(owner, ls.layer, static_cast<int>(B), n_q_heads, ls.options, spanned, tables));
   }
 }
 
@@ -144,7 +147,7 @@ DecodeStep& DecodeStep::operator=(DecodeStep&&) noexcept = default;
 size_t DecodeStep::steps() const { return impl_->prepared; }
 
 void DecodeStep::Impl::check_flags(const unsigned long long* flags, size_t step) {
-  const int H = cache->config.n_kv_heads, d = cache->config.head_dim;
+  const int H = cache->config().n_kv_heads, d = cache->config().head_dim;
   for (size_t i = 0; i < steps_of.size() && failure.empty(); ++i) {
     const unsigned long long* f = flags + 4 * i;
     const int layer = steps_of[i].layer;
@@ -161,7 +164,7 @@ void DecodeStep::Impl::check_flags(const unsigned long long* flags, size_t step)
       if (e == detail::kNoError) continue;
       const size_t l = static_cast<size_t>(layer);
       failure = kvq::detail::concat("DecodeStep: step ", step, " layer ", layer, ": ",
-                                    (role == 0 ? cache->key_codecs[l] : cache->value_codecs[l])->spec().str(), ": a ",
+                                    (role == 0 ? cache->key_codecs()[l] : cache->value_codecs()[l])->spec().str(), ": a ",
                                     role == 0 ? "key" : "value", " of head ", (e >> 16) & 0xffff, " channel ",
                                     e & 0xffff, " was beyond what the codec's fp16 fields can hold; the sequences "
                                     "hold it from then on");
@@ -172,7 +175,7 @@ void DecodeStep::Impl::check_flags(const unsigned long long* flags, size_t step)
 
 void DecodeStep::prepare(void* stream_ptr) {
   Impl& s = *impl_;
-  DeviceKVCache::Impl& m = *s.cache;
+  DeviceStore& m = *s.cache;
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   if (!s.failure.empty()) throw Error(s.failure);
   detail::use_device(m.device);
@@ -184,7 +187,7 @@ void DecodeStep::prepare(void* stream_ptr) {
   }
 
   // Every check first: on an error nothing changes.
-  const CacheConfig& cfg = m.config;
+  const CacheConfig& cfg = m.config();
   const size_t T = static_cast<size_t>(cfg.block_tokens), R = static_cast<size_t>(cfg.residual_tokens);
   const bool centered = kvq::detail::centers_keys(cfg);
   std::vector<detail::AppendPlan> plans;
@@ -193,38 +196,38 @@ void DecodeStep::prepare(void* stream_ptr) {
     std::vector<detail::SequenceChunk> chunks;
     for (size_t i = 0; i < s.batch(); ++i) {
       const SeqId id = s.seqs[i];
-      KVQ_CHECK(m.sequences.contains(id), "DecodeStep: sequence ", id, " was removed");
-      const DeviceKVCache::Impl::Layer& l = m.sequences.at(id).layers[static_cast<size_t>(ls.layer)];
-      const size_t length = l.pages.size() * T + static_cast<size_t>(l.window_count);
+      KVQ_CHECK(m.sequences().contains(id), "DecodeStep: sequence ", id, " was removed");
+      const DeviceStore::Layer& l = m.sequences().at(id).layers[static_cast<size_t>(ls.layer)];
+      const size_t length = l.pages.size() * T + static_cast<size_t>(l.residual_count);
       KVQ_CHECK(length < s.max_tokens, "DecodeStep: sequence ", id, " layer ", ls.layer, " holds ", length,
                 " tokens: the step was made for max_tokens = ", s.max_tokens);
-      chunks.push_back({static_cast<size_t>(l.window_count), 1, l.has_offset});
+      chunks.push_back({static_cast<size_t>(l.residual_count), 1, l.device->has_offset});
     }
     plans.push_back(detail::plan_append(chunks, T, R, centered));
     pages += plans.back().pages;
   }
-  if (pages > m.free.size())
+  if (pages > m.free().size())
     throw Error(kvq::detail::concat("device KV cache pool exhausted: a decode step of ", s.batch(),
-                                    " sequences needs ", pages, " new pages but ", m.free.size(), " of ",
+                                    " sequences needs ", pages, " new pages but ", m.free().size(), " of ",
                                     cfg.capacity_pages, " are free"));
 
   // Each layer's append described and committed to the bookkeeping, then its tables from the lengths after it.
   for (size_t i = 0; i < s.steps_of.size(); ++i) {
     Impl::LayerStep& ls = s.steps_of[i];
-    const std::vector<DeviceKVCache::Impl::Layer*> layers = s.layers_of(ls.layer);
+    const std::vector<DeviceStore::Layer*> layers = s.layers_of(ls.layer);
     m.reserve_append(plans[i], layers);
     uint8_t* host = s.host.get() + ls.at;
     ls.launch = m.describe_append(plans[i], layers, nullptr, nullptr, s.scratch.get(), host, s.dev.get() + ls.at,
                                   ls.lay, true);  // run() gives the keys and values
     m.commit_append(plans[i], layers);
     for (size_t j = 0; j < layers.size(); ++j) {
-      const DeviceKVCache::Impl::Layer& l = *layers[j];
-      const detail::WindowStart w = detail::window_start(l.pages.size(), cfg.block_tokens, l.window_count,
+      const DeviceStore::Layer& l = *layers[j];
+      const detail::WindowStart w = detail::window_start(l.pages.size(), cfg.block_tokens, l.residual_count,
                                                          ls.options.window);
       const size_t whole = w.first_whole_page();
-      const PageId* table = l.pages_dev.get();
+      const PageId* table = l.device->pages.get();
       detail::at<SeqPages>(host, ls.seqs_at)[j] = {table + whole, static_cast<int>(l.pages.size() - whole), 0};
-      detail::at<WindowDesc>(host, ls.windows_at)[j] = {l.window_dev.get(), l.window_count, w.in_residual};
+      detail::at<WindowDesc>(host, ls.windows_at)[j] = {l.device->window.get(), l.residual_count, w.in_residual};
       detail::at<SeqPages>(host, ls.starts_at)[j] = {table + w.page, w.in_page > 0 ? 1 : 0, w.in_page};
     }
   }
@@ -245,7 +248,7 @@ void DecodeStep::prepare(void* stream_ptr) {
 void DecodeStep::run(int layer, const float* keys_dev, const float* values_dev, const float* q_dev, float* out_dev,
                      void* stream_ptr) {
   Impl& s = *impl_;
-  DeviceKVCache::Impl& m = *s.cache;
+  DeviceStore& m = *s.cache;
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   KVQ_CHECK(layer >= 0 && static_cast<size_t>(layer) < s.index.size() && s.index[static_cast<size_t>(layer)] >= 0,
             "DecodeStep::run: layer ", layer, " is not one of the step's layers");

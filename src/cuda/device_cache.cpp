@@ -1,16 +1,14 @@
-// The device-side KV cache (its state: device_cache_impl.hpp). Appends of tokens in device memory encode full pages
-// with the append kernels (device_encoder.hpp) straight into the pool and move the rest into the window on the
-// device; appends from host memory upload the tokens first.
+// A CUDA KVCache's device side (its state: device_store.hpp; what KVCache calls: cache/cuda_backend.hpp). Appends
+// of tokens in device memory encode full pages with the append kernels (device_encoder.hpp) straight into the pool
+// and move the rest into the window on the device; appends from host memory upload the tokens first.
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <utility>
 
-#include "cache/cache_builder.hpp"
 #include "cache/key_offset.hpp"
-#include "cache/residual_window.hpp"
-#include "cuda/device_cache_impl.hpp"
+#include "cache/cuda_backend.hpp"
+#include "cuda/device_store.hpp"
 #include "cuda/encode_layout.cuh"
 #include "kvq/cuda.hpp"
 #include "kvq/detail/cuda_bench_support.hpp"
@@ -27,60 +25,126 @@ void use_device(int device) {
 
 }  // namespace detail
 
-namespace {
+namespace detail {
 
-std::unique_ptr<Codec> copy_codec(const Codec& c) {
-  auto copy = make_codec(c.spec().str(), c.params());
-  if (c.trained()) copy->load_state(c.state());  // an untrained codec (a layer not used yet) stays untrained
-  return copy;
+DeviceStore::DeviceStore(KVCache& owner, int dev) : cache(&owner), device(dev) {
+  detail::use_device(device);
+  pool = device_alloc<uint8_t>(config().capacity_pages * layout().page_bytes,
+                               "the KV cache pool (" + std::to_string(config().capacity_pages) + " pages)");
+  key_encoders.resize(static_cast<size_t>(config().n_layers));
+  value_encoders.resize(key_encoders.size());
+  key_why.resize(key_encoders.size());
+  value_why.resize(key_encoders.size());
+  for (size_t l = 0; l < key_encoders.size(); ++l) build_encoders(l);
+  errors = device_alloc<unsigned long long>(4, "the append path's error flags");
+  found = detail::pinned_alloc<unsigned long long>(4, "the append path's error flags");
 }
 
-}  // namespace
-
-
-DeviceKVCache::DeviceKVCache(const CacheConfig& config, int device) : impl_(std::make_unique<Impl>()) {
-  detail::use_device(device);
-  // The codecs (seeds, canonical specs, validation) exactly as the CPU cache builds them.
-  CacheConfig one_page = config;
-  one_page.capacity_pages = 1;
-  const KVCache host(one_page);
-  impl_->config = host.config();
-  impl_->config.capacity_pages = config.capacity_pages;
-  for (int l = 0; l < config.n_layers; ++l) {
-    impl_->key_codecs.push_back(copy_codec(host.key_codec(l)));
-    impl_->value_codecs.push_back(copy_codec(host.value_codec(l)));
-  }
-  impl_->init(device);
+void DeviceStore::build_encoders(size_t l) {
+  key_encoders[l] = detail::make_device_encoder(*key_codecs()[l], &key_why[l]);
+  value_encoders[l] = detail::make_device_encoder(*value_codecs()[l], &value_why[l]);
 }
 
-DeviceKVCache::DeviceKVCache(const KVCache& host, size_t capacity_pages, int device)
-    : impl_(std::make_unique<Impl>()) {
-  detail::use_device(device);
-  Impl& m = *impl_;
-  m.config = host.config();
-  if (capacity_pages != 0) m.config.capacity_pages = capacity_pages;
-  for (int l = 0; l < m.config.n_layers; ++l) {
-    m.key_codecs.push_back(copy_codec(host.key_codec(l)));
-    m.value_codecs.push_back(copy_codec(host.value_codec(l)));
+void DeviceDeleter::operator()(DeviceStore* p) const noexcept { delete p; }
+void DeviceDeleter::operator()(DeviceLayer* p) const noexcept { delete p; }
+
+// ---- what KVCache calls (cache/cuda_backend.hpp) ----------------------------------------------------------------
+
+DeviceStore& Backend::store(KVCache& cache) { return *cache.cuda_; }
+
+void Backend::open(KVCache& cache, int device) { cache.cuda_.reset(new DeviceStore(cache, device)); }
+
+void Backend::moved(KVCache& cache) noexcept { cache.cuda_->cache = &cache; }
+
+void Backend::add_sequence(KVCache& cache, SeqId id) {
+  use_device(cache.cuda_->device);
+  cache.cuda_->insert(id);
+}
+
+void Backend::trained(KVCache& cache, int layer) {
+  use_device(cache.cuda_->device);
+  cache.cuda_->build_encoders(static_cast<size_t>(layer));
+}
+
+const uint8_t* Backend::pool(const KVCache& cache) { return cache.cuda_->pool.get(); }
+
+LayerView Backend::view(const KVCache& cache, SeqId seq, int layer) {
+  const DeviceStore& m = *cache.cuda_;
+  const DeviceStore::Layer& l = m.sequences().at(seq).layers[static_cast<size_t>(layer)];
+  const size_t head = m.slots() * static_cast<size_t>(m.config().head_dim);
+  LayerView v;
+  v.pages = l.pages;
+  v.block_tokens = m.config().block_tokens;
+  v.residual_count = l.residual_count;
+  v.residual_keys = l.device->window.get();
+  v.residual_values = l.device->window.get() + static_cast<size_t>(m.config().n_kv_heads) * head;
+  v.residual_stride = head;
+  if (l.device->has_offset) v.key_offset = l.device->key_offset.get();
+  v.device_pages = l.device->pages.get();
+  return v;
+}
+
+void Backend::add_memory(const KVCache& cache, CacheMemory& mem) {
+  const DeviceStore& m = *cache.cuda_;
+  const size_t hd = static_cast<size_t>(m.config().n_kv_heads) * m.config().head_dim;
+  for (const auto& [id, seq] : m.sequences())
+    for (const DeviceStore::Layer& l : seq.layers) {
+      mem.residual_bytes += m.window_floats() * sizeof(float);
+      mem.key_offset_bytes += l.device->has_offset ? hd * sizeof(float) : 0;
+    }
+}
+
+void Backend::append(KVCache& cache, SeqId seq, int layer, const float* keys, const float* values, size_t n_tokens) {
+  DeviceStore& m = *cache.cuda_;
+  m.check_layer(layer);
+  DeviceStore::Layer& ls = m.sequences().at(seq).layers[static_cast<size_t>(layer)];
+  if (n_tokens == 0) return;
+  KVQ_CHECK(keys != nullptr && values != nullptr, "KVCache::append: null keys or values");
+  detail::use_device(m.device);
+  const size_t l = static_cast<size_t>(layer);
+  if (!m.key_encoders[l] || !m.value_encoders[l]) {
+    // A codec without an append kernel: the tokens are on the host already, so its CPU encoder does the work.
+    m.append_on_host(ls, layer, seq, keys, values, n_tokens);
+    return;
   }
-  m.init(device);
-  KVQ_CHECK(m.layout.page_bytes == host.page_bytes(), "DeviceKVCache: page layout differs from the host cache's");
+  const size_t n = n_tokens * static_cast<size_t>(m.config().n_kv_heads) * m.config().head_dim;
+  if (2 * n > m.upload_capacity) {
+    m.upload = device_alloc<float>(2 * n, "the uploaded tokens of an append");
+    m.upload_capacity = 2 * n;
+  }
+  KVQ_CUDA_CHECK(cudaMemcpy(m.upload.get(), keys, n * sizeof(float), cudaMemcpyHostToDevice));
+  KVQ_CUDA_CHECK(cudaMemcpy(m.upload.get() + n, values, n * sizeof(float), cudaMemcpyHostToDevice));
+  m.append_batch("KVCache::append", {&seq, 1}, layer, m.upload.get(), m.upload.get() + n, {&n_tokens, 1}, nullptr);
+  KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void Backend::append_batch(KVCache& cache, const char* who, std::span<const SeqId> seqs, int layer,
+                           const float* keys_dev, const float* values_dev, std::span<const size_t> n_tokens,
+                           void* stream) {
+  cache.cuda_->append_batch(who, seqs, layer, keys_dev, values_dev, n_tokens, static_cast<cudaStream_t>(stream));
+}
+
+void Backend::upload(KVCache& dev, const KVCache& host) {
+  DeviceStore& m = *dev.cuda_;
+  detail::use_device(m.device);
+  for (size_t l = 0; l < static_cast<size_t>(m.config().n_layers); ++l) m.build_encoders(l);  // the codecs' state
+  KVQ_CHECK(m.layout().page_bytes == host.page_bytes(), "KVCache::to: page layout differs from the host cache's");
   size_t needed = 0;
   for (SeqId id : host.sequences())
-    for (int l = 0; l < m.config.n_layers; ++l) needed += host.view(id, l).pages.size();
-  KVQ_CHECK(needed <= m.free.size(), "DeviceKVCache: the host cache holds ", needed, " pages but the device pool has ",
-            m.free.size());
-  const size_t d = static_cast<size_t>(m.config.head_dim), H = static_cast<size_t>(m.config.n_kv_heads);
+    for (int l = 0; l < m.config().n_layers; ++l) needed += host.view(id, l).pages.size();
+  KVQ_CHECK(needed <= m.free().size(), "KVCache::to: the cache holds ", needed, " pages but the copy's pool has ",
+            m.free().size());
+  const size_t d = static_cast<size_t>(m.config().head_dim), H = static_cast<size_t>(m.config().n_kv_heads);
   for (SeqId id : host.sequences()) {
-    Impl::Sequence& s = m.insert(id);
-    for (int l = 0; l < m.config.n_layers; ++l) {
+    DeviceStore::Sequence& s = m.insert(id);
+    for (int l = 0; l < m.config().n_layers; ++l) {
       const LayerView v = host.view(id, l);
-      Impl::Layer& dl = s.layers[static_cast<size_t>(l)];
+      DeviceStore::Layer& dl = s.layers[static_cast<size_t>(l)];
       m.take_pages(dl, v.pages.size());
       for (size_t j = 0; j < v.pages.size(); ++j)
         KVQ_CUDA_CHECK(
-            cudaMemcpy(m.page(dl.pages[j]), host.page(v.pages[j]), m.layout.page_bytes, cudaMemcpyHostToDevice));
-      dl.window_count = v.residual_count;
+            cudaMemcpy(m.page(dl.pages[j]), host.page(v.pages[j]), m.layout().page_bytes, cudaMemcpyHostToDevice));
+      dl.residual_count = v.residual_count;
       if (v.key_offset != nullptr) m.set_key_offset(dl, v.key_offset);
       const size_t head = m.slots() * d;
       std::vector<float> window(m.window_floats(), 0.0f);
@@ -90,148 +154,49 @@ DeviceKVCache::DeviceKVCache(const KVCache& host, size_t capacity_pages, int dev
         std::memcpy(window.data() + (H + h) * head, v.residual_value(static_cast<int>(h)),
                     static_cast<size_t>(v.residual_count) * d * sizeof(float));
       }
-      KVQ_CUDA_CHECK(cudaMemcpy(dl.window_dev.get(), window.data(), window.size() * sizeof(float),
+      KVQ_CUDA_CHECK(cudaMemcpy(dl.device->window.get(), window.data(), window.size() * sizeof(float),
                                 cudaMemcpyHostToDevice));
     }
   }
-  m.sequences.next_id = host.next_sequence_id();
+  m.sequences().next_id = host.next_sequence_id();
 }
 
-DeviceKVCache::~DeviceKVCache() = default;
-DeviceKVCache::DeviceKVCache(DeviceKVCache&&) noexcept = default;
-DeviceKVCache& DeviceKVCache::operator=(DeviceKVCache&&) noexcept = default;
+}  // namespace detail
 
-const CacheConfig& DeviceKVCache::config() const { return impl_->config; }
-int DeviceKVCache::device() const { return impl_->device; }
-const Codec& DeviceKVCache::key_codec(int layer) const {
-  impl_->check_layer(layer);
-  return *impl_->key_codecs[static_cast<size_t>(layer)];
-}
-const Codec& DeviceKVCache::value_codec(int layer) const {
-  impl_->check_layer(layer);
-  return *impl_->value_codecs[static_cast<size_t>(layer)];
-}
-
-SeqId DeviceKVCache::add_sequence() {
-  detail::use_device(impl_->device);
-  const SeqId id = impl_->sequences.next_id;
-  impl_->insert(id);
-  return id;
-}
-
-void DeviceKVCache::remove_sequence(SeqId seq) { impl_->sequences.erase(seq, impl_->free); }
-
-bool DeviceKVCache::has_sequence(SeqId seq) const { return impl_->sequences.contains(seq); }
-
-std::vector<SeqId> DeviceKVCache::sequences() const { return impl_->sequences.ids(); }
-
-size_t DeviceKVCache::length(SeqId seq, int layer) const {
-  const DeviceLayerView v = view(seq, layer);
-  return v.n_pages * static_cast<size_t>(impl_->config.block_tokens) + static_cast<size_t>(v.window_count);
-}
-
-void DeviceKVCache::append(SeqId seq, int layer, const float* keys, const float* values, size_t n_tokens) {
-  Impl& m = *impl_;
-  m.check_layer(layer);
-  Impl::Layer& ls = m.sequences.at(seq).layers[static_cast<size_t>(layer)];
-  if (n_tokens == 0) return;
-  KVQ_CHECK(keys != nullptr && values != nullptr, "DeviceKVCache::append: null keys or values");
-  detail::use_device(m.device);
-  const size_t l = static_cast<size_t>(layer);
-  for (const Codec* c : {m.key_codecs[l].get(), m.value_codecs[l].get()})
-    KVQ_CHECK(c->trained(), "DeviceKVCache::append: layer ", layer, " codec '", c->spec().str(),
-              "' needs training (train a host KVCache and copy it)");
-  if (!m.key_encoders[l] || !m.value_encoders[l]) {
-    // A codec without an append kernel: the tokens are on the host already, so its CPU encoder does the work.
-    m.append_on_host(ls, layer, seq, keys, values, n_tokens);
-    return;
+DeviceStore::Layer DeviceStore::host_layer(const Layer& l) const {
+  Layer host;
+  host.residual.resize(window_floats());
+  KVQ_CUDA_CHECK(cudaMemcpy(host.residual.data(), l.device->window.get(), host.residual.size() * sizeof(float),
+                            cudaMemcpyDeviceToHost));
+  host.window_slots = slots();
+  host.residual_count = l.residual_count;
+  if (l.device->has_offset) {
+    host.key_offset.resize(static_cast<size_t>(config().n_kv_heads) * config().head_dim);
+    KVQ_CUDA_CHECK(cudaMemcpy(host.key_offset.data(), l.device->key_offset.get(),
+                              host.key_offset.size() * sizeof(float), cudaMemcpyDeviceToHost));
   }
-  const size_t n = n_tokens * static_cast<size_t>(m.config.n_kv_heads) * m.config.head_dim;
-  if (2 * n > m.upload_capacity) {
-    m.upload = device_alloc<float>(2 * n, "the uploaded tokens of an append");
-    m.upload_capacity = 2 * n;
-  }
-  KVQ_CUDA_CHECK(cudaMemcpy(m.upload.get(), keys, n * sizeof(float), cudaMemcpyHostToDevice));
-  KVQ_CUDA_CHECK(cudaMemcpy(m.upload.get() + n, values, n * sizeof(float), cudaMemcpyHostToDevice));
-  append_device(seq, layer, m.upload.get(), m.upload.get() + n, n_tokens);
-  KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+  return host;
 }
 
-void DeviceKVCache::Impl::append_on_host(Layer& ls, int layer, SeqId seq, const float* keys, const float* values,
-                                         size_t n_tokens) {
-  const Codec& kc = *key_codecs[static_cast<size_t>(layer)];
-  const Codec& vc = *value_codecs[static_cast<size_t>(layer)];
-  const size_t H = static_cast<size_t>(config.n_kv_heads), d = static_cast<size_t>(config.head_dim);
-  const size_t T = static_cast<size_t>(config.block_tokens), R = static_cast<size_t>(config.residual_tokens);
-  for (const float* x : {keys, values})
-    for (size_t i = 0; i < n_tokens * H * d; ++i)
-      KVQ_CHECK(std::isfinite(x[i]), "DeviceKVCache::append: ", x == keys ? "key" : "value", " of token ",
-                i / (H * d), " head ", i / d % H, " channel ", i % d, " is ", x[i], " (NaN and Inf are rejected)");
-  const size_t u = static_cast<size_t>(ls.window_count), total = u + n_tokens;
-  const size_t n_pages = total >= R + T ? (total - R - T) / T + 1 : 0;
-  KVQ_CHECK(n_pages <= free.size(), "device KV cache pool exhausted: appending ", n_tokens, " tokens to sequence ",
-            seq, " layer ", layer, " needs ", n_pages, " new pages but ", free.size(), " of ", config.capacity_pages,
-            " are free");
-
-  const size_t n_slots = slots();
-  std::vector<float> window = download_window(ls);
-  std::vector<float> offset;
-  if (ls.has_offset) {
-    offset.resize(H * d);
-    KVQ_CUDA_CHECK(cudaMemcpy(offset.data(), ls.key_offset_dev.get(), H * d * sizeof(float), cudaMemcpyDeviceToHost));
-  }
-  float* window_k = window.data();
-  float* window_v = window_k + H * n_slots * d;
-  kvq::detail::CenteredKeys centered(kvq::detail::centers_keys(config), offset, window_k, H, n_slots, d, u, keys,
-                                     n_tokens, T, n_pages > 0);
-  auto stream_token = [&](const float* w, const float* fresh, size_t idx, size_t h) {
-    return idx < u ? w + (h * n_slots + idx) * d : fresh + ((idx - u) * H + h) * d;
-  };
-  // Encode every new page on the host first: if an encoder throws, nothing has changed.
-  const size_t page_bytes = layout.page_bytes;
-  std::vector<uint8_t> staged(n_pages * page_bytes, 0);
-  std::vector<float> block(T * d);
-  for (size_t j = 0; j < n_pages; ++j) {
-    uint8_t* p = staged.data() + j * page_bytes;
-    for (size_t h = 0; h < H; ++h) {
-      for (size_t t = 0; t < T; ++t)
-        std::memcpy(block.data() + t * d, stream_token(centered.window(), centered.fresh(), j * T + t, h),
-                    d * sizeof(float));
-      kc.encode(block.data(), static_cast<int>(T), p + layout.key_offset(static_cast<int>(h)));
-      for (size_t t = 0; t < T; ++t)
-        std::memcpy(block.data() + t * d, stream_token(window_v, values, j * T + t, h), d * sizeof(float));
-      vc.encode(block.data(), static_cast<int>(T), p + layout.value_offset(static_cast<int>(h)));
-    }
-  }
-  for (size_t j = 0; j < n_pages; ++j)
-    KVQ_CUDA_CHECK(
-        cudaMemcpy(page(free.next(j)), staged.data() + j * page_bytes, page_bytes, cudaMemcpyHostToDevice));
-  take_pages(ls, n_pages);
-
-  const size_t encoded = n_pages * T;
-  centered.commit(window_k, offset);
-  if (!offset.empty() && !ls.has_offset) set_key_offset(ls, offset.data());
-  kvq::detail::advance_window(window_k, H, n_slots, d, u, encoded, centered.fresh(), n_tokens);
-  kvq::detail::advance_window(window_v, H, n_slots, d, u, encoded, values, n_tokens);
-  ls.window_count = static_cast<int>(total - encoded);
-  KVQ_CUDA_CHECK(cudaMemcpy(ls.window_dev.get(), window.data(), window.size() * sizeof(float),
+void DeviceStore::append_on_host(Layer& ls, int layer, SeqId seq, const float* keys, const float* values,
+                                 size_t n_tokens) {
+  Layer host = host_layer(ls);
+  std::vector<std::vector<uint8_t>> staged;  // the new pages, encoded on the host
+  cache->append_on_host(
+      host, layer, seq, keys, values, n_tokens,
+      [&](size_t) { return staged.emplace_back(layout().page_bytes, uint8_t{0}).data(); },
+      [&](size_t n) {
+        for (size_t j = 0; j < n; ++j)
+          KVQ_CUDA_CHECK(cudaMemcpy(page(free().next(j)), staged[j].data(), staged[j].size(), cudaMemcpyHostToDevice));
+        take_pages(ls, n);
+      });
+  if (!host.key_offset.empty() && !ls.device->has_offset) set_key_offset(ls, host.key_offset.data());
+  ls.residual_count = host.residual_count;
+  KVQ_CUDA_CHECK(cudaMemcpy(ls.device->window.get(), host.residual.data(), host.residual.size() * sizeof(float),
                             cudaMemcpyHostToDevice));
 }
 
-void DeviceKVCache::append_device(SeqId seq, int layer, const float* keys_dev, const float* values_dev,
-                                  size_t n_tokens, void* stream) {
-  impl_->append_batch("DeviceKVCache::append_device", {&seq, 1}, layer, keys_dev, values_dev, {&n_tokens, 1},
-                      static_cast<cudaStream_t>(stream));
-}
-
-void DeviceKVCache::append_device_batch(std::span<const SeqId> seqs, int layer, const float* keys_dev,
-                                        const float* values_dev, std::span<const size_t> n_tokens, void* stream) {
-  impl_->append_batch("DeviceKVCache::append_device_batch", seqs, layer, keys_dev, values_dev, n_tokens,
-                      static_cast<cudaStream_t>(stream));
-}
-
-
-void DeviceKVCache::Impl::append_batch(const char* who, std::span<const SeqId> seqs, int layer, const float* keys_dev,
+void DeviceStore::append_batch(const char* who, std::span<const SeqId> seqs, int layer, const float* keys_dev,
                                        const float* values_dev, std::span<const size_t> n_tokens,
                                        cudaStream_t st) {
   // Every check before anything is launched: on any error the cache stays as it was for every sequence.
@@ -241,7 +206,7 @@ void DeviceKVCache::Impl::append_batch(const char* who, std::span<const SeqId> s
   KVQ_CHECK(seqs.size() <= detail::kMaxAppendBatch, who, ": ", seqs.size(), " sequences in one batch (at most ",
             detail::kMaxAppendBatch, ")");
   std::vector<Layer*> layers;
-  for (const SeqId id : seqs) layers.push_back(&sequences.at(id).layers[static_cast<size_t>(layer)]);
+  for (const SeqId id : seqs) layers.push_back(&sequences().at(id).layers[static_cast<size_t>(layer)]);
   {
     std::vector<SeqId> sorted(seqs.begin(), seqs.end());
     std::sort(sorted.begin(), sorted.end());
@@ -255,7 +220,7 @@ void DeviceKVCache::Impl::append_batch(const char* who, std::span<const SeqId> s
   size_t sum = 0;
   for (const size_t n : n_tokens) sum += n;
   if (sum == 0) return;
-  for (const Codec* c : {key_codecs[l].get(), value_codecs[l].get()})
+  for (const Codec* c : {key_codecs()[l].get(), value_codecs()[l].get()})
     KVQ_CHECK(c->trained(), who, ": layer ", layer, " codec '", c->spec().str(),
               "' needs training (train a host KVCache and copy it)");
   KVQ_CHECK(keys_dev != nullptr && values_dev != nullptr, who, ": null keys or values");
@@ -264,20 +229,20 @@ void DeviceKVCache::Impl::append_batch(const char* who, std::span<const SeqId> s
               " must be 16-byte aligned device memory");
   int current = -1;
   if (cudaGetDevice(&current) != cudaSuccess || current != device) detail::use_device(device);
-  const int H = config.n_kv_heads, d = config.head_dim, T = config.block_tokens;
+  const int H = config().n_kv_heads, d = config().head_dim, T = config().block_tokens;
   const size_t uT = static_cast<size_t>(T), hd = static_cast<size_t>(H) * d;
-  const bool centered = kvq::detail::centers_keys(config);
+  const bool centered = kvq::detail::centers_keys(config());
   std::vector<detail::SequenceChunk> chunks;
   for (size_t i = 0; i < seqs.size(); ++i)
-    chunks.push_back({static_cast<size_t>(layers[i]->window_count), n_tokens[i], layers[i]->has_offset});
+    chunks.push_back({static_cast<size_t>(layers[i]->residual_count), n_tokens[i], layers[i]->device->has_offset});
   const detail::AppendPlan plan =
-      detail::plan_append(chunks, uT, static_cast<size_t>(config.residual_tokens), centered);
-  if (plan.pages > free.size()) {
+      detail::plan_append(chunks, uT, static_cast<size_t>(config().residual_tokens), centered);
+  if (plan.pages > free().size()) {
     const std::string what = seqs.size() == 1
                                  ? kvq::detail::concat(sum, " tokens to sequence ", seqs[0], " layer ", layer)
                                  : kvq::detail::concat(sum, " tokens to ", seqs.size(), " sequences of layer ", layer);
     throw Error(kvq::detail::concat("device KV cache pool exhausted: appending ", what, " needs ", plan.pages,
-                                    " new pages but ", free.size(), " of ", config.capacity_pages, " are free"));
+                                    " new pages but ", free().size(), " of ", config().capacity_pages, " are free"));
   }
   KVQ_CHECK(plan.pages * uT <= 0xffffffffull, who, ": ", plan.pages, " new pages in one batch (at most ",
             0xffffffffull / uT, ")");
@@ -329,7 +294,7 @@ void DeviceKVCache::Impl::append_batch(const char* who, std::span<const SeqId> s
     if (e == detail::kNoError) continue;
     const size_t token = static_cast<size_t>(e >> 32);
     const detail::StreamToken where = detail::locate_page_token(plan, token / uT, token % uT, uT);
-    throw Error(kvq::detail::concat(who, ": ", (role == 0 ? key_codecs[l] : value_codecs[l])->spec().str(),
+    throw Error(kvq::detail::concat(who, ": ", (role == 0 ? key_codecs()[l] : value_codecs()[l])->spec().str(),
                                     ": sequence ", seqs[where.seq], ": ", role == 0 ? "key" : "value", " of ",
                                     where.in_window ? "window token " : "token ", where.index, " head ",
                                     (e >> 16) & 0xffff, " channel ", e & 0xffff,
@@ -339,23 +304,23 @@ void DeviceKVCache::Impl::append_batch(const char* who, std::span<const SeqId> s
   commit_append(plan, layers);
 }
 
-void DeviceKVCache::Impl::reserve_append(const detail::AppendPlan& plan, std::span<Layer* const> layers) {
-  const size_t hd = static_cast<size_t>(config.n_kv_heads) * config.head_dim;
+void DeviceStore::reserve_append(const detail::AppendPlan& plan, std::span<Layer* const> layers) {
+  const size_t hd = static_cast<size_t>(config().n_kv_heads) * config().head_dim;
   for (size_t i = 0; i < layers.size(); ++i) {
     const detail::SequencePlan& p = plan.seqs[i];
     reserve_table(*layers[i], layers[i]->pages.size() + p.n_pages);
-    if (p.new_offset && !layers[i]->key_offset_dev) layers[i]->key_offset_dev = device_alloc<float>(hd, "a key offset");
+    if (p.new_offset && !layers[i]->device->key_offset) layers[i]->device->key_offset = device_alloc<float>(hd, "a key offset");
   }
 }
 
-AppendLaunch DeviceKVCache::Impl::describe_append(const detail::AppendPlan& plan, std::span<Layer* const> layers,
+AppendLaunch DeviceStore::describe_append(const detail::AppendPlan& plan, std::span<Layer* const> layers,
                                                   const float* keys_dev, const float* values_dev, float* scratch,
                                                   uint8_t* host, uint8_t* dev, const StagingLayout& lay,
                                                   bool fixed) const {
   using detail::at;
-  const int H = config.n_kv_heads, d = config.head_dim, T = config.block_tokens;
+  const int H = config().n_kv_heads, d = config().head_dim, T = config().block_tokens;
   const size_t uT = static_cast<size_t>(T), hd = static_cast<size_t>(H) * d, n = layers.size();
-  const bool centered = kvq::detail::centers_keys(config);
+  const bool centered = kvq::detail::centers_keys(config());
   const size_t slots_n = slots();
   const int n_slots = static_cast<int>(slots_n);
   AppendLaunch a;
@@ -371,26 +336,26 @@ AppendLaunch DeviceKVCache::Impl::describe_append(const detail::AppendPlan& plan
   for (size_t i = 0; i < n; ++i) {
     const detail::SequencePlan& p = plan.seqs[i];
     Layer& ls = *layers[i];
-    float* window_k = ls.window_dev.get();
-    const float* offset = centered && (ls.has_offset || p.new_offset) ? ls.key_offset_dev.get() : nullptr;
+    float* window_k = ls.device->window.get();
+    const float* offset = centered && (ls.device->has_offset || p.new_offset) ? ls.device->key_offset.get() : nullptr;
     at<detail::EncodeStream>(host, lay.key_streams)[i] = {window_k, p.fresh_first, offset, static_cast<int>(p.used),
                                                           p.new_offset};
     at<detail::EncodeStream>(host, lay.value_streams)[i] = {window_k + hd * slots_n, p.fresh_first, nullptr,
                                                             static_cast<int>(p.used), false};
-    at<PageId*>(host, lay.table_ends)[i] = ls.pages_dev.get() + ls.pages.size();
+    at<PageId*>(host, lay.table_ends)[i] = ls.device->pages.get() + ls.pages.size();
     for (size_t j = 0; j < p.n_pages; ++j)
       at<detail::EncodePage>(host, lay.pages)[p.first_page + j] = {
-          static_cast<uint32_t>(i), static_cast<uint32_t>(j * uT), free.next(p.first_page + j)};
+          static_cast<uint32_t>(i), static_cast<uint32_t>(j * uT), free().next(p.first_page + j)};
     if (p.gather_count > 0) {
-      float* to = p.through_scratch ? scratch + 2 * hd * p.scratch_first : ls.window_dev.get();
+      float* to = p.through_scratch ? scratch + 2 * hd * p.scratch_first : ls.device->window.get();
       at<detail::WindowGather>(host, lay.gathers)[a.n_gathers++] = {
           static_cast<uint32_t>(i), static_cast<uint32_t>(p.gather_first), static_cast<uint32_t>(p.gather_count),
           to, p.through_scratch ? static_cast<int>(p.kept) : n_slots, static_cast<int>(p.window_slot)};
       a.max_gather = std::max(a.max_gather, p.gather_count);
     }
-    if (p.new_offset) at<detail::KeyMean>(host, lay.means)[a.n_means++] = {static_cast<uint32_t>(i), ls.key_offset_dev.get()};
+    if (p.new_offset) at<detail::KeyMean>(host, lay.means)[a.n_means++] = {static_cast<uint32_t>(i), ls.device->key_offset.get()};
     if (p.through_scratch) {
-      at<detail::WindowMove>(host, lay.moves)[a.n_moves++] = {scratch + 2 * hd * p.scratch_first, ls.window_dev.get(),
+      at<detail::WindowMove>(host, lay.moves)[a.n_moves++] = {scratch + 2 * hd * p.scratch_first, ls.device->window.get(),
                                                               static_cast<int>(p.kept)};
       a.max_move = std::max(a.max_move, p.kept);
     }
@@ -400,7 +365,7 @@ AppendLaunch DeviceKVCache::Impl::describe_append(const detail::AppendPlan& plan
     for (size_t j = a.n_gathers; j < n; ++j) at<detail::WindowGather>(host, lay.gathers)[j] = {};
     for (size_t j = a.n_means; j < n; ++j) at<detail::KeyMean>(host, lay.means)[j] = {};
     for (size_t j = a.n_moves; j < n; ++j) at<detail::WindowMove>(host, lay.moves)[j] = {};
-    const size_t R = static_cast<size_t>(config.residual_tokens);
+    const size_t R = static_cast<size_t>(config().residual_tokens);
     a.n_pages = a.n_gathers = a.n_moves = n;
     a.n_means = centered ? n : 0;  // only a cache that centers keys ever sets an offset
     a.max_gather = std::max<size_t>(1, R);
@@ -409,18 +374,18 @@ AppendLaunch DeviceKVCache::Impl::describe_append(const detail::AppendPlan& plan
   return a;
 }
 
-void DeviceKVCache::Impl::launch_append(const AppendLaunch& a, int layer, unsigned long long* err,
+void DeviceStore::launch_append(const AppendLaunch& a, int layer, unsigned long long* err,
                                         cudaStream_t st) const {
   const size_t l = static_cast<size_t>(layer);
   detail::launch_key_means(a.keys, a.means, a.n_means, st);
   if (a.n_pages > 0) {
     const detail::EncodeRole kr{
         a.keys,
-        {pool.get(), layout.page_bytes, layout.key_offset(0), layout.key_stride, key_codecs[l]->block_bytes()},
+        {pool.get(), layout().page_bytes, layout().key_offset(0), layout().key_stride, key_codecs()[l]->block_bytes()},
         a.pages, err + 2, err};
     const detail::EncodeRole vr{
         a.values,
-        {pool.get(), layout.page_bytes, layout.value_offset(0), layout.value_stride, value_codecs[l]->block_bytes()},
+        {pool.get(), layout().page_bytes, layout().value_offset(0), layout().value_stride, value_codecs()[l]->block_bytes()},
         a.pages, err + 3, err + 1};
     if (!key_encoders[l]->encode(kr, value_encoders[l].get(), &vr, a.n_pages, st))
       value_encoders[l]->encode(vr, nullptr, nullptr, a.n_pages, st);
@@ -428,107 +393,71 @@ void DeviceKVCache::Impl::launch_append(const AppendLaunch& a, int layer, unsign
   detail::launch_gather_windows(a.keys, a.values, a.gathers, a.n_gathers, a.max_gather, err, st);
 }
 
-void DeviceKVCache::Impl::launch_commit(const AppendLaunch& a, cudaStream_t st) const {
-  detail::launch_place_page_ids(a.pages, a.n_pages, a.table_ends, config.block_tokens, st);
-  detail::launch_move_windows(a.moves, a.n_moves, a.max_move, config.n_kv_heads, static_cast<int>(slots()),
-                              config.head_dim, st);
+void DeviceStore::launch_commit(const AppendLaunch& a, cudaStream_t st) const {
+  detail::launch_place_page_ids(a.pages, a.n_pages, a.table_ends, config().block_tokens, st);
+  detail::launch_move_windows(a.moves, a.n_moves, a.max_move, config().n_kv_heads, static_cast<int>(slots()),
+                              config().head_dim, st);
 }
 
-void DeviceKVCache::Impl::commit_append(const detail::AppendPlan& plan, std::span<Layer* const> layers) {
+void DeviceStore::commit_append(const detail::AppendPlan& plan, std::span<Layer* const> layers) {
   for (size_t i = 0; i < layers.size(); ++i) {
     const detail::SequencePlan& p = plan.seqs[i];
     Layer& ls = *layers[i];
-    free.take(p.n_pages, ls.pages);  // in batch order: the pages describe_append numbered free.next(first_page + j)
-    ls.window_count = static_cast<int>(p.kept);
-    ls.has_offset = ls.has_offset || p.new_offset;
+    free().take(p.n_pages, ls.pages);  // in batch order: the pages describe_append numbered free().next(first_page + j)
+    ls.residual_count = static_cast<int>(p.kept);
+    ls.device->has_offset = ls.device->has_offset || p.new_offset;
   }
 }
 
-SeqId add_sequence_repeating(DeviceKVCache& cache, SeqId src, size_t n_tokens) {
-  using Impl = DeviceKVCache::Impl;
-  Impl& m = *cache.impl_;
+SeqId add_sequence_repeating(KVCache& cache, SeqId src, size_t n_tokens) {
+  KVQ_CHECK(cache.device().is_cuda(), "add_sequence_repeating: a ", cache.device().str(), " cache");
+  DeviceStore& m = detail::Backend::store(cache);
   detail::use_device(m.device);
-  const size_t T = static_cast<size_t>(m.config.block_tokens);
+  const size_t T = static_cast<size_t>(m.config().block_tokens);
   KVQ_CHECK(n_tokens % T == 0, "add_sequence_repeating: ", n_tokens, " tokens is not a multiple of the page size ", T);
-  const size_t n_pages = n_tokens / T, layers = static_cast<size_t>(m.config.n_layers);
+  const size_t n_pages = n_tokens / T, layers = static_cast<size_t>(m.config().n_layers);
   size_t needed = 0;
-  for (const Impl::Layer& l : m.sequences.at(src).layers) {
-    KVQ_CHECK(l.window_count == 0, "add_sequence_repeating: sequence ", src,
-              " must hold whole pages only (", l.window_count, " window tokens)");
+  for (const DeviceStore::Layer& l : m.sequences().at(src).layers) {
+    KVQ_CHECK(l.residual_count == 0, "add_sequence_repeating: sequence ", src,
+              " must hold whole pages only (", l.residual_count, " window tokens)");
     needed += l.pages.empty() ? 0 : n_pages;
   }
-  KVQ_CHECK(needed <= m.free.size(), "device KV cache pool exhausted: ", needed, " pages needed, ", m.free.size(),
+  KVQ_CHECK(needed <= m.free().size(), "device KV cache pool exhausted: ", needed, " pages needed, ", m.free().size(),
             " free");
-  const SeqId id = m.sequences.next_id;
-  Impl::Sequence& s = m.insert(id);
-  const Impl::Sequence& from = m.sequences.at(src);
+  const SeqId id = m.sequences().next_id;
+  DeviceStore::Sequence& s = m.insert(id);
+  const DeviceStore::Sequence& from = m.sequences().at(src);
   for (size_t l = 0; l < layers; ++l) {
     const std::vector<PageId>& pattern = from.layers[l].pages;
     if (pattern.empty()) continue;  // a layer the source never received stays empty
     m.take_pages(s.layers[l], n_pages);
     for (size_t j = 0; j < n_pages; ++j)
       KVQ_CUDA_CHECK(cudaMemcpyAsync(m.page(s.layers[l].pages[j]), m.page(pattern[j % pattern.size()]),
-                                     m.layout.page_bytes, cudaMemcpyDeviceToDevice));
-    if (from.layers[l].has_offset) {
-      const size_t n = static_cast<size_t>(m.config.n_kv_heads) * m.config.head_dim;
-      s.layers[l].key_offset_dev = device_alloc<float>(n, "a key offset");
-      KVQ_CUDA_CHECK(cudaMemcpy(s.layers[l].key_offset_dev.get(), from.layers[l].key_offset_dev.get(),
+                                     m.layout().page_bytes, cudaMemcpyDeviceToDevice));
+    if (from.layers[l].device->has_offset) {
+      const size_t n = static_cast<size_t>(m.config().n_kv_heads) * m.config().head_dim;
+      s.layers[l].device->key_offset = device_alloc<float>(n, "a key offset");
+      KVQ_CUDA_CHECK(cudaMemcpy(s.layers[l].device->key_offset.get(), from.layers[l].device->key_offset.get(),
                                 n * sizeof(float), cudaMemcpyDeviceToDevice));
-      s.layers[l].has_offset = true;
+      s.layers[l].device->has_offset = true;
     }
   }
   KVQ_CUDA_CHECK(cudaDeviceSynchronize());
   return id;
 }
 
-KVCache DeviceKVCache::to_host(size_t capacity_pages) const {
-  const Impl& m = *impl_;
-  detail::use_device(m.device);
-  KVQ_CUDA_CHECK(cudaDeviceSynchronize());  // appends' commits queued on any stream
-  CacheConfig config = m.config;
-  if (capacity_pages != 0) config.capacity_pages = capacity_pages;
-  size_t needed = 0;
-  for (const auto& [id, s] : m.sequences)
-    for (const Impl::Layer& l : s.layers) needed += l.pages.size();
-  KVQ_CHECK(needed <= config.capacity_pages, "DeviceKVCache::to_host: the device cache holds ", needed,
-            " pages but the host pool would have ", config.capacity_pages);
-  kvq::detail::CacheBuilder builder(config);
-  for (int l = 0; l < m.config.n_layers; ++l)
-    builder.load_codecs(l, *m.key_codecs[static_cast<size_t>(l)], *m.value_codecs[static_cast<size_t>(l)]);
-  const size_t hd = static_cast<size_t>(m.config.n_kv_heads) * m.config.head_dim;
-  std::vector<uint8_t> pages;
-  std::vector<float> offset(hd);
-  for (const auto& [id, s] : m.sequences) {
-    builder.add_sequence(id);
-    for (int l = 0; l < m.config.n_layers; ++l) {
-      const Impl::Layer& dl = s.layers[static_cast<size_t>(l)];
-      pages.resize(dl.pages.size() * m.layout.page_bytes);
-      for (size_t j = 0; j < dl.pages.size(); ++j)
-        KVQ_CUDA_CHECK(cudaMemcpy(pages.data() + j * m.layout.page_bytes, m.page(dl.pages[j]), m.layout.page_bytes,
-                                  cudaMemcpyDeviceToHost));
-      const std::vector<float> window = m.download_window(dl);
-      if (dl.has_offset)
-        KVQ_CUDA_CHECK(cudaMemcpy(offset.data(), dl.key_offset_dev.get(), hd * sizeof(float), cudaMemcpyDeviceToHost));
-      builder.fill_layer(id, l, pages.data(), dl.pages.size(), window.data(), m.slots(), dl.window_count,
-                         dl.has_offset ? offset.data() : nullptr);
-    }
-  }
-  builder.set_next_id(m.sequences.next_id);
-  return builder.finish();
+void detail::Backend::synchronize(const KVCache& cache) {
+  detail::use_device(cache.cuda_->device);
+  KVQ_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-size_t DeviceKVCache::page_bytes() const { return impl_->layout.page_bytes; }
-size_t DeviceKVCache::key_block_offset(int head) const { return impl_->layout.key_offset(head); }
-size_t DeviceKVCache::value_block_offset(int head) const { return impl_->layout.value_offset(head); }
-size_t DeviceKVCache::residual_slots() const { return impl_->slots(); }
-size_t DeviceKVCache::free_pages() const { return impl_->free.size(); }
-size_t DeviceKVCache::capacity_pages() const { return impl_->config.capacity_pages; }
-const uint8_t* DeviceKVCache::device_pool() const { return impl_->pool.get(); }
+KVCache::LayerState detail::Backend::host_layer(const KVCache& cache, const KVCache::LayerState& layer) {
+  return cache.cuda_->host_layer(layer);
+}
 
-DeviceLayerView DeviceKVCache::view(SeqId seq, int layer) const {
-  impl_->check_layer(layer);
-  const Impl::Layer& l = impl_->sequences.at(seq).layers[static_cast<size_t>(layer)];
-  return {l.pages_dev.get(), l.pages.size(), l.window_dev.get(), l.window_count};
+void detail::Backend::copy_to_host(const KVCache& cache, void* to, const void* from, size_t bytes) {
+  detail::use_device(cache.cuda_->device);
+  KVQ_CUDA_CHECK(cudaMemcpy(to, from, bytes, cudaMemcpyDeviceToHost));
 }
 
 // ---- device arrays and timing -------------------------------------------------------------------------------

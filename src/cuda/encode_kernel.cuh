@@ -163,7 +163,7 @@ void launch_encode(const char* codec, const Enc& e0, const EncodeRole& r0, const
            (r.dst.block_bytes + 3) / 4 * 4;
   };
   const size_t shared = std::max(need(e0, r0), e1 != nullptr ? need(*e1, *r1) : 0);
-  KVQ_CHECK(shared <= kEncodeMaxSharedBytes, "DeviceKVCache::append_device: ", codec, ": a page of ", r0.src.T,
+  KVQ_CHECK(shared <= kEncodeMaxSharedBytes, "KVCache::append_device: ", codec, ": a page of ", r0.src.T,
             " tokens x d = ", r0.src.d, " needs ", shared, " bytes of shared memory to encode (the limit is ",
             kEncodeMaxSharedBytes, ")");
   KVQ_CUDA_CHECK(cudaFuncSetAttribute(encode_pages_kernel<Enc>, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -1,4 +1,4 @@
-// The append kernels (DeviceKVCache::append_device) against the CPU encoders: every codec with a device encoder,
+// The append kernels (KVCache::append_device) against the CPU encoders: every codec with a device encoder,
 // fresh Gaussian and key-like (outlier) tokens, one-token appends and prefill chunks that cross page boundaries,
 // centered keys. Pages are compared byte for byte where the device follows the CPU's float order (f32, f16, bf16,
 // kivi, qjl, and int8/int4/turbo_mse/turbo_prod/turbo_rvq/vecinfer under the default Hadamard rotation: "Bytes"
@@ -6,7 +6,7 @@
 // must be within 1% of the CPU's ("Error" test). Windows must be equal exactly. Errors leave the cache unchanged.
 // Batched appends (append_device_batch: many sequences of different lengths in one call) equal one CPU append per
 // sequence, and an error anywhere in a batch leaves every sequence unchanged. The device cache copied back to the
-// host (to_host) equals the CPU cache that took the same appends.
+// host (to(Device::cpu())) equals the CPU cache that took the same appends.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -68,34 +68,39 @@ KVCache trained_cache(const CacheConfig& cfg, uint64_t seed) {
   return host;
 }
 
+// Slots per kv head of a device window: R + T - 1.
+size_t window_slots(const KVCache& dev) {
+  return static_cast<size_t>(dev.config().residual_tokens + dev.config().block_tokens - 1);
+}
+
 // The device cache's pages of (seq, layer), downloaded: n_pages x page_bytes.
-std::vector<uint8_t> device_pages(const cuda::DeviceKVCache& dev, SeqId seq) {
-  const cuda::DeviceLayerView v = dev.view(seq, kLayer);
-  std::vector<uint8_t> out(v.n_pages * dev.page_bytes());
-  if (v.n_pages == 0) return out;
+std::vector<uint8_t> device_pages(const KVCache& dev, SeqId seq) {
+  const LayerView v = dev.view(seq, kLayer);
+  std::vector<uint8_t> out(v.pages.size() * dev.page_bytes());
+  if (v.pages.size() == 0) return out;
   // Through host copies of the block table and each page.
-  std::vector<PageId> table(v.n_pages);
-  EXPECT_EQ(cudaMemcpy(table.data(), v.pages, table.size() * sizeof(PageId), cudaMemcpyDeviceToHost), cudaSuccess);
+  std::vector<PageId> table(v.pages.size());
+  EXPECT_EQ(cudaMemcpy(table.data(), v.device_pages, table.size() * sizeof(PageId), cudaMemcpyDeviceToHost), cudaSuccess);
   for (size_t j = 0; j < table.size(); ++j)
-    EXPECT_EQ(cudaMemcpy(out.data() + j * dev.page_bytes(), dev.device_pool() + table[j] * dev.page_bytes(),
+    EXPECT_EQ(cudaMemcpy(out.data() + j * dev.page_bytes(), dev.page(0) + table[j] * dev.page_bytes(),
                          dev.page_bytes(), cudaMemcpyDeviceToHost),
               cudaSuccess);
   return out;
 }
 
-std::vector<float> device_window(const cuda::DeviceKVCache& dev, SeqId seq) {
-  const cuda::DeviceLayerView v = dev.view(seq, kLayer);
+std::vector<float> device_window(const KVCache& dev, SeqId seq) {
+  const LayerView v = dev.view(seq, kLayer);
   const CacheConfig& c = dev.config();
-  std::vector<float> w(2 * static_cast<size_t>(c.n_kv_heads) * dev.residual_slots() * c.head_dim);
-  EXPECT_EQ(cudaMemcpy(w.data(), v.window, w.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  std::vector<float> w(2 * static_cast<size_t>(c.n_kv_heads) * window_slots(dev) * c.head_dim);
+  EXPECT_EQ(cudaMemcpy(w.data(), v.residual_keys, w.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
   return w;
 }
 
 // The window's used slots only (the slots behind them are scratch).
-std::vector<float> used_window(const cuda::DeviceKVCache& dev, SeqId seq) {
+std::vector<float> used_window(const KVCache& dev, SeqId seq) {
   const std::vector<float> all = device_window(dev, seq);
-  const size_t d = static_cast<size_t>(dev.config().head_dim), slots = dev.residual_slots();
-  const size_t used = static_cast<size_t>(dev.view(seq, kLayer).window_count);
+  const size_t d = static_cast<size_t>(dev.config().head_dim), slots = window_slots(dev);
+  const size_t used = static_cast<size_t>(dev.view(seq, kLayer).residual_count);
   std::vector<float> w;
   for (size_t i = 0; i < all.size(); ++i)
     if (i / d % slots < used) w.push_back(all[i]);
@@ -103,7 +108,7 @@ std::vector<float> used_window(const cuda::DeviceKVCache& dev, SeqId seq) {
 }
 
 // Appends the same tokens in the same chunks to the host cache and (from device memory) to the device cache.
-void append_both(KVCache& host, cuda::DeviceKVCache& dev, SeqId hs, SeqId ds, const test::Tokens& t,
+void append_both(KVCache& host, KVCache& dev, SeqId hs, SeqId ds, const test::Tokens& t,
                  const std::vector<size_t>& chunks) {
   const size_t row = static_cast<size_t>(host.config().n_kv_heads) * host.config().head_dim;
   const size_t n = t.keys.size() / row;
@@ -133,10 +138,10 @@ std::vector<float> host_window(const KVCache& host, SeqId seq, size_t slots) {
 }
 
 // Windows equal in their used slots.
-void expect_same_window(const KVCache& host, const cuda::DeviceKVCache& dev, SeqId hs, SeqId ds) {
-  const size_t slots = dev.residual_slots(), d = static_cast<size_t>(host.config().head_dim);
+void expect_same_window(const KVCache& host, const KVCache& dev, SeqId hs, SeqId ds) {
+  const size_t slots = window_slots(dev), d = static_cast<size_t>(host.config().head_dim);
   const int used = host.view(hs, kLayer).residual_count;
-  ASSERT_EQ(dev.view(ds, kLayer).window_count, used);
+  ASSERT_EQ(dev.view(ds, kLayer).residual_count, used);
   const std::vector<float> want = host_window(host, hs, slots), got = device_window(dev, ds);
   size_t differ = 0;
   for (size_t i = 0; i < want.size(); ++i)
@@ -158,9 +163,9 @@ std::string page_byte_place(const KVCache& host, size_t b) {
 }
 
 // Every page byte equal.
-void expect_same_pages(const KVCache& host, const cuda::DeviceKVCache& dev, SeqId hs, SeqId ds) {
+void expect_same_pages(const KVCache& host, const KVCache& dev, SeqId hs, SeqId ds) {
   const LayerView hv = host.view(hs, kLayer);
-  ASSERT_EQ(dev.view(ds, kLayer).n_pages, hv.pages.size());
+  ASSERT_EQ(dev.view(ds, kLayer).pages.size(), hv.pages.size());
   const std::vector<uint8_t> got = device_pages(dev, ds);
   const size_t P = host.page_bytes();
   size_t differ = 0, first = got.size();
@@ -180,7 +185,7 @@ void expect_same_bytes(const std::string& spec, const AppendShape& s, uint64_t s
                (s.key_like ? " key-like" : " gaussian") + (s.center ? " centered" : ""));
   const CacheConfig cfg = config_of(s, spec, spec, seed);
   KVCache host = trained_cache(cfg, seed);
-  cuda::DeviceKVCache dev(host);
+  KVCache dev = host.to(Device::cuda());
   const SeqId hs = host.add_sequence(), ds = dev.add_sequence();
   const test::Tokens t = test::make_tokens(cfg, n_tokens, seed + 7, s.key_like);
   append_both(host, dev, hs, ds, t, chunks);
@@ -260,7 +265,7 @@ TEST(CudaAppend, VecInferNearTiesBytes) {
     AppendShape s;
     const CacheConfig cfg = config_of(s, spec, spec, seed);
     KVCache host = trained_cache(cfg, seed);
-    cuda::DeviceKVCache dev(host);
+    KVCache dev = host.to(Device::cuda());
     const SeqId hs = host.add_sequence(), ds = dev.add_sequence();
     const size_t n = 300;
     const test::Tokens t{vecinfer_near_ties(host.key_codec(kLayer), n, s.H, seed + 1),
@@ -284,7 +289,7 @@ TEST(CudaAppend, DenseRotationsReconstructionErrorWithinOnePercent) {
     AppendShape s;
     const CacheConfig cfg = config_of(s, spec, spec, seed);
     KVCache host = trained_cache(cfg, seed);
-    cuda::DeviceKVCache dev(host);
+    KVCache dev = host.to(Device::cuda());
     const SeqId hs = host.add_sequence(), ds = dev.add_sequence();
     const size_t n = 640;
     const test::Tokens t = test::make_tokens(cfg, n, seed + 7, true);
@@ -338,7 +343,7 @@ TEST(CudaAppend, RejectedTokensLeaveTheCacheUnchanged) {
     s.center = true;
     const CacheConfig cfg = config_of(s, spec, spec, seed);
     KVCache host = trained_cache(cfg, seed);
-    cuda::DeviceKVCache dev(host);
+    KVCache dev = host.to(Device::cuda());
     const SeqId hs = host.add_sequence(), ds = dev.add_sequence();
     const test::Tokens t = test::make_tokens(cfg, 300, seed + 7, true);
     test::Tokens head{{t.keys.begin(), t.keys.begin() + 40 * 256}, {t.values.begin(), t.values.begin() + 40 * 256}};
@@ -403,13 +408,13 @@ TEST(CudaAppend, EveryRegisteredCodecHasAnAppendKernel) {
 struct BatchFixture {
   CacheConfig cfg;
   KVCache host;
-  cuda::DeviceKVCache dev;
+  KVCache dev;
   std::vector<SeqId> hs, ds;
   std::vector<test::Tokens> tokens;  // each sequence's whole stream
   std::vector<size_t> pos;           // tokens appended so far
 
   BatchFixture(const CacheConfig& c, uint64_t seed, size_t n_seqs, size_t tokens_per_seq)
-      : cfg(c), host(trained_cache(c, seed)), dev(host) {
+      : cfg(c), host(trained_cache(c, seed)), dev(host.to(Device::cuda())) {
     for (size_t i = 0; i < n_seqs; ++i) {
       hs.push_back(host.add_sequence());
       ds.push_back(dev.add_sequence());
@@ -607,13 +612,13 @@ TEST(CudaAppend, DecodeOverBatchAppendedCacheEqualsTheCopiedCpuCache) {
     f.append({0, 1, 200, 64, 333});
     for (int step = 0; step < 9; ++step) f.append({1, 1, 1, 1, 1});
     f.append({130, 0, 70, 1, 64});
-    const cuda::DeviceKVCache copy(f.host);
+    const KVCache copy = f.host.to(Device::cuda());
     const size_t n_q = 8, d = 128, n = f.ds.size();
     const std::vector<float> q = gaussian_vectors(n * n_q, static_cast<int>(d), seed + 99);
     cuda::DeviceFloats q_dev(q.size()), out_a(q.size()), out_b(q.size());
     q_dev.upload(q);
-    cuda::decode_attention(f.dev, kLayer, f.ds, q_dev.data(), out_a.data(), static_cast<int>(n_q));
-    cuda::decode_attention(copy, kLayer, f.hs, q_dev.data(), out_b.data(), static_cast<int>(n_q));
+    decode_attention(f.dev, kLayer, f.ds, {q_dev.data(), q_dev.size()}, {out_a.data(), out_a.size()});
+    decode_attention(copy, kLayer, f.hs, {q_dev.data(), q_dev.size()}, {out_b.data(), out_b.size()});
     EXPECT_EQ(out_a.download(), out_b.download());
   }
 }
@@ -634,7 +639,7 @@ TEST(CudaAppend, ToHostAfterDeviceAppendsEqualsTheCpuCache) {
     }
     test::append_range(host, ids[0], kLayer, t[0], 0, 150);
     test::append_range(host, ids[2], kLayer, t[2], 0, 30);
-    cuda::DeviceKVCache dev(host);
+    KVCache dev = host.to(Device::cuda());
     const size_t row = 2 * 128;
     size_t pos[3] = {150, 0, 30};
     for (const std::vector<size_t>& n : std::vector<std::vector<size_t>>{{1, 64, 100}, {1, 1, 1}, {200, 300, 1}}) {
@@ -650,7 +655,7 @@ TEST(CudaAppend, ToHostAfterDeviceAppendsEqualsTheCpuCache) {
       vd.upload(v);
       dev.append_device_batch(ids, kLayer, kd.data(), vd.data(), n);
     }
-    KVCache back = dev.to_host();
+    KVCache back = dev.to(Device::cpu());
     ASSERT_EQ(back.sequences(), host.sequences());
     EXPECT_EQ(back.free_pages(), host.free_pages());
     EXPECT_EQ(back.config().key_codec, host.config().key_codec);
@@ -663,7 +668,7 @@ TEST(CudaAppend, ToHostAfterDeviceAppendsEqualsTheCpuCache) {
         EXPECT_EQ(back.value_codec(l).state(), host.value_codec(l).state());
       }
     }
-    const size_t slots = dev.residual_slots();
+    const size_t slots = window_slots(dev);
     for (const SeqId id : host.sequences())
       for (int l = 0; l < cfg.n_layers; ++l) {
         SCOPED_TRACE("sequence " + std::to_string(id) + " layer " + std::to_string(l));
@@ -703,7 +708,7 @@ TEST(CudaAppend, DecodeOverDeviceAppendedCacheMatchesTheCpuCache) {
     s.center = spec == "int4";
     const CacheConfig cfg = config_of(s, spec, spec, seed);
     KVCache host = trained_cache(cfg, seed);
-    cuda::DeviceKVCache dev(host);
+    KVCache dev = host.to(Device::cuda());
     std::vector<SeqId> hs, ds;
     for (size_t i = 0; i < 3; ++i) {
       hs.push_back(host.add_sequence());
@@ -711,13 +716,13 @@ TEST(CudaAppend, DecodeOverDeviceAppendedCacheMatchesTheCpuCache) {
       const test::Tokens t = test::make_tokens(cfg, 100 + 150 * i, seed + 10 * i, true);
       append_both(host, dev, hs.back(), ds.back(), t, {1, 77});
     }
-    const cuda::DeviceKVCache copy(host);
+    const KVCache copy = host.to(Device::cuda());
     const size_t n_q = 8, d = 128;
     const std::vector<float> q = gaussian_vectors(3 * n_q, static_cast<int>(d), seed + 99);
     cuda::DeviceFloats q_dev(q.size()), out_a(q.size()), out_b(q.size());
     q_dev.upload(q);
-    cuda::decode_attention(dev, kLayer, ds, q_dev.data(), out_a.data(), static_cast<int>(n_q));
-    cuda::decode_attention(copy, kLayer, hs, q_dev.data(), out_b.data(), static_cast<int>(n_q));
+    decode_attention(dev, kLayer, ds, {q_dev.data(), q_dev.size()}, {out_a.data(), out_a.size()});
+    decode_attention(copy, kLayer, hs, {q_dev.data(), q_dev.size()}, {out_b.data(), out_b.size()});
     const std::vector<float> a = out_a.download(), b = out_b.download();
     EXPECT_EQ(a, b);
     std::vector<float> cpu(q.size());

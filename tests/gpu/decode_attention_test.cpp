@@ -64,14 +64,14 @@ const std::vector<std::pair<std::string, std::string>> kPairs = {
 };
 
 // Runs the device kernel on the scenario's cache (layer 1) and returns its output.
-std::vector<float> device_decode(const cuda::DeviceKVCache& dev, const std::vector<SeqId>& ids,
-                                 const std::vector<float>& q, int n_q_heads, int splits = 0) {
+std::vector<float> device_decode(const KVCache& dev, const std::vector<SeqId>& ids,
+                                 const std::vector<float>& q, int splits = 0) {
   cuda::DeviceFloats q_dev(q.size()), out_dev(q.size());
   q_dev.upload(q);
   out_dev.fill(NAN);  // every element must be written
   AttentionOptions options;
   options.splits = splits;
-  cuda::decode_attention(dev, 1, ids, q_dev.data(), out_dev.data(), n_q_heads, options);
+  decode_attention(dev, 1, ids, {q_dev.data(), q_dev.size()}, {out_dev.data(), out_dev.size()}, options);
   return out_dev.download();
 }
 
@@ -81,9 +81,9 @@ void expect_matches(const Shape& shape, const std::string& k, const std::string&
   SCOPED_TRACE(k + "/" + v + ", " + test::describe(shape) + ", splits " + std::to_string(splits) +
                (center_keys ? ", centered keys" : ""));
   const test::Scenario sc = test::build(shape, k, v, seed, center_keys);
-  const cuda::DeviceKVCache dev(sc.cache);
+  const KVCache dev = sc.cache.to(Device::cuda());
   const auto q = test::queries(shape, sc.ids.size(), seed + 99);
-  const std::vector<float> got = device_decode(dev, sc.ids, q, shape.H * shape.G, splits);
+  const std::vector<float> got = device_decode(dev, sc.ids, q, splits);
   for (float x : got) ASSERT_TRUE(std::isfinite(x));
   const test::Reference ref = test::reference_decode(sc, q, shape.G, true);
   EXPECT_LE(test::worst(got, ref.out, ref, static_cast<size_t>(shape.d), 1e-3, true), 1.0);
@@ -114,7 +114,7 @@ TEST(CudaDecodeAttention, EveryBuiltPairMatchesTheReference) {
   for (const std::string& k : codecs)
     for (const std::string& v : codecs) {
       try {
-        cuda::decode_kernel(cuda::DeviceKVCache(test::config_for(shape, k, v, seed)), 1);
+        attention_kernel(KVCache(test::config_for(shape, k, v, seed), Device::cuda()), 1);
       } catch (const Error&) {
         continue;  // not in this build
       }
@@ -152,11 +152,11 @@ TEST(CudaDecodeAttention, BadOptionsAreRefused) {
   KVQ_FRESH_SEED();
   const Shape shape{128, 64, 0, 2, 4, {700}, true};
   const test::Scenario sc = test::build(shape, "int4", "int4", seed);
-  const cuda::DeviceKVCache dev(sc.cache);
+  const KVCache dev = sc.cache.to(Device::cuda());
   for (const float scale : {-1.0f, NAN, INFINITY}) {
     AttentionOptions bad;
     bad.scale = scale;
-    EXPECT_THROW(cuda::DecodePlan(dev, 1, sc.ids, shape.H * shape.G, bad), Error);
+    EXPECT_THROW(DecodePlan(dev, 1, sc.ids, shape.H * shape.G, bad), Error);
   }
 }
 
@@ -167,9 +167,9 @@ TEST(CudaDecodeAttention, RepeatedRunsOfAPlanFollowTheirInputs) {
   KVQ_FRESH_SEED();
   const Shape shape{128, 64, 64, 2, 4, {700, 90}, true};
   const test::Scenario sc = test::build(shape, "int4", "int4", seed);
-  const cuda::DeviceKVCache dev(sc.cache);
+  const KVCache dev = sc.cache.to(Device::cuda());
   const int n_q = shape.H * shape.G;
-  const cuda::DecodePlan plan(dev, 1, sc.ids, n_q);
+  DecodePlan plan(dev, 1, sc.ids, n_q);
   cuda::DeviceFloats q_dev(sc.ids.size() * static_cast<size_t>(n_q * shape.d)), out_dev(q_dev.size()),
       other_out(q_dev.size());
   for (int call = 0; call < 4; ++call) {
@@ -178,7 +178,7 @@ TEST(CudaDecodeAttention, RepeatedRunsOfAPlanFollowTheirInputs) {
     q_dev.upload(q);
     cuda::DeviceFloats& out = call == 3 ? other_out : out_dev;
     out.fill(NAN);
-    plan.run(q_dev.data(), out.data());
+    plan.run({q_dev.data(), q_dev.size()}, {out.data(), out.size()});
     const std::vector<float> got = out.download();
     const test::Reference ref = test::reference_decode(sc, q, shape.G, true);
     EXPECT_LE(test::worst(got, ref.out, ref, static_cast<size_t>(shape.d), 1e-3, true), 1.0);
@@ -197,7 +197,7 @@ TEST(CudaDeviceCache, AppendsMatchTheHostCache) {
     const test::Scenario sc = test::build(shape, k, v, seed, center);  // the host cache and its tokens
     KVCache trained(sc.cfg);                                     // the same codecs, trained the same way, empty
     test::train_if_needed(trained, seed, 1);
-    cuda::DeviceKVCache dev(trained);
+    KVCache dev = trained.to(Device::cuda());
     std::vector<SeqId> ids;
     for (size_t s = 0; s < sc.ids.size(); ++s) {
       ids.push_back(dev.add_sequence());
@@ -211,7 +211,7 @@ TEST(CudaDeviceCache, AppendsMatchTheHostCache) {
       EXPECT_EQ(dev.length(ids.back(), 1), n);
     }
     const auto q = test::queries(shape, ids.size(), seed + 5);
-    const std::vector<float> got = device_decode(dev, ids, q, shape.H * shape.G);
+    const std::vector<float> got = device_decode(dev, ids, q);
     const test::Reference ref = test::reference_decode(sc, q, shape.G, true);
     EXPECT_LE(test::worst(got, ref.out, ref, static_cast<size_t>(shape.d), 1e-3, true), 1.0);
   }
@@ -223,11 +223,11 @@ TEST(CudaDeviceCache, RepeatedSequenceIsTheTokensRepeated) {
   KVQ_FRESH_SEED();
   const Shape shape{128, 64, 0, 2, 4, {128}, true};
   const test::Scenario sc = test::build(shape, "int4", "int4", seed);
-  cuda::DeviceKVCache dev(sc.cache, 64);
+  KVCache dev = sc.cache.to(Device::cuda(), 64);
   const std::vector<SeqId> ids = {cuda::add_sequence_repeating(dev, sc.ids[0], 384)};
   EXPECT_EQ(dev.length(ids[0], 1), 384u);
   const auto q = test::queries(shape, 1, seed + 1);
-  const std::vector<float> got = device_decode(dev, ids, q, shape.H * shape.G);
+  const std::vector<float> got = device_decode(dev, ids, q);
   const size_t d = 128;
   test::Reference ref(q.size() / d, d);
   for (int h = 0; h < shape.H; ++h) {
@@ -252,9 +252,9 @@ TEST(CudaDeviceCache, SequenceIdsContinueTheHostCache) {
   const Shape shape{128, 64, 0, 2, 4, {128}, true};
   test::Scenario sc = test::build(shape, "int4", "int4", seed);
   sc.cache.remove_sequence(sc.cache.add_sequence());
-  cuda::DeviceKVCache dev(sc.cache, 64);
+  KVCache dev = sc.cache.to(Device::cuda(), 64);
   EXPECT_EQ(dev.sequences(), sc.cache.sequences());
-  EXPECT_EQ(dev.to_host().next_sequence_id(), sc.cache.next_sequence_id());
+  EXPECT_EQ(dev.to(Device::cpu()).next_sequence_id(), sc.cache.next_sequence_id());
   EXPECT_EQ(dev.add_sequence(), sc.cache.add_sequence());
 }
 
@@ -263,9 +263,9 @@ TEST(CudaDeviceCache, ErrorsNameTheProblem) {
   KVQ_FRESH_SEED();
   const Shape shape{128, 64, 0, 2, 4, {100}, true};
   const test::Scenario sc = test::build(shape, "f32", "f32", seed);
-  const cuda::DeviceKVCache f32(sc.cache);
+  const KVCache f32 = sc.cache.to(Device::cuda());
   try {
-    cuda::decode_kernel(f32, 1);
+    attention_kernel(f32, 1);
     ADD_FAILURE() << "a pair without a kernel must throw";
   } catch (const Error& e) {
     const std::string what = e.what();
@@ -278,24 +278,24 @@ TEST(CudaDeviceCache, ErrorsNameTheProblem) {
   }
   // A mixed pair outside the default build names the option that builds it.
   const test::Scenario mixed = test::build(shape, "int4", "f16", seed);
-  const cuda::DeviceKVCache int4_f16(mixed.cache);
+  const KVCache int4_f16 = mixed.cache.to(Device::cuda());
   try {
-    EXPECT_EQ(cuda::decode_kernel(int4_f16, 1), "cuda_int4_f16");  // a build with every pair
+    EXPECT_EQ(attention_kernel(int4_f16, 1), "cuda_int4_f16");  // a build with every pair
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("-DKVQ_CUDA_ALL_PAIRS=ON"), std::string::npos) << e.what();
   }
   const test::Scenario ok = test::build(shape, "int4", "int4", seed);
-  const cuda::DeviceKVCache dev(ok.cache);
-  EXPECT_EQ(cuda::decode_kernel(dev, 1), "cuda_int4_int4");
+  const KVCache dev = ok.cache.to(Device::cuda());
+  EXPECT_EQ(attention_kernel(dev, 1), "cuda_int4_int4");
   cuda::DeviceFloats q(3 * 128), out(3 * 128);
-  EXPECT_THROW(cuda::decode_attention(dev, 1, ok.ids, q.data(), out.data(), 3), Error);  // GQA group 3/2
-  EXPECT_THROW(cuda::decode_attention(dev, 5, ok.ids, q.data(), out.data(), 8), Error);  // no layer 5
+  EXPECT_THROW(decode_attention(dev, 1, ok.ids, {q.data(), q.size()}, {out.data(), out.size()}), Error);  // GQA group 3/2
+  EXPECT_THROW(decode_attention(dev, 5, ok.ids, {q.data(), q.size()}, {out.data(), out.size()}), Error);  // no layer 5
   const std::vector<SeqId> unknown = {42};
-  EXPECT_THROW(cuda::decode_attention(dev, 1, unknown, q.data(), out.data(), 8), Error);
+  EXPECT_THROW(decode_attention(dev, 1, unknown, {q.data(), q.size()}, {out.data(), out.size()}), Error);
 
   CacheConfig small = test::config_for(shape, "int4", "int4", seed);
   small.capacity_pages = 1;
-  cuda::DeviceKVCache full(small);
+  KVCache full(small, Device::cuda());
   const SeqId s = full.add_sequence();
   const test::Tokens t = test::make_tokens(small, 200, seed, true);
   EXPECT_THROW(full.append(s, 0, t.keys.data(), t.values.data(), 200), Error);  // needs 3 pages
@@ -303,7 +303,7 @@ TEST(CudaDeviceCache, ErrorsNameTheProblem) {
   std::vector<float> nan_keys(t.keys.begin(), t.keys.begin() + 256);
   nan_keys[7] = NAN;
   EXPECT_THROW(full.append(s, 0, nan_keys.data(), t.values.data(), 1), Error);
-  EXPECT_THROW(cuda::DeviceKVCache(small, 99), Error);  // no such device
+  EXPECT_THROW(KVCache(small, Device::cuda(99)), Error);  // no such device
 }
 
 }  // namespace

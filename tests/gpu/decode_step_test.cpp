@@ -59,8 +59,8 @@ std::vector<float> tokens(std::mt19937_64& rng, size_t n, bool outliers) {
   return x;
 }
 
-void expect_same_caches(const cuda::DeviceKVCache& a, const cuda::DeviceKVCache& b, const std::vector<SeqId>& ids) {
-  const KVCache ha = a.to_host(), hb = b.to_host();
+void expect_same_caches(const KVCache& a, const KVCache& b, const std::vector<SeqId>& ids) {
+  const KVCache ha = a.to(Device::cpu()), hb = b.to(Device::cpu());
   for (const SeqId id : ids)
     for (int l = 0; l < kLayers; ++l) {
       SCOPED_TRACE("sequence " + std::to_string(id) + " layer " + std::to_string(l));
@@ -98,7 +98,7 @@ void run_steps(const StepCase& c, int steps, bool graph, uint64_t seed) {
   SCOPED_TRACE(c.key + "/" + c.value + ", R = " + std::to_string(c.residual) + (c.center ? ", centered" : "") +
                ", window " + std::to_string(c.window) + (graph ? ", graph" : ", eager"));
   std::mt19937_64 rng(seed);
-  cuda::DeviceKVCache eager(config_of(c)), stepped(config_of(c));
+  KVCache eager(config_of(c), Device::cuda()), stepped(config_of(c), Device::cuda());
   std::vector<SeqId> ids;
   const std::vector<size_t> prompts = {0, 5, 63, 64, 200};
   for (const size_t n : prompts) {
@@ -169,7 +169,7 @@ void run_steps(const StepCase& c, int steps, bool graph, uint64_t seed) {
       v_dev.upload(v[l]);
       q_dev.upload(q[l]);
       eager.append_device_batch(ids, l, k_dev.data(), v_dev.data(), ones);
-      cuda::decode_attention(eager, l, ids, q_dev.data(), eager_out.data(), static_cast<int>(n_q), options);
+      decode_attention(eager, l, ids, {q_dev.data(), q_dev.size()}, {eager_out.data(), eager_out.size()}, options);
       expect_close(outs[l].download(), eager_out.download());
       if (::testing::Test::HasFailure()) break;
     }
@@ -201,13 +201,13 @@ TEST(CudaDecodeStep, CapturedStepsReplayedEqualAppendThenDecode) {
 }
 
 struct SmallStep {
-  cuda::DeviceKVCache cache;
+  KVCache cache;
   std::vector<SeqId> ids;
   explicit SmallStep(size_t capacity_pages) : cache([&] {
     CacheConfig cfg = config_of({"int4", "int4"});
     cfg.capacity_pages = capacity_pages;
     return cfg;
-  }()) {
+  }(), Device::cuda()) {
     ids = {cache.add_sequence(), cache.add_sequence()};
   }
 };

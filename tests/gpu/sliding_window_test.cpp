@@ -1,5 +1,5 @@
 // CUDA decode attention with a sliding window (AttentionOptions::window, Gemma 3's local layers) against the CPU's
-// decode attention over the same cache (DeviceKVCache(host) copies it) and the double-precision reference over the
+// decode attention over the same cache (KVCache::to copies it to the device) and the double-precision reference over the
 // window's decoded tokens: windows that start inside a page, on a page boundary, inside the fp32 window, or before
 // the sequence; batches of sequences of different lengths, GQA groups 1-8; the tolerance of the device-vs-CPU decode
 // tests. A window that covers every sequence gives the no-window result bit for bit.
@@ -28,12 +28,12 @@ const std::vector<std::pair<std::string, std::string>> kWindowPairs = {
     {"kivi:4", "int4"},   {"turbo_mse:3", "turbo_mse:3"},
     {"turbo_prod:4", "turbo_prod:4"}, {"vecinfer:10/4", "vecinfer:10/4"}};
 
-std::vector<float> device_decode(const cuda::DeviceKVCache& dev, const std::vector<SeqId>& ids,
-                                 const std::vector<float>& q, int n_q_heads, const AttentionOptions& options) {
+std::vector<float> device_decode(const KVCache& dev, const std::vector<SeqId>& ids,
+                                 const std::vector<float>& q, const AttentionOptions& options) {
   cuda::DeviceFloats q_dev(q.size()), out_dev(q.size());
   q_dev.upload(q);
   out_dev.fill(NAN);  // every element must be written
-  cuda::decode_attention(dev, 1, ids, q_dev.data(), out_dev.data(), n_q_heads, options);
+  decode_attention(dev, 1, ids, {q_dev.data(), q_dev.size()}, {out_dev.data(), out_dev.size()}, options);
   return out_dev.download();
 }
 
@@ -41,7 +41,7 @@ std::vector<float> device_decode(const cuda::DeviceKVCache& dev, const std::vect
 void expect_windows_match(const Shape& shape, const std::string& k, const std::string& v, uint64_t seed,
                           const std::vector<size_t>& windows, int splits = 0) {
   const test::Scenario sc = test::build(shape, k, v, seed);
-  const cuda::DeviceKVCache dev(sc.cache);
+  const KVCache dev = sc.cache.to(Device::cuda());
   const size_t d = static_cast<size_t>(shape.d);
   for (const size_t window : windows) {
     SCOPED_TRACE(k + "/" + v + ", " + test::describe(shape) + ", window " + std::to_string(window) + ", splits " +
@@ -50,7 +50,7 @@ void expect_windows_match(const Shape& shape, const std::string& k, const std::s
     AttentionOptions options;
     options.window = window;
     options.splits = splits;
-    const std::vector<float> got = device_decode(dev, sc.ids, q, shape.H * shape.G, options);
+    const std::vector<float> got = device_decode(dev, sc.ids, q, options);
     for (float x : got) ASSERT_TRUE(std::isfinite(x));
     std::vector<float> cpu(q.size(), NAN);
     decode_attention(sc.cache, 1, sc.ids, q, cpu, options);
@@ -99,18 +99,18 @@ TEST(CudaSlidingWindow, WindowCoveringEverySequenceIsNoWindow) {
     SCOPED_TRACE(k + "/" + v);
     const Shape shape{128, 64, 64, 2, 4, {0, 5, 130, 1000}, true};
     const test::Scenario sc = test::build(shape, k, v, seed);
-    const cuda::DeviceKVCache dev(sc.cache);
+    const KVCache dev = sc.cache.to(Device::cuda());
     const auto q = test::queries(shape, sc.ids.size(), seed + 3);
     const int n_q = shape.H * shape.G;
-    const std::vector<float> none = device_decode(dev, sc.ids, q, n_q, {});
+    const std::vector<float> none = device_decode(dev, sc.ids, q, {});
     const test::Reference ref = test::reference_decode(sc, q, shape.G, true);
     EXPECT_LE(test::worst(none, ref.out, ref, static_cast<size_t>(shape.d), 1e-3, true), 1.0);
     for (const size_t window : {size_t{1000}, size_t{1} << 40}) {
       AttentionOptions options;
       options.window = window;
-      EXPECT_EQ(device_decode(dev, sc.ids, q, n_q, options), none) << "window " << window;
-      EXPECT_EQ(cuda::DecodePlan(dev, 1, sc.ids, n_q, options).splits(),
-                cuda::DecodePlan(dev, 1, sc.ids, n_q).splits());
+      EXPECT_EQ(device_decode(dev, sc.ids, q, options), none) << "window " << window;
+      EXPECT_EQ(DecodePlan(dev, 1, sc.ids, n_q, options).splits(),
+                DecodePlan(dev, 1, sc.ids, n_q).splits());
     }
   }
 }
@@ -121,18 +121,18 @@ TEST(CudaSlidingWindow, RepeatedRunsOfAPlanFollowTheirInputs) {
   KVQ_FRESH_SEED();
   const Shape shape{128, 64, 64, 2, 4, {700, 90, 2000}, true};
   const test::Scenario sc = test::build(shape, "kivi:2", "kivi:2", seed);
-  const cuda::DeviceKVCache dev(sc.cache);
+  const KVCache dev = sc.cache.to(Device::cuda());
   const int n_q = shape.H * shape.G;
   AttentionOptions options;
   options.window = 300;
-  const cuda::DecodePlan plan(dev, 1, sc.ids, n_q, options);
+  DecodePlan plan(dev, 1, sc.ids, n_q, options);
   cuda::DeviceFloats q_dev(sc.ids.size() * static_cast<size_t>(n_q * shape.d)), out_dev(q_dev.size());
   for (int call = 0; call < 4; ++call) {
     SCOPED_TRACE("call " + std::to_string(call));
     const auto q = test::queries(shape, sc.ids.size(), seed + 20 + static_cast<uint64_t>(call));
     q_dev.upload(q);
     out_dev.fill(NAN);
-    plan.run(q_dev.data(), out_dev.data());
+    plan.run({q_dev.data(), q_dev.size()}, {out_dev.data(), out_dev.size()});
     const std::vector<float> got = out_dev.download();
     const test::Reference ref = test::reference_decode(sc, q, shape.G, true, options.window);
     EXPECT_LE(test::worst(got, ref.out, ref, static_cast<size_t>(shape.d), 1e-3, true), 1.0);

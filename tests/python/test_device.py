@@ -1,9 +1,9 @@
-"""kvq.DeviceKVCache against the CPU cache it mirrors (tests/gpu/decode_attention_test.cpp, append_test.cpp): decode
-attention on the device equals the CPU cache's over the same contents within the GPU tests' bound (1e-3 of
-sum_t p_t ||v_t||, plus fp32 score rounding), for caches copied from the CPU and for caches appended to on the
-device from CUDA tensors; appends on the device hold what the CPU cache holds; to_host round-trips; bad input raises
-clear errors. The tests that need a GPU skip, naming the reason, where torch or kvq has no CUDA device; what a
-machine without one says is checked there."""
+"""kvq.KVCache on a CUDA device against the same cache on the CPU (tests/gpu/decode_attention_test.cpp,
+append_test.cpp): decode attention on the device equals the CPU cache's over the same contents within the GPU tests'
+bound (1e-3 of sum_t p_t ||v_t||, plus fp32 score rounding), for caches copied from the CPU and for caches appended
+to on the device from CUDA tensors; appends on the device hold what the CPU cache holds; to("cpu") round-trips; bad
+input raises clear errors. The tests that need a GPU skip, naming the reason, where torch or kvq has no CUDA device;
+what a machine without one says, and what the device argument accepts, are checked there."""
 
 import numpy as np
 import pytest
@@ -98,7 +98,7 @@ def expect_device_matches_cpu(cpu, seqs, q, got, scale=None, window=0):
 
 
 def expect_same_contents(a, b, seqs):
-    """Two caches (CPU, or a device cache's to_host()) hold the same tokens, decoded, in every sequence."""
+    """Two caches hold the same tokens, decoded, in every sequence."""
     for s in seqs:
         assert a.length(s, LAYER) == b.length(s, LAYER)
         for x, y in zip(a.read(s, LAYER), b.read(s, LAYER)):
@@ -110,7 +110,7 @@ def expect_same_contents(a, b, seqs):
 def test_decode_attention_of_a_copied_cache_equals_the_cpu_cache(rng, key_codec, value_codec):
     for group, residual, lengths in [(1, 0, [1, 63, 0, 700]), (4, 64, [130, 5])]:
         cpu, seqs = cpu_cache(rng, lengths, key_codec, value_codec, residual)
-        dev = cpu.to_device()
+        dev = cpu.to("cuda")
         q = rng.standard_normal((len(seqs), HEADS * group, D)).astype(np.float32)
         got = dev.decode_attention(LAYER, seqs, cuda(q))
         expect_device_matches_cpu(cpu, seqs, q, got)
@@ -129,7 +129,7 @@ def test_appends_on_the_device_hold_what_the_cpu_cache_holds(rng, key_codec, val
         seed = int(rng.integers(2**32))
         config = dict(capacity_pages=32, key_codec=key_codec, value_codec=value_codec, residual_tokens=residual,
                       seed=seed, center_keys=center)
-        cpu, dev = kvq.KVCache(2, HEADS, D, **config), kvq.DeviceKVCache(2, HEADS, D, **config)
+        cpu, dev = kvq.KVCache(2, HEADS, D, **config), kvq.KVCache(2, HEADS, D, device="cuda", **config)
         seqs = []
         for n in lengths:
             seqs.append(cpu.add_sequence())
@@ -140,7 +140,7 @@ def test_appends_on_the_device_hold_what_the_cpu_cache_holds(rng, key_codec, val
                 cpu.append(seqs[-1], LAYER, k, v)
                 dev.append(seqs[-1], LAYER, *((k, v) if i % 3 == 2 else (cuda(k), cuda(v))))
         assert dev.sequences == seqs and [dev.length(s, LAYER) for s in seqs] == lengths
-        expect_same_contents(dev.to_host(), cpu, seqs)
+        expect_same_contents(dev.to("cpu"), cpu, seqs)
         q = rng.standard_normal((len(seqs), HEADS * group, D)).astype(np.float32)
         expect_device_matches_cpu(cpu, seqs, q, dev.decode_attention(LAYER, seqs, cuda(q)))
 
@@ -151,24 +151,24 @@ def test_append_batch_of_one_token_per_sequence(rng, key_codec, value_codec):
     """Decode steps: one append_batch per step with a token for each sequence, against one CPU append per sequence;
     the steps cross page boundaries and fill empty sequences."""
     cpu, seqs = cpu_cache(rng, [0, 63, 64, 200], key_codec, value_codec, residual=64)
-    dev = cpu.to_device()
+    dev = cpu.to("cuda")
     for _ in range(70):
         keys, values = tokens(rng, len(seqs), HEADS, D)
         dev.append_batch(seqs, LAYER, cuda(keys), cuda(values), [1] * len(seqs))
         for b, s in enumerate(seqs):
             cpu.append(s, LAYER, keys[b:b + 1], values[b:b + 1])
     assert [dev.length(s, LAYER) for s in seqs] == [70, 133, 134, 270]
-    expect_same_contents(dev.to_host(), cpu, seqs)
+    expect_same_contents(dev.to("cpu"), cpu, seqs)
     q = rng.standard_normal((len(seqs), 2 * HEADS, D)).astype(np.float32)
     expect_device_matches_cpu(cpu, seqs, q, dev.decode_attention(LAYER, seqs, cuda(q)))
 
 
 @needs_gpu
-def test_to_host_round_trip_and_the_cache_state(rng):
+def test_copy_to_the_cpu_round_trips_and_the_cache_state(rng):
     cpu, seqs = cpu_cache(rng, [0, 1, 64, 300, 5], "int8", "int4", residual=64, center_keys=True)
     cpu.remove_sequence(seqs.pop())  # the device cache goes on with the CPU cache's next id
-    dev = cpu.to_device(capacity_pages=cpu.capacity_pages + 8)
-    assert (dev.device, dev.capacity_pages, dev.sequences) == (0, cpu.capacity_pages + 8, seqs)
+    dev = cpu.to("cuda", capacity_pages=cpu.capacity_pages + 8)
+    assert (dev.device, dev.capacity_pages, dev.sequences) == ("cuda:0", cpu.capacity_pages + 8, seqs)
     assert (dev.key_codec, dev.value_codec, dev.n_layers, dev.head_dim) == (cpu.key_codec, cpu.value_codec, 2, D)
     assert dev.attention_kernel(LAYER) == "cuda_int8_int4"
     used, have = dev.memory(), cpu.memory()
@@ -176,10 +176,10 @@ def test_to_host_round_trip_and_the_cache_state(rng):
         assert used[key] == have[key], key
     assert used["pages_capacity"] == cpu.capacity_pages + 8 == dev.free_pages + used["pages_in_use"]
 
-    back = dev.to_host()
+    back = dev.to("cpu")
     assert back.capacity_pages == dev.capacity_pages and back.sequences == seqs
     expect_same_contents(back, cpu, seqs)
-    assert dev.to_host(capacity_pages=cpu.capacity_pages).capacity_pages == cpu.capacity_pages
+    assert dev.to("cpu", capacity_pages=cpu.capacity_pages).capacity_pages == cpu.capacity_pages
 
     dev_free, cpu_free = dev.free_pages, cpu.free_pages
     dev.remove_sequence(seqs[3])
@@ -191,7 +191,7 @@ def test_to_host_round_trip_and_the_cache_state(rng):
 @needs_gpu
 def test_out_scale_window_and_streams(rng):
     cpu, seqs = cpu_cache(rng, [200, 90], "int8", "int8", residual=64)
-    dev = cpu.to_device()
+    dev = cpu.to("cuda")
     q = rng.standard_normal((2, 4, D)).astype(np.float32)
     qd = cuda(q)
     out = torch.full(q.shape, float("nan"), device="cuda:0")
@@ -219,7 +219,7 @@ def test_out_scale_window_and_streams(rng):
 @needs_gpu
 def test_bad_input_raises_clear_errors(rng):
     cpu, (seq,) = cpu_cache(rng, [10], "int4", "int4")
-    dev = cpu.to_device()
+    dev = cpu.to("cuda")
     keys, values = (cuda(a) for a in tokens(rng, 3, HEADS, D))
     q = cuda(rng.standard_normal((1, 4, D)))
     with pytest.raises(TypeError, match="q: expected an array on CUDA device 0, got one in CPU memory"):
@@ -263,33 +263,53 @@ def test_bad_input_raises_clear_errors(rng):
         dev.append(fresh, LAYER, bad, values)
     assert dev.length(fresh, LAYER) == 0 and dev.length(seq, LAYER) == 10, "a failed append modifies nothing"
 
-    small = kvq.DeviceKVCache(1, HEADS, D, capacity_pages=1, key_codec="int4", value_codec="int4")
+    small = kvq.KVCache(1, HEADS, D, capacity_pages=1, key_codec="int4", value_codec="int4", device="cuda")
     s = small.add_sequence()
     k, v = (cuda(a) for a in tokens(rng, 200, HEADS, D))
     with pytest.raises(kvq.Error, match="pool exhausted"):
         small.append(s, 0, k, v)
     assert small.length(s, 0) == 0
     with pytest.raises(kvq.Error, match="no CUDA device 99"):
-        kvq.DeviceKVCache(1, HEADS, D, capacity_pages=1, device=99)
+        kvq.KVCache(1, HEADS, D, capacity_pages=1, device="cuda:99")
     with pytest.raises(kvq.Error, match="no CUDA device 99"):
-        cpu.to_device(device=99)
+        cpu.to("cuda:99")
     with pytest.raises(kvq.Error, match="unknown codec|nosuch"):
-        kvq.DeviceKVCache(1, HEADS, D, capacity_pages=1, key_codec="nosuch")
+        kvq.KVCache(1, HEADS, D, capacity_pages=1, key_codec="nosuch", device="cuda")
     if torch.cuda.device_count() > 1:
         with pytest.raises(TypeError, match="q: expected an array on CUDA device 0, got one on cuda \\(device 1\\)"):
             dev.decode_attention(LAYER, [seq], q.to("cuda:1"))
 
 
 @pytest.mark.skipif(kvq.cuda_available(), reason="a CUDA device is present: the tests above use it")
-def test_without_a_cuda_device_the_device_cache_says_why():
+def test_without_a_cuda_device_a_cuda_cache_says_why():
     reason = kvq.cuda_unavailable_reason()
     assert reason and not kvq.cuda_available()
     with pytest.raises(kvq.Error, match="no CUDA device") as raised:
-        kvq.DeviceKVCache(1, 2, 64, capacity_pages=4)
+        kvq.KVCache(1, 2, 64, capacity_pages=4, device="cuda")
     assert reason in str(raised.value)
     with pytest.raises(kvq.Error, match="no CUDA device") as raised:
-        kvq.KVCache(1, 2, 64, capacity_pages=4).to_device()
+        kvq.KVCache(1, 2, 64, capacity_pages=4).to("cuda:0")
     assert reason in str(raised.value)
+
+
+def test_devices_by_name_and_what_runs_on_a_cpu_cache_only(rng):
+    cpu, seqs = cpu_cache(rng, [70, 3], "int4", "int8", residual=64, center_keys=True)
+    assert cpu.device == "cpu" and "device" not in repr(cpu)
+    for bad in ("gpu", "cuda:", "cuda:-1", "cuda:1x", "CPU"):
+        with pytest.raises(kvq.Error, match='expected "cpu", "cuda" or "cuda:N"'):
+            kvq.KVCache(1, 2, 64, capacity_pages=4, device=bad)
+        with pytest.raises(kvq.Error, match='expected "cpu", "cuda" or "cuda:N"'):
+            cpu.to(bad)
+    copy = cpu.to("cpu", capacity_pages=cpu.capacity_pages + 3, threads=1)
+    assert (copy.device, copy.capacity_pages, copy.sequences, copy.threads) == (
+        "cpu", cpu.capacity_pages + 3, seqs, 1)
+    expect_same_contents(copy, cpu, seqs)
+    assert copy.add_sequence() == cpu.add_sequence()
+    keys, values = tokens(rng, 2, HEADS, D)
+    with pytest.raises(kvq.Error, match="append_batch: a cpu cache"):
+        cpu.append_batch(seqs, LAYER, keys, values, [1, 1])
+    with pytest.raises(kvq.Error, match="decode_step: a cpu cache"):
+        cpu.decode_step(seqs, [LAYER], 4, scales=[None], windows=[0], max_tokens=200)
 
 
 def test_stream_arguments():
@@ -308,7 +328,8 @@ def test_decode_step_equals_append_then_decode(seed):
     # kvq.DecodeStep run eagerly: the same cache contents and attention (to float32 rounding of the splits) as
     # append_batch then decode_attention on a twin cache.
     gen = torch.Generator().manual_seed(seed)
-    caches = [kvq.DeviceKVCache(2, 2, 64, capacity_pages=32, key_codec="int4", value_codec="int4") for _ in range(2)]
+    caches = [kvq.KVCache(2, 2, 64, capacity_pages=32, key_codec="int4", value_codec="int4", device="cuda")
+              for _ in range(2)]
     seqs = [[c.add_sequence() for _ in range(3)] for c in caches]
     step = caches[1].decode_step(seqs[1], [0, 1], 4, scales=[None, 0.2], windows=[0, 50], max_tokens=200)
     for _ in range(70):

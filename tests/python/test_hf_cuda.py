@@ -1,5 +1,5 @@
-"""kvq.hf with the model on a CUDA device: the cache is a kvq.DeviceKVCache and decode attention runs the CUDA
-kernels on the device's pages. Skipped where torch or kvq has no CUDA device (CI)."""
+"""kvq.hf with the model on a CUDA device: the cache is a kvq.KVCache on that device and decode attention runs the
+CUDA kernels on the device's pages. Skipped where torch or kvq has no CUDA device (CI)."""
 
 import pytest
 
@@ -28,7 +28,7 @@ def test_f16_cache_on_the_device_follows_dynamic_cache(kind, seed):
         ref_logits, ref_tokens = greedy(model, ids, transformers.DynamicCache(config=model.config), 24)
         cache = kvq.hf.KvqCache(model.config, "f16", "f16")
         logits, tokens = greedy(model, ids, cache, 24)
-    assert isinstance(next(iter(cache._stores.values())).cache, kvq.DeviceKVCache)
+    assert next(iter(cache._stores.values())).cache.device == "cuda:0"
     assert relative_error(logits, ref_logits) < 1e-3
     assert torch.equal(tokens, ref_tokens)
 
@@ -83,7 +83,7 @@ def test_sliding_window_on_the_device(seed):
 
 
 def test_layers_on_two_devices(seed):
-    # accelerate's device_map over two GPUs: each layer's pages live on its layer's device (one kvq.DeviceKVCache
+    # accelerate's device_map over two GPUs: each layer's pages live on its layer's device (one kvq.KVCache
     # per device), and the logits equal those of the model wholly on the first GPU. (A "cpu" entry in a device_map
     # means weights offloaded to the CPU and run on a GPU, so one GPU cannot show this.)
     accelerate = pytest.importorskip("accelerate")
@@ -99,7 +99,7 @@ def test_layers_on_two_devices(seed):
         cache = kvq.hf.KvqCache(split.config, "int4", "int4")
         logits, _ = greedy(split, ids, cache, 12)
     devices = sorted(store.cache.device for store in cache._stores.values())
-    assert devices == [0, 1]
+    assert devices == ["cuda:0", "cuda:1"]
     assert relative_error(logits.cpu(), ref.cpu()) < 1e-3
 
 

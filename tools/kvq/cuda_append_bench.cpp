@@ -1,4 +1,4 @@
-// kvq bench append --device cuda: the append kernels (DeviceKVCache::append_device_batch) per codec against the
+// kvq bench append --device cuda: the append kernels (KVCache::append_device_batch) per codec against the
 // device's copy bandwidth measured in the same run, counted as copy_bandwidth_gbps counts it: bytes read (the fp32
 // keys and values) plus bytes written (the packed pages and the fp32 window tokens), per second.
 //
@@ -80,7 +80,7 @@ std::vector<Row> time_appends(const AppendBenchOptions& o, const std::string& co
   const size_t chunk_floats = o.chunk * row, pages_per_seq = o.chunk / T + 2;
   constexpr int kWarmup = 1;
   const size_t sets = static_cast<size_t>(o.reps + kWarmup);
-  cuda::DeviceKVCache dev(trainer, (sets + 1) * o.batch * pages_per_seq);
+  KVCache dev = trainer.to(Device::cuda(), (sets + 1) * o.batch * pages_per_seq);
   std::vector<std::vector<SeqId>> prefill_sets(sets);
   for (auto& set : prefill_sets)
     for (size_t s = 0; s < o.batch; ++s) set.push_back(dev.add_sequence());
@@ -99,8 +99,8 @@ std::vector<Row> time_appends(const AppendBenchOptions& o, const std::string& co
       },
       o.reps, kWarmup);
   const SeqId probe = prefill_sets[0][0];
-  const double stored = static_cast<double>(dev.view(probe, 0).n_pages * dev.page_bytes()) +
-                        static_cast<double>(dev.view(probe, 0).window_count) * 2.0 * static_cast<double>(row) * 4.0;
+  const double stored = static_cast<double>(dev.view(probe, 0).pages.size() * dev.page_bytes()) +
+                        static_cast<double>(dev.view(probe, 0).residual_count) * 2.0 * static_cast<double>(row) * 4.0;
   const double calls = batched ? 1.0 : static_cast<double>(o.batch);
   Row prefill{codec, batched ? "prefill" : "prefill_per_seq", calls};
   prefill.us = prefill_ms * 1e3;

@@ -17,7 +17,7 @@ struct AppendBenchOptions {
   std::string device = "cuda";  ///< the only device the append kernels run on
 };
 
-/// Times DeviceKVCache::append_device per codec on CUDA device 0: a prefill chunk per sequence and a one-token
+/// Times KVCache::append_device per codec on CUDA device 0: a prefill chunk per sequence and a one-token
 /// decode append per sequence; prints a table or one JSON object.
 void run_cuda_append_bench(const AppendBenchOptions& o);
 

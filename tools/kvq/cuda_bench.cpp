@@ -67,16 +67,16 @@ Timed time_pair(const CudaBenchOptions& o, const std::string& k, const std::stri
   const size_t batch_bytes = o.batch * pages * host.page_bytes();
   t.copies = o.hot ? 1 : std::clamp<size_t>((kRotateBytes + batch_bytes - 1) / batch_bytes, 1, 16);
   const size_t distinct = o.hot ? 1 : o.batch;
-  cuda::DeviceKVCache dev(host, source + t.copies * distinct * pages);
+  KVCache dev = host.to(Device::cuda(), source + t.copies * distinct * pages);
   std::vector<std::vector<SeqId>> batches(t.copies);
   for (auto& b : batches) {
     for (size_t s = 0; s < distinct; ++s) b.push_back(cuda::add_sequence_repeating(dev, src, o.ctx));
     b.resize(o.batch, b.front());
   }
-  std::vector<cuda::DecodePlan> plans;
+  std::vector<DecodePlan> plans;
   for (const auto& b : batches) plans.emplace_back(dev, 0, b, o.q_heads);
   t.splits = plans[0].splits();
-  t.kernel = cuda::decode_kernel(dev, 0);
+  t.kernel = attention_kernel(dev, 0);
 
   const std::vector<float> q = gaussian_vectors(o.batch * static_cast<size_t>(o.q_heads), o.dim, o.seed + 5);
   cuda::DeviceFloats q_dev(q.size()), out_dev(q.size());
@@ -84,7 +84,7 @@ Timed time_pair(const CudaBenchOptions& o, const std::string& k, const std::stri
   size_t next = 0;
   // Two warm-up calls per plan: the first runs the kernels, the second captures them as the graph the timed calls
   // replay.
-  t.us = 1e3 * cuda::median_ms([&] { plans[next++ % plans.size()].run(q_dev.data(), out_dev.data()); }, o.reps,
+  t.us = 1e3 * cuda::median_ms([&] { plans[next++ % plans.size()].run({q_dev.data(), q_dev.size()}, {out_dev.data(), out_dev.size()}); }, o.reps,
                                2 * static_cast<int>(t.copies) + 2);
   for (float x : out_dev.download()) KVQ_CHECK(std::isfinite(x), "bench attention: non-finite output of ", k, "/", v);
   return t;

@@ -12,7 +12,7 @@ namespace kvq::cuda {
 /// A new sequence of n_tokens tokens (a multiple of T) in every layer where src holds pages, repeating src's pages
 /// cyclically, copied device to device into fresh pages (src: whole pages, empty windows): a cache of distinct
 /// memory as large as a benchmark needs from a few encoded pages.
-SeqId add_sequence_repeating(DeviceKVCache& cache, SeqId src, size_t n_tokens);
+SeqId add_sequence_repeating(KVCache& cache, SeqId src, size_t n_tokens);
 
 /// Median device time in milliseconds of `reps` runs of `work` (CUDA events around each, after `warmup` runs).
 double median_ms(const std::function<void()>& work, int reps, int warmup = 3);

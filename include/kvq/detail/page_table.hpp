@@ -1,7 +1,6 @@
-// The bookkeeping every cache keeps about its pages, whatever memory they live in (the CPU's KVCache, CUDA's
-// DeviceKVCache): where a kv head's key and value blocks lie in a page, which pages of the pool are free, and which
-// sequences exist with each layer's state. Not part of the API (cache.hpp's KVCache and src/cuda's
-// DeviceKVCache::Impl hold these as members).
+// The bookkeeping every cache keeps about its pages, whatever memory they live in (a KVCache on the CPU or on a
+// CUDA device): where a kv head's key and value blocks lie in a page, which pages of the pool are free, and which
+// sequences exist with each layer's state. Not part of the API (cache.hpp's KVCache holds these as members).
 #pragma once
 
 #include <cstddef>

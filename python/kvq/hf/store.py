@@ -16,7 +16,7 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
 
 
 class Store:
-    """A kvq.KVCache (CPU) or kvq.DeviceKVCache (CUDA) with one sequence per batch row."""
+    """A kvq.KVCache on the CPU or a CUDA device with one sequence per batch row."""
 
     def __init__(self, device: torch.device, n_layers: int, n_kv_heads: int, head_dim: int, key_codec: str,
                  value_codec: str, batch: int, capacity_pages: int, options):
@@ -24,14 +24,11 @@ class Store:
         common = dict(capacity_pages=capacity_pages, key_codec=key_codec, value_codec=value_codec,
                       block_tokens=options.block_tokens, residual_tokens=options.residual_tokens,
                       seed=options.seed, center_keys=options.center_keys)
-        if device.type == "cpu":
-            self.cache = _kvq.KVCache(n_layers, n_kv_heads, head_dim, threads=options.threads, **common)
-        elif device.type == "cuda":
-            self.cache = _kvq.DeviceKVCache(n_layers, n_kv_heads, head_dim,
-                                            device=device.index if device.index is not None else 0, **common)
-        else:
+        if device.type not in ("cpu", "cuda"):
             raise NotImplementedError(f"kvq.hf: a model layer on device '{device}': kvq caches live on the CPU or "
                                       "on CUDA devices")
+        where = "cpu" if device.type == "cpu" else f"cuda:{device.index if device.index is not None else 0}"
+        self.cache = _kvq.KVCache(n_layers, n_kv_heads, head_dim, threads=options.threads, device=where, **common)
         self.block_tokens = options.block_tokens
         self.residual_tokens = options.residual_tokens
         self.seqs = [self.cache.add_sequence() for _ in range(batch)]

@@ -1,7 +1,7 @@
-// DeviceKVCache's state (cuda.hpp), shared by the files of the device cache: device_cache.cpp (the cache, its
-// appends) and decode_step.cpp (decode steps of a fixed shape). Pages live in one cudaMalloc'd pool with the CPU
-// KVCache's layout; block tables, fp32 windows and key offsets in device memory; the host keeps the bookkeeping
-// (page lists, window counts, the free list) in the CPU cache's page-table types (kvq/detail/page_table.hpp).
+// A CUDA KVCache's device part (cache.hpp), shared by the files of the device cache: device_cache.cpp (the cache's
+// device side, its appends) and decode_step.cpp (decode steps of a fixed shape). Pages live in one cudaMalloc'd
+// pool with the CPU's layout; block tables, fp32 windows and key offsets in device memory. The bookkeeping (page
+// lists, window counts, the free list, the sequences) is the KVCache's own, reached through `cache`.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,6 +15,7 @@
 #include "cuda/append_plan.hpp"
 #include "cuda/device_encoder.hpp"
 #include "cuda/device_memory.hpp"
+#include "kvq/cache.hpp"
 #include "kvq/cuda.hpp"
 #include "kvq/detail/page_table.hpp"
 
@@ -69,25 +70,24 @@ using detail::device_alloc;
 using detail::DevicePtr;
 using detail::StagingLayout;
 
-struct DeviceKVCache::Impl {
-  struct Layer {
-    std::vector<PageId> pages;
-    DevicePtr<PageId> pages_dev;
-    size_t pages_capacity = 0;
-    int window_count = 0;
-    DevicePtr<float> window_dev;      // keys [H][slots][d], then values
-    DevicePtr<float> key_offset_dev;  // centered keys (cache.hpp): [H][d] once the first page is encoded
-    bool has_offset = false;
-  };
-  using Sequence = kvq::detail::SequenceTable<Layer>::Sequence;
+namespace detail {
 
-  CacheConfig config;
+/// One (sequence, layer) of a CUDA cache on the device.
+struct DeviceLayer {
+  DevicePtr<PageId> pages;  // the block table, pages_capacity entries (KVCache::LayerState::pages its host copy)
+  size_t pages_capacity = 0;
+  DevicePtr<float> window;      // keys [H][slots][d], then values
+  DevicePtr<float> key_offset;  // centered keys (cache.hpp): [H][d] once the first page is encoded
+  bool has_offset = false;
+};
+
+struct DeviceStore {
+  using Layer = KVCache::LayerState;
+  using Sequence = KVCache::Sequence;
+
+  KVCache* cache = nullptr;  // the owner (Backend::moved re-points it)
   int device = 0;
-  std::vector<std::unique_ptr<Codec>> key_codecs, value_codecs;
-  kvq::detail::PageLayout layout;
   DevicePtr<uint8_t> pool;
-  kvq::detail::FreePages free;
-  kvq::detail::SequenceTable<Layer> sequences{"DeviceKVCache"};
   // The append kernels of each layer's codecs (null: none, for the reason in *_why).
   std::vector<std::unique_ptr<detail::DeviceEncoder>> key_encoders, value_encoders;
   std::vector<std::string> key_why, value_why;
@@ -103,77 +103,69 @@ struct DeviceKVCache::Impl {
   DevicePtr<unsigned long long> errors;
   std::unique_ptr<unsigned long long[], detail::CudaFreeHost> found;  // pinned copy of errors
 
-  void init(int dev) {
-    device = dev;
-    detail::use_device(device);
-    layout = kvq::detail::PageLayout(key_codecs[0]->block_bytes(), value_codecs[0]->block_bytes(), config.n_kv_heads);
-    pool = device_alloc<uint8_t>(config.capacity_pages * layout.page_bytes,
-                                 "the KV cache pool (" + std::to_string(config.capacity_pages) + " pages)");
-    free = kvq::detail::FreePages(config.capacity_pages);
-    for (int l = 0; l < config.n_layers; ++l) {
-      key_why.emplace_back();
-      value_why.emplace_back();
-      key_encoders.push_back(detail::make_device_encoder(*key_codecs[static_cast<size_t>(l)], &key_why.back()));
-      value_encoders.push_back(detail::make_device_encoder(*value_codecs[static_cast<size_t>(l)], &value_why.back()));
-    }
-    errors = device_alloc<unsigned long long>(4, "the append path's error flags");
-    found = detail::pinned_alloc<unsigned long long>(4, "the append path's error flags");
-  }
-  size_t slots() const { return static_cast<size_t>(config.residual_tokens + config.block_tokens - 1); }
+  // The owner's bookkeeping.
+  const CacheConfig& config() const { return cache->config_; }
+  const kvq::detail::PageLayout& layout() const { return cache->layout_; }
+  kvq::detail::FreePages& free() const { return cache->free_; }
+  kvq::detail::SequenceTable<Layer>& sequences() const { return cache->sequences_; }
+  std::vector<std::unique_ptr<Codec>>& key_codecs() const { return cache->key_codecs_; }
+  std::vector<std::unique_ptr<Codec>>& value_codecs() const { return cache->value_codecs_; }
+
+  /// The store of `owner` (codecs and layout built) on `dev`: the pool, the append kernels, the error flags.
+  DeviceStore(KVCache& owner, int dev);
+  /// The layer's append kernels, built again from its codecs (after training).
+  void build_encoders(size_t layer);
+  size_t slots() const { return static_cast<size_t>(config().residual_tokens + config().block_tokens - 1); }
   size_t window_floats() const {
-    return 2 * static_cast<size_t>(config.n_kv_heads) * slots() * static_cast<size_t>(config.head_dim);
+    return 2 * static_cast<size_t>(config().n_kv_heads) * slots() * static_cast<size_t>(config().head_dim);
   }
-  void check_layer(int layer) const {
-    KVQ_CHECK(layer >= 0 && layer < config.n_layers, "DeviceKVCache: layer ", layer, " out of range (0..",
-              config.n_layers - 1, ")");
-  }
+  void check_layer(int layer) const { cache->check_layer(layer); }
   Sequence& insert(SeqId id) {
-    std::vector<Layer> layers(static_cast<size_t>(config.n_layers));
+    std::vector<Layer> layers(static_cast<size_t>(config().n_layers));
     // Block tables start with room for 128 pages, so that appends rarely reallocate (a synchronizing cudaMalloc).
-    const size_t table = std::min<size_t>(128, config.capacity_pages);
+    const size_t table = std::min<size_t>(128, config().capacity_pages);
     for (Layer& l : layers) {
-      l.pages_dev = device_alloc<PageId>(table, "a block table");
-      l.pages_capacity = table;
-      l.window_dev = device_alloc<float>(window_floats(), "a sequence's fp32 window");
-      KVQ_CUDA_CHECK(cudaMemset(l.window_dev.get(), 0, window_floats() * sizeof(float)));
+      l.device.reset(new DeviceLayer);
+      l.device->pages = device_alloc<PageId>(table, "a block table");
+      l.device->pages_capacity = table;
+      l.device->window = device_alloc<float>(window_floats(), "a sequence's fp32 window");
+      KVQ_CUDA_CHECK(cudaMemset(l.device->window.get(), 0, window_floats() * sizeof(float)));
     }
-    return sequences.insert(id, std::move(layers));
+    return sequences().insert(id, std::move(layers));
   }
-  uint8_t* page(PageId id) const { return pool.get() + static_cast<size_t>(id) * layout.page_bytes; }
+  uint8_t* page(PageId id) const { return pool.get() + static_cast<size_t>(id) * layout().page_bytes; }
   // Room for `need` entries in the layer's device block table. Growing it waits for the device: an append's
   // commit, queued on the caller's stream, may still be writing entries of the old table.
   void reserve_table(Layer& l, size_t need) {
-    if (need > l.pages_capacity) {
+    if (need > l.device->pages_capacity) {
       KVQ_CUDA_CHECK(cudaDeviceSynchronize());
-      const size_t cap = std::max<size_t>(need, 2 * l.pages_capacity);
+      const size_t cap = std::max<size_t>(need, 2 * l.device->pages_capacity);
       DevicePtr<PageId> grown = device_alloc<PageId>(cap, "a block table");
       if (!l.pages.empty())
-        KVQ_CUDA_CHECK(cudaMemcpy(grown.get(), l.pages_dev.get(), l.pages.size() * sizeof(PageId),
+        KVQ_CUDA_CHECK(cudaMemcpy(grown.get(), l.device->pages.get(), l.pages.size() * sizeof(PageId),
                                   cudaMemcpyDeviceToDevice));
-      l.pages_dev = std::move(grown);
-      l.pages_capacity = cap;
+      l.device->pages = std::move(grown);
+      l.device->pages_capacity = cap;
     }
   }
   /// Moves the free list's next n pages to the end of the layer's block table, on the host and the device.
   void take_pages(Layer& l, size_t n) {
     reserve_table(l, l.pages.size() + n);
     const size_t first = l.pages.size();
-    free.take(n, l.pages);
+    free().take(n, l.pages);
     if (n > 0)
-      KVQ_CUDA_CHECK(cudaMemcpyAsync(l.pages_dev.get() + first, l.pages.data() + first, n * sizeof(PageId),
+      KVQ_CUDA_CHECK(cudaMemcpyAsync(l.device->pages.get() + first, l.pages.data() + first, n * sizeof(PageId),
                                      cudaMemcpyHostToDevice));
   }
-  std::vector<float> download_window(const Layer& l) const {
-    std::vector<float> w(window_floats());
-    KVQ_CUDA_CHECK(cudaMemcpy(w.data(), l.window_dev.get(), w.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    return w;
-  }
+  /// A host copy of the layer's window (every slot), window count and key offset.
+  Layer host_layer(const Layer& l) const;
   void set_key_offset(Layer& l, const float* host) const {
-    const size_t n = static_cast<size_t>(config.n_kv_heads) * config.head_dim;
-    if (!l.key_offset_dev) l.key_offset_dev = device_alloc<float>(n, "a key offset");
-    KVQ_CUDA_CHECK(cudaMemcpy(l.key_offset_dev.get(), host, n * sizeof(float), cudaMemcpyHostToDevice));
-    l.has_offset = true;
+    const size_t n = static_cast<size_t>(config().n_kv_heads) * config().head_dim;
+    if (!l.device->key_offset) l.device->key_offset = device_alloc<float>(n, "a key offset");
+    KVQ_CUDA_CHECK(cudaMemcpy(l.device->key_offset.get(), host, n * sizeof(float), cudaMemcpyHostToDevice));
+    l.device->has_offset = true;
   }
+  /// KVCache::append for a codec without append kernels: encoded by the CPU codecs (KVCache::append_on_host).
   void append_on_host(Layer& ls, int layer, SeqId seq, const float* keys, const float* values, size_t n_tokens);
   void append_batch(const char* who, std::span<const SeqId> seqs, int layer, const float* keys_dev,
                     const float* values_dev, std::span<const size_t> n_tokens, cudaStream_t stream);
@@ -194,5 +186,10 @@ struct DeviceKVCache::Impl {
   /// The commit of the bookkeeping: pages, window counts, key offsets, the free list.
   void commit_append(const detail::AppendPlan& plan, std::span<Layer* const> layers);
 };
+
+}  // namespace detail
+
+using detail::DeviceLayer;
+using detail::DeviceStore;
 
 }  // namespace kvq::cuda
