@@ -12,6 +12,7 @@
 #include "kvq/attention.hpp"
 #include "kvq/cache.hpp"
 #include "kvq/cuda.hpp"
+#include "kvq/device.hpp"
 #include "kvq/detail/random.hpp"
 #include "kvq/detail/synthetic.hpp"
 #include "kvq/error.hpp"
@@ -59,33 +60,33 @@ double relative_distance(const float* a, const float* b, size_t d, double norm) 
   return std::sqrt(e) / std::max(norm, 1e-300);
 }
 
-// Decode attention of one sequence's queries (q, out: [q heads][d]) on the device the options name.
+// Decode attention of one sequence's queries (q, out: [q heads][d], host memory) on the device the options name:
+// the cache itself, or its copy on a CUDA device with the queries uploaded there.
 class DecodeRunner {
  public:
-  DecodeRunner(const KVCache& cache, SeqId seq, const std::string& device) : cache_(cache), seq_(seq) {
-    KVQ_CHECK(device == "cpu" || device == "cuda", "--device must be cpu or cuda (got '", device, "')");
-    if (device == "cuda") device_cache_ = std::make_unique<cuda::DeviceKVCache>(cache);
+  DecodeRunner(const KVCache& cache, SeqId seq, const std::string& device) : seq_(seq) {
+    const Device where = Device::parse(device);
+    if (where.is_cuda()) device_cache_ = std::make_unique<KVCache>(cache.to(where));
+    cache_ = device_cache_ ? device_cache_.get() : &cache;
   }
-  std::string kernel() const {
-    return device_cache_ ? cuda::decode_kernel(*device_cache_, 0) : attention_kernel(cache_, 0);
-  }
+  std::string kernel() const { return attention_kernel(*cache_, 0); }
   void run(std::span<const float> q, std::span<float> out) {
-    if (!device_cache_) return decode_attention(cache_, 0, {&seq_, 1}, q, out);
+    if (!device_cache_) return decode_attention(*cache_, 0, {&seq_, 1}, q, out);
+    const int index = cache_->device().index;
     if (!q_dev_) {
-      q_dev_ = std::make_unique<cuda::DeviceFloats>(q.size());
-      out_dev_ = std::make_unique<cuda::DeviceFloats>(out.size());
+      q_dev_ = std::make_unique<cuda::DeviceFloats>(q.size(), index);
+      out_dev_ = std::make_unique<cuda::DeviceFloats>(out.size(), index);
     }
     q_dev_->upload(q);
-    const int n_q_heads = static_cast<int>(q.size() / static_cast<size_t>(cache_.config().head_dim));
-    cuda::decode_attention(*device_cache_, 0, {&seq_, 1}, q_dev_->data(), out_dev_->data(), n_q_heads);
+    decode_attention(*cache_, 0, {&seq_, 1}, {q_dev_->data(), q.size()}, {out_dev_->data(), out.size()});
     const std::vector<float> result = out_dev_->download();
     std::copy(result.begin(), result.end(), out.begin());
   }
 
  private:
-  const KVCache& cache_;
   SeqId seq_;
-  std::unique_ptr<cuda::DeviceKVCache> device_cache_;
+  std::unique_ptr<KVCache> device_cache_;
+  const KVCache* cache_ = nullptr;
   std::unique_ptr<cuda::DeviceFloats> q_dev_, out_dev_;
 };
 

@@ -31,8 +31,7 @@ void add_attention_error_command(CLI::App& app) {
   cmd->add_option("--logit-std", opts->logit_std, "spread of each query's logits over the context")
       ->check(CLI::Range(0.0, 1000.0))->capture_default_str();
   cmd->add_option("--seed", opts->seed, "random seed")->check(CLI::NonNegativeNumber)->capture_default_str();
-  cmd->add_option("--device", opts->device, "cpu, or cuda (device 0: the CUDA kernels on a copy of the cache)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
+  cmd->add_option("--device", opts->device, "cpu, or cuda / cuda:N (the CUDA kernels on a copy of the cache)")
       ->capture_default_str();
   add_exact_attention_option(*cmd);
   cmd->add_flag("--json", *json, "print one JSON object per pair");

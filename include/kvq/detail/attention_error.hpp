@@ -18,13 +18,13 @@ struct AttentionErrorOptions {
   int queries = 16;      ///< decode calls, each with fresh queries
   double logit_std = 2.5;  ///< each query is scaled so that its logits over the context have this spread
   uint64_t seed = 0;
-  /// Where decode attention runs: "cpu", or "cuda" (device 0; a copy of the cache, the queries uploaded).
+  /// Where decode attention runs: "cpu", or "cuda" / "cuda:N" (a copy of the cache there, the queries uploaded).
   std::string device = "cpu";
 };
 
 struct AttentionErrorResult {
   std::string key_codec, value_codec;
-  std::string kernel;  ///< attention_kernel() or cuda::decode_kernel(): what ran (KVQ_ISA and KVQ_ATTENTION apply)
+  std::string kernel;  ///< attention_kernel(): what ran (KVQ_ISA and KVQ_ATTENTION apply)
   double bits_k = 0, bits_v = 0;
   double rel_err_mean = 0;  ///< mean over query heads and calls of |o - o_ref| / |o_ref|
   double rel_err_max = 0;
