@@ -373,8 +373,8 @@ KVQ_UNROLL
 
 // ---- int8 / int4 (IntGroup): keys tokens-in-lanes, values channels-in-lanes, fp16 scales in 16-token tiles -----
 // The scale of a key group multiplies its score tile in fp32 (the k steps of a group accumulate apart); the scale of
-// a value multiplies the decoded fp16 code (rounded once). Key groups must hold a multiple of 32 (int4) or 16 (int8)
-// channels, value groups a multiple of 16 (DecodePlan checks).
+// a value multiplies the decoded fp16 code (rounded once). Key groups must hold a multiple of 32 (int4 on the fp16
+// path) or 16 (int8, and int4 on the integer path) channels, value groups a multiple of 16 (DecodePlan checks).
 template <int kBits>
 struct IntTraits {
   static constexpr int E = 32 / kBits;  // elements per 32-bit lane
