@@ -142,8 +142,9 @@ class DeviceKVCache {
   std::unique_ptr<Impl> impl_;
 };
 
-/// What decode attention runs for a layer's codec pair, e.g. "cuda_int4_int4"; throws kvq::Error for a pair (or
-/// head dimension) without a CUDA kernel.
+/// What decode attention runs for a layer's codec pair, e.g. "cuda_int4_int4_fast" (int keys on the integer path,
+/// KVQ_ATTENTION=fast, the default) or "cuda_int4_int4" (KVQ_ATTENTION=exact); throws kvq::Error for a pair (or
+/// head dimension) without a CUDA kernel, or int4 keys in groups of 16 channels under KVQ_ATTENTION=exact.
 std::string decode_kernel(const DeviceKVCache& cache, int layer);
 
 /// One batch of sequences prepared for repeated decode steps: the block-table descriptors and the split-K

@@ -245,7 +245,8 @@ void bind_device_cache(nb::module_& m) {
             return without_gil(self.mutex, [&] { return cuda::decode_kernel(self.cache, layer); });
           },
           nb::arg("layer"),
-          "The CUDA kernel decode attention runs for the layer, e.g. 'cuda_int4_int4'; kvq.Error for a codec pair "
+          "The CUDA kernel decode attention runs for the layer, e.g. 'cuda_int4_int4_fast' (KVQ_ATTENTION=fast, the "
+          "default) or 'cuda_int4_int4' (exact); kvq.Error for a codec pair "
           "without one.")
       .def("memory", &memory,
            "Bytes held on the device: page_bytes, pages_in_use, pages_capacity, encoded_bytes, pool_bytes, "
