@@ -83,7 +83,7 @@ command -v cuobjdump >/dev/null &&
 
 if [ "${KVQ_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   declare -A filter=([memcheck]="${KVQ_MEMCHECK_FILTER:-*}"
-    [racecheck]="${KVQ_RACECHECK_FILTER:-CudaDecodeAttention.*:CudaDeviceCache.*:CudaSlidingWindow.RepeatedRuns*:CudaAppend.SanitizerShapes*}")
+    [racecheck]="${KVQ_RACECHECK_FILTER:-CudaDecodeAttention.*:CudaFastDecode.ExactSelects*:CudaDeviceCache.*:CudaSlidingWindow.RepeatedRuns*:CudaAppend.SanitizerShapes*}")
   for tool in memcheck racecheck; do
     timeout 180 compute-sanitizer --tool "$tool" --error-exitcode 1 build/cuda-device/tests/kvq_gpu_tests \
       --gtest_brief=1 --gtest_filter="${filter[$tool]}" >"$OUT/sanitizer-$tool.log" 2>&1 &&
