@@ -3,7 +3,9 @@
 # every kvq CUDA kernel over batch {1, 8, 32} x ctx {4096, 32768, 131072} with the device's copy bandwidth, time the
 # append kernels per codec (append.jsonl), run the GPU tests under compute-sanitizer memcheck and racecheck, and
 # print the tables last. Everything it prints is also written under $OUT (run.log, kvq.jsonl, hot.jsonl, append.jsonl,
-# sdpa.jsonl, summary.json; build.log, sass.txt, the sanitizer and ncu logs in logs.tar.gz).
+# sdpa.jsonl, exact.jsonl, summary.json; build.log, sass.txt, the sanitizer and ncu logs in logs.tar.gz). The timing
+# runs each pair's default kernel (KVQ_ATTENTION unset: int keys on the integer path), plus the exact path of
+# int4/int4 and int8/int8 at 32 x 32768 (exact.jsonl) for comparison.
 #   here:     bash bench/gpu/pack-deps.sh
 #   device:   run(command="bash bench/gpu/run.sh", carry=[".gpu-deps"])
 # KVQ_GPU_QUICK=1 times two shapes only (1 x 4096, 32 x 131072); KVQ_CUDA_ALL_PAIRS=1 builds (and tests) every
@@ -14,6 +16,7 @@
 # The split kernels' SASS opcode counts go to sass.txt (bench/gpu/sass_stats.py).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+unset KVQ_ATTENTION  # the default kernels (the tests choose their own)
 OUT=${OUT:-build/gpu-out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/run.log") 2>&1
@@ -46,6 +49,9 @@ done
 # take without the HBM traffic, so that the cold times above tell memory-bound from compute-bound.
 timeout 90 build/cuda-device/kvq bench attention --device cuda --batch 32 --ctx 32768 "${pairs[@]}" --reps 30 --hot \
   --json >"$OUT/hot.jsonl" || echo "kvq-gpu: kvq bench --hot failed"
+# The int keys' exact fp16 path (--exact: KVQ_ATTENTION=exact) beside their default integer path, at one shape.
+timeout 60 build/cuda-device/kvq bench attention --device cuda --batch 32 --ctx 32768 --k int4 --v int4 --k int8 \
+  --v int8 --reps 30 --exact --json >"$OUT/exact.jsonl" || echo "kvq-gpu: kvq bench --exact failed"
 echo "kvq-gpu: kvq timing done at $(( $(date +%s) - start )) s"
 # The append kernels: 32 sequences x one prefill chunk of 4096 tokens, and one token per sequence, each step as one
 # batched call and as one call per sequence.
@@ -77,7 +83,7 @@ command -v cuobjdump >/dev/null &&
 
 if [ "${KVQ_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   declare -A filter=([memcheck]="${KVQ_MEMCHECK_FILTER:-*}"
-    [racecheck]="${KVQ_RACECHECK_FILTER:-CudaDecodeAttention.*:CudaDeviceCache.*:CudaSlidingWindow.RepeatedRuns*:CudaAppend.SanitizerShapes*}")
+    [racecheck]="${KVQ_RACECHECK_FILTER:-CudaDecodeAttention.*:CudaFastDecode.ExactSelects*:CudaDeviceCache.*:CudaSlidingWindow.RepeatedRuns*:CudaAppend.SanitizerShapes*}")
   for tool in memcheck racecheck; do
     timeout 180 compute-sanitizer --tool "$tool" --error-exitcode 1 build/cuda-device/tests/kvq_gpu_tests \
       --gtest_brief=1 --gtest_filter="${filter[$tool]}" >"$OUT/sanitizer-$tool.log" 2>&1 &&

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The table of bench/gpu/run.sh: per shape, SDPA's time and each kernel's time, speed-up over SDPA and fraction
-of the copy bandwidth on its own (compressed) bytes; the hot (L2-resident) times against the cold ones (hot.jsonl); then
-the append kernels per codec (append.jsonl). Reads sdpa.jsonl, kvq.jsonl, hot.jsonl and append.jsonl where present;
-writes summary.json."""
+of the copy bandwidth on its own (compressed) bytes; the hot (L2-resident) times against the cold ones (hot.jsonl); the
+exact path of the int keys against their default integer path (exact.jsonl); then the append kernels per codec
+(append.jsonl). Reads sdpa.jsonl, kvq.jsonl, hot.jsonl, exact.jsonl and append.jsonl where present; writes
+summary.json."""
 import json
 import sys
 
@@ -24,6 +25,13 @@ try:
             hot.extend(json.loads(line)["rows"])
 except FileNotFoundError:
     pass
+exact = []
+try:
+    for line in open(f"{out_dir}/exact.jsonl"):
+        if line.startswith("{"):
+            exact.extend(json.loads(line)["rows"])
+except FileNotFoundError:
+    pass
 appends = []
 try:
     for line in open(f"{out_dir}/append.jsonl"):
@@ -34,7 +42,7 @@ try:
                 appends.append(r)
 except FileNotFoundError:
     pass
-json.dump({"sdpa": list(sdpa.values()), "rows": summary, "hot": hot, "append": appends}, open(f"{out_dir}/summary.json", "w"),
+json.dump({"sdpa": list(sdpa.values()), "rows": summary, "hot": hot, "exact": exact, "append": appends}, open(f"{out_dir}/summary.json", "w"),
           indent=1)
 print(f"{'batch':>5} {'ctx':>7} {'pair':<24} {'us':>9} {'sdpa us':>9} {'vs sdpa':>8} {'GB/s':>7} {'of copy':>7}")
 for r in summary:
@@ -51,6 +59,14 @@ if hot:
         ratio = f"{c['us_per_call'] / r['us_per_call']:.2f}" if c else "-"
         cus = f"{c['us_per_call']:.1f}" if c else "-"
         print(f"{r['batch']:>5} {r['ctx']:>7} {r['k'] + '/' + r['v']:<24} {r['us_per_call']:>9.1f} {cus:>9} {ratio:>8}")
+if exact:
+    print(f"\n{'exact':<5} {'ctx':>7} {'pair':<24} {'exact us':>9} {'default':>9} {'exact/def':>9} default kernel")
+    for r in exact:
+        c = cold.get((r["k"], r["v"], r["batch"], r["ctx"]))
+        ratio = f"{r['us_per_call'] / c['us_per_call']:.2f}" if c else "-"
+        cus = f"{c['us_per_call']:.1f}" if c else "-"
+        print(f"{r['batch']:>5} {r['ctx']:>7} {r['k'] + '/' + r['v']:<24} {r['us_per_call']:>9.1f} {cus:>9} {ratio:>9} "
+              f"{c.get('kernel', '-') if c else '-'}")
 if appends:
     print(f"\n{'append':<15} {'codec':<14} {'batch':>5} {'tokens':>8} {'us':>9} {'Mtok/s':>8} {'GB/s':>7} "
           f"{'of copy':>7}")

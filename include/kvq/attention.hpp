@@ -169,7 +169,8 @@ void prefill_attention(const KVCache& cache, int layer, SeqId seq, size_t start,
                        ThreadPool* pool = nullptr);
 
 /// The kernel decode attention runs for `layer`. A CUDA cache: the split kernel of the codec pair, e.g.
-/// "cuda_int4_int4" (kvq::Error for a pair or head dimension without one). A CPU cache: the page-loop kernel of
+/// "cuda_int4_int4_fast" (int keys on the integer path, KVQ_ATTENTION=fast) or "cuda_int4_int4" (exact); kvq::Error
+/// for a pair or head dimension without one, or int4 keys in groups of 16 under KVQ_ATTENTION=exact. A CPU cache: the page-loop kernel of
 /// decode_attention and prefill_attention on this CPU, "generic" (through the
 /// codecs' Scorer and accumulate) or a kernel fused for the layer's codec pair, named fused_<key>_<value>_<isa>
 /// (e.g. "fused_int4_int4_avx512vnni"). The environment variable KVQ_ISA=scalar|avx2|avx512|avx512vnni (x86) or

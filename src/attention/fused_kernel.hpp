@@ -42,6 +42,7 @@
 #include <utility>
 
 #include "attention/kernel_args.hpp"
+#include "attention/query_digits.hpp"
 
 namespace kvq::detail {
 namespace {
@@ -434,9 +435,6 @@ void key_scores_qjl(const KernelArgs& a, const float* q, const uint8_t* block, P
 // Prepared queries in the kernel's scratch: digits [d/E chunks of E channels][n_q][Digits][E channels] int8 (int4:
 // the 8 channels as the 4 even, then the 4 odd; a pass's digits for one chunk sit at fixed offsets from one
 // pointer); then the offset corrections [n_q][groups][2] int32; then the scales S [n_q] float.
-template <int Digits>
-constexpr int32_t kDigitsMax = (1 << (8 * Digits - 1)) - (1 << (8 * (Digits - 1)));  // the top digit in [-127, 127]
-
 struct VnniQueries {
   const int8_t* digits;
   const int32_t* corrections;
@@ -454,22 +452,13 @@ VnniQueries prepare_vnni_queries(const KernelArgs& a) {
     const float* q = a.q + static_cast<size_t>(i) * d;
     float amax = 0;
     for (int c = 0; c < d; ++c) amax = amax > q[c] ? (amax > -q[c] ? amax : -q[c]) : q[c];
-    // Queries too small for a normal scale (below FLT_MIN x kDigitsMax, about 1e-33) take zero digits: q / scale
-    // would overflow to inf, an undefined conversion.
-    constexpr float kMax = static_cast<float>(kDigitsMax<Digits>);
-    const float scale = amax >= std::numeric_limits<float>::min() * kMax ? amax / kMax : 1.0f;
+    const float scale = digit_scale<Digits>(amax);  // 1 for a query too small to scale: zero digits
     scales[i] = scale;
     int32_t* corr = corrections + static_cast<size_t>(i) * groups * 2;
     for (int k = 0; k < groups * 2; ++k) corr[k] = 0;
     for (int c = 0; c < d; ++c) {
-      const float x = q[c] / scale;  // |x| <= kDigitsMax
-      int32_t rest = static_cast<int32_t>(x < 0 ? x - 0.5f : x + 0.5f);
       int32_t digit[Digits];
-      for (int k = Digits - 1; k > 0; --k) {  // low digits in [-128, 127], the top one what remains
-        digit[k] = ((rest + 128) & 255) - 128;
-        rest = (rest - digit[k]) / 256;
-      }
-      digit[0] = rest;
+      query_digits<Digits>(q[c], scale, digit);
       const int slot = Bits == 4 ? (c % 2) * 4 + (c % 8) / 2 : c % 4;  // int4: even channels, then odd
       for (int k = 0; k < Digits; ++k)
         digits[(static_cast<size_t>(c / E) * n_q + i) * Digits * E + k * E + slot] = static_cast<int8_t>(digit[k]);

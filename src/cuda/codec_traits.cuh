@@ -373,8 +373,8 @@ KVQ_UNROLL
 
 // ---- int8 / int4 (IntGroup): keys tokens-in-lanes, values channels-in-lanes, fp16 scales in 16-token tiles -----
 // The scale of a key group multiplies its score tile in fp32 (the k steps of a group accumulate apart); the scale of
-// a value multiplies the decoded fp16 code (rounded once). Key groups must hold a multiple of 32 (int4) or 16 (int8)
-// channels, value groups a multiple of 16 (DecodePlan checks).
+// a value multiplies the decoded fp16 code (rounded once). Key groups must hold a multiple of 32 (int4 on the fp16
+// path) or 16 (int8, and int4 on the integer path) channels, value groups a multiple of 16 (DecodePlan checks).
 template <int kBits>
 struct IntTraits {
   static constexpr int E = 32 / kBits;  // elements per 32-bit lane
@@ -405,6 +405,56 @@ struct IntTraits {
       uint4 sc[C / 32];
       run_halves<C>(prm[0], a.groups, lane & 3, gr, sc);
       scale_tiles<C>(sc, 1.0f, acc, s);
+    }
+
+    // The integer path (KVQ_ATTENTION=fast; decode_kernel.cuh, int_scores): k steps of 32 channels by
+    // mma.m16n8k32 on signed bytes, the query as two 8-bit digits (rows n and n + 8 of A). int8 codes enter as
+    // they are; an int4 nibble q enters as the high half of a byte, 16 q exactly (no offset to subtract), so the
+    // products carry a factor 2^kIntFactorLog2 that the row's scale takes back.
+    static constexpr bool kIntScores = true;
+    static constexpr int kIntFactorLog2 = kBits == 4 ? 4 : 0;
+    /// The channel of k (0..31) in k32 step ks: int4 one lane word per lane (its even channels at k = 4i + j,
+    /// its odd ones at 16 + 4i + j), int8 two (lane words 8 ks + i and 8 ks + 4 + i: channels 32 ks + k).
+    template <int D>
+    KVQ_HD static constexpr int channel32(int ks, int k) {
+      if constexpr (kBits == 4) return 32 * ks + 8 * ((k & 15) >> 2) + 2 * (k & 3) + (k >> 4);
+      else return 32 * ks + k;
+    }
+    /// The signed-byte B fragments of k32 step ks for the chunk's C / 8 tiles (tile 4h + x: word x of piece h).
+    template <int D, int C>
+    KVQ_HD static void int_bfrags(const uint4* codes, int ks, int lane, uint32_t (&b)[C / 8][2]) {
+KVQ_UNROLL
+      for (int h = 0; h < C / 32; ++h) {
+        if constexpr (kBits == 4) {
+          const uint4 p = codes[32 * (ks * (C / 32) + h) + lane];
+KVQ_UNROLL
+          for (int x = 0; x < 4; ++x) {
+            b[4 * h + x][0] = (word(p, x) << 4) & 0xF0F0F0F0u;  // nibbles 0, 2, 4, 6 times 16
+            b[4 * h + x][1] = word(p, x) & 0xF0F0F0F0u;         // nibbles 1, 3, 5, 7 times 16
+          }
+        } else {
+          const uint4 p0 = codes[32 * (2 * ks * (C / 32) + h) + lane];
+          const uint4 p1 = codes[32 * ((2 * ks + 1) * (C / 32) + h) + lane];
+KVQ_UNROLL
+          for (int x = 0; x < 4; ++x) {
+            b[4 * h + x][0] = word(p0, x);
+            b[4 * h + x][1] = word(p1, x);
+          }
+        }
+      }
+    }
+    /// Adds group gr's integer tiles to the scores: per token 256 P0 + P1 (rows n, n + 8: the query's two digits)
+    /// joined in int32 (|.| <= 64 x 32512 x 127 < 2^31), converted once and times the token's fp16 scale.
+    template <int D, int C>
+    KVQ_HD static void scale_int_group(const uint8_t* const* prm, const CodecArgs& a, int lane, int gr,
+                                       const int (&acc)[C / 8][4], float (&s)[C / 8][2]) {
+      uint4 sc[C / 32];
+      run_halves<C>(prm[0], a.groups, lane & 3, gr, sc);
+KVQ_UNROLL
+      for (int jj = 0; jj < C / 8; ++jj) {
+        s[jj][0] = fmaf(run_at(sc, jj), static_cast<float>(acc[jj][0] * 256 + acc[jj][2]), s[jj][0]);
+        s[jj][1] = fmaf(run_at(sc, C / 8 + jj), static_cast<float>(acc[jj][1] * 256 + acc[jj][3]), s[jj][1]);
+      }
     }
   };
 

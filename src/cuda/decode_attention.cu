@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 
+#include "attention/precision.hpp"
 #include "codec/block_layout.hpp"
 #include "codec/int_group.hpp"
 #include "codec/kivi.hpp"
@@ -280,7 +281,9 @@ CodecArgs host_codec_args(const Codec& c, bool key) {
   a.T = c.block_tokens();
   const size_t d = static_cast<size_t>(c.dim()), T = static_cast<size_t>(a.T);
   if (const auto ip = int_group_params(c)) {
-    const int lane_groups = key ? (ip->bits == 4 ? 32 : 16) : 16;  // a scale per k step pair / k step / 16 lanes
+    // A scale per k16 step (int8 keys; int4 keys on the integer path, whose fp16 path needs 32: split_kernel_fn) or
+    // per 16 lanes (values).
+    const int lane_groups = 16;
     KVQ_CHECK(ip->group % lane_groups == 0, "CUDA decode attention: ", key ? "key" : "value", " codec '",
               c.spec().str(), "' has groups of ", ip->group, " channels; the kernel needs a multiple of ", lane_groups);
     a.group = ip->group;
@@ -329,6 +332,16 @@ CodecArgs host_codec_args(const Codec& c, bool key) {
 
 using namespace detail;
 
+namespace {
+
+// Whether the kernel takes the int keys' integer path: int4/int8 keys under KVQ_ATTENTION=fast (the default; the
+// CPU's switch, read at each plan), else the exact fp16 path.
+bool int_scores(const Codec& k) {
+  return int_group_params(k).has_value() && kvq::detail::active_precision() == kvq::detail::Precision::fast;
+}
+
+}  // namespace
+
 std::string DevicePlan::kernel(const KVCache& cache, int layer) {
   const Codec& k = cache.key_codec(layer);
   const Codec& v = cache.value_codec(layer);
@@ -337,7 +350,12 @@ std::string DevicePlan::kernel(const KVCache& cache, int layer) {
             " has no kernel (64, 128 or 256)");
   KVQ_CHECK(find_kernel(k, v).has_value(), "CUDA decode attention: no kernel for key codec '", k.spec().str(),
             "' with value codec '", v.spec().str(), "' (", pair_list(), ")");
-  return "cuda_" + k.spec().name + "_" + v.spec().name;
+  const bool fast = int_scores(k);
+  if (const auto ip = int_group_params(k); ip && ip->bits == 4 && ip->group == 16)
+    KVQ_CHECK(fast, "CUDA decode attention: key codec '", k.spec().str(),
+              "' (groups of 16 channels) has only the fast kernel (integer scores); KVQ_ATTENTION=exact asks for the "
+              "exact one, which needs groups of 32 or 64");
+  return "cuda_" + k.spec().name + "_" + v.spec().name + (fast ? "_fast" : "");
 }
 
 struct DevicePlan::Impl {
@@ -427,8 +445,9 @@ void DevicePlan::Impl::choose_kernel(const KVCache& cache, int layer, int n_q_he
   value_table = upload(codec_table(vc, false), "the value codec's table");
   a.key.table = key_table.get();
   a.value.table = value_table.get();
-  kernel = (*find_kernel(kc, vc))(d, a.key, a.value);
-  KVQ_CHECK(kernel.fn != nullptr, "CUDA decode attention: no instantiation for d = ", d);
+  kernel = (*find_kernel(kc, vc))(d, a.key, a.value, int_scores(kc));
+  KVQ_CHECK(kernel.fn != nullptr, "CUDA decode attention: no instantiation for d = ", d, " (", kernel_name, ")");
+  KVQ_CHECK(kernel.fast == int_scores(kc), "CUDA decode attention: ", kernel_name, " has no integer path");
   KVQ_CHECK(T % kernel.chunk == 0, "CUDA decode attention: pages of ", T, " tokens are not whole chunks of ",
             kernel.chunk, " (", kernel_name, ")");
 

@@ -24,6 +24,7 @@
 #include "cuda/cuda_check.cuh"
 #include "cuda/decode_tables.hpp"
 #include "cuda/fragment_ops.cuh"
+#include "attention/query_digits.hpp"
 
 namespace kvq::cuda::detail {
 
@@ -96,8 +97,15 @@ KVQ_HD void key_bfrags_lo(const uint4* codes, const uint8_t* const* prm, int ks,
 }
 
 
-/// The compile-time shape of one pair's kernel at head dimension D.
-template <class K, class V, int D>
+/// Whether key traits K have the integer path (int8/int4 keys: K::kIntScores).
+template <class K>
+KVQ_HD constexpr bool has_int_scores() {
+  if constexpr (requires { K::kIntScores; }) return K::kIntScores;
+  else return false;
+}
+
+/// The compile-time shape of one pair's kernel at head dimension D (kInt: the int keys' integer path).
+template <class K, class V, int D, bool kInt = false>
 struct SplitShape {
   static_assert(D == 64 || D == 128 || D == 256, "head dimensions 64, 128, 256");
   static constexpr int C = K::kChunk > V::kChunk ? K::kChunk : V::kChunk;  // tokens per chunk
@@ -130,12 +138,176 @@ struct SplitShape {
   static constexpr bool kHeavy = D > 128 || kParts > 1 || (C == 64 && K::kGroups);
   static constexpr int kMinBlocks = (kHeavy ? 256 : kDense ? 512 : 384) / kThreads;
   static constexpr int kTableBytes = KS * 32 * 16;                              // one [KS][32] fragment table
-  static constexpr int kBlockBytes = kTableBytes * (K::kChunkA ? 2 : 1);        // queries (+ their fp32 values)
+  // Queries (+ their fp32 values; the integer path: its digit table, at most kTableBytes, then S of the 8 rows).
+  static constexpr int kBlockBytes = kTableBytes * (K::kChunkA ? 2 : 1) + (kInt ? 32 : 0);
   static constexpr int kWarpBytes = (K::kChunkA ? kTableBytes : 0) +             // per-chunk query fragments
                                     (kBulk ? 16 * kStages : 0);                 // the stages' mbarriers
   static_assert(kWarps % kParts == 0, "a block holds whole ranges");
   static_assert(K::kRanges <= kTableSlot && V::kRanges <= kTableSlot, "parameter ranges below the table slot");
 };
+
+/// The integer path's A fragment idx of its table [KD / 32][kSub][32] (lane idx % 32): for the lane's query row g
+/// (rows g >= G zero) at scale S = qscale[g], per k32 step (and, for groups of 16 channels, per group of the step:
+/// kSub = 2, the other group's digits zero) the digits D0 (row g) and D1 (row g + 8) of x_c ~ S (256 D0 + D1) at
+/// the channels of K::channel32 (query_digits.hpp: the CPU's fast kernels round alike). x: the group's queries, G
+/// rows of KD, already times scale_log2 (x_row_c = x[row * KD + c] * x_factor).
+template <class K, int D, int kSub>
+KVQ_HD uint4 int_query_fragment(const float* x, float x_factor, const float* qscale, int G, int idx) {
+  constexpr int KD = key_space<K, D>();
+  const int t = idx >> 5, g = (idx & 31) >> 2, i = idx & 3, ks = t / kSub, h = t % kSub;
+  uint32_t w[4] = {0, 0, 0, 0};
+  if (g < G) {
+    const float S = qscale[g];
+    for (int r = 0; r < 2; ++r)  // k = 4i + j (words 0, 1), 16 + 4i + j (words 2, 3)
+      for (int j = 0; j < 4; ++j) {
+        const int c = K::template channel32<D>(ks, 16 * r + 4 * i + j);
+        if (kSub == 2 && ((c >> 4) & 1) != h) continue;  // groups of 16: the step's other group
+        int32_t digit[2];
+        kvq::detail::query_digits<2>(x[g * KD + c] * x_factor, S, digit);
+        w[2 * r] |= (static_cast<uint32_t>(digit[0]) & 0xffu) << (8 * j);
+        w[2 * r + 1] |= (static_cast<uint32_t>(digit[1]) & 0xffu) << (8 * j);
+      }
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/// The integer path's A table and row scales, built once per block (every thread calls it): row n < 8 of the
+/// query (x_c = q_c * scale_log2, rows n >= G zero) in 16-bit fixed point over the head, S_n = digit_scale(max |x_c|)
+/// into qscale[n], then int_query_fragment for every entry of itab.
+template <class K, int D, int kSub, int kThreads>
+__device__ __forceinline__ void int_query_table(const float* q, float scale_log2, int G, uint4* itab, float* qscale) {
+  constexpr int KD = key_space<K, D>();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int n = warp; n < 8; n += kThreads / 32) {
+    float amax = 0;
+    if (n < G)
+      for (int c = lane; c < KD; c += 32) amax = fmaxf(amax, fabsf(q[n * KD + c] * scale_log2));
+    for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    if (lane == 0) qscale[n] = kvq::detail::digit_scale<2>(amax);
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < KD / 32 * kSub * 32; idx += kThreads)
+    itab[idx] = int_query_fragment<K, D, kSub>(q, scale_log2, qscale, G, idx);
+}
+
+/// Score stage, fp16/bf16 tensor cores: S = Q K^T of the chunk into sc (lane (n, i): row n, tokens (C/4) i + {jj,
+/// C/8 + jj}), the keys decoded to exact fp16/bf16, each scale group's tiles scaled in fp32 (GS: log2 of the k steps
+/// per group). A: the query fragments [KS][32].
+template <class K, int D, int C, int GS>
+__device__ __forceinline__ void fp_scores(const uint4* A, const uint4* kcodes, const uint8_t* const* kprm,
+                                          const CodecArgs& a, int lane, float (&sc)[C / 8][2]) {
+  constexpr int NT = C / 8, KS = key_space<K, D>() / 16, kGroupSteps = 1 << GS;
+  float acc[NT][4];
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks) {
+    const uint4 af = A[32 * ks + lane];
+    uint32_t b[NT][2];
+    key_bfrags<K, D, C>(kcodes, kprm, ks, a, lane, b);
+#pragma unroll
+    for (int jj = 0; jj < NT; ++jj) {
+      if (ks % kGroupSteps == 0) mma_first<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);
+      else mma<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);
+    }
+    if constexpr (K::kSplitB) {
+      key_bfrags_lo<K, D, C>(kcodes, kprm, ks, a, lane, b);
+#pragma unroll
+      for (int jj = 0; jj < NT; ++jj) mma<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);
+    }
+    if (ks % kGroupSteps == kGroupSteps - 1) K::template scale_group<D, C>(kprm, a, lane, ks >> GS, acc, sc);
+  }
+}
+
+/// Score stage, integer tensor cores (the int keys' fast path): per k32 step one mma.m16n8k32 on the query's two
+/// digits and the codes as signed bytes (two where groups hold 16 channels: kSub = 2), the digit products joined
+/// per group in int32 and scaled by the tokens' fp16 scales in fp32 (K::scale_int_group). The scores come out
+/// without the row's factor S_n 2^-kIntFactorLog2 (softmax_update applies it). GS: log2 of the k16 steps per group.
+template <class K, int D, int C, int GS>
+__device__ __forceinline__ void int_scores(const uint4* itab, const uint4* kcodes, const uint8_t* const* kprm,
+                                           const CodecArgs& a, int lane, float (&sc)[C / 8][2]) {
+  constexpr int NT = C / 8, KS32 = key_space<K, D>() / 32;
+  constexpr int kSub = GS == 0 ? 2 : 1, kGroupSteps = GS == 0 ? 1 : 1 << (GS - 1);  // k32 steps per group
+  int acc[NT][4];
+#pragma unroll
+  for (int ks = 0; ks < KS32; ++ks) {
+    uint32_t b[NT][2];
+    K::template int_bfrags<D, C>(kcodes, ks, lane, b);
+#pragma unroll
+    for (int h = 0; h < kSub; ++h) {
+      const uint4 af = itab[32 * (kSub * ks + h) + lane];
+#pragma unroll
+      for (int jj = 0; jj < NT; ++jj) {
+        if (kSub == 2 || ks % kGroupSteps == 0) imma_first(acc[jj], af, b[jj][0], b[jj][1]);
+        else imma(acc[jj], af, b[jj][0], b[jj][1]);
+      }
+      if (kSub == 2)
+        K::template scale_int_group<D, C>(kprm, a, lane, 2 * ks + h, acc, sc);
+      else if (ks % kGroupSteps == kGroupSteps - 1)
+        K::template scale_int_group<D, C>(kprm, a, lane, ks / kGroupSteps, acc, sc);
+    }
+  }
+}
+
+/// Softmax update: the chunk's scores times `factor` (kScaled; the integer path's row scale), the running maximum
+/// and sum (base 2; a row's maximum shared by its 4 lanes), o rescaled where the maximum moved, and the weights
+/// p (times 2^12, so that small ones keep fp16's precision) of the lane's C / 4 tokens: p[jj], p[C/8 + jj].
+template <int C, int NJ, bool kScaled>
+__device__ __forceinline__ void softmax_update(const float (&sc)[C / 8][2], float factor, float& m_run, float& l_run,
+                                               float (&o)[NJ][4], float (&p)[C / 4]) {
+  constexpr int NT = C / 8;
+  float mx = -INFINITY;
+#pragma unroll
+  for (int jj = 0; jj < NT; ++jj) mx = fmaxf(mx, fmaxf(sc[jj][0], sc[jj][1]));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  if constexpr (kScaled) mx *= factor;  // factor > 0: the maximum of the scaled scores
+  const float m_new = fmaxf(m_run, mx);
+  const float alpha = exp2_fast(m_run - m_new);  // 0 for the first chunk (m_run = -inf)
+  m_run = m_new;
+  l_run *= alpha;
+  if (__any_sync(0xffffffffu, alpha != 1.0f)) {
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) o[j][x] *= alpha;
+  }
+  const float m_off = m_new - 12.0f;  // weights times 2^12
+#pragma unroll
+  for (int jj = 0; jj < NT; ++jj) {
+    if constexpr (kScaled) {
+      p[jj] = exp2_fast(fmaf(sc[jj][0], factor, -m_off));
+      p[NT + jj] = exp2_fast(fmaf(sc[jj][1], factor, -m_off));
+    } else {
+      p[jj] = exp2_fast(sc[jj][0] - m_off);
+      p[NT + jj] = exp2_fast(sc[jj][1] - m_off);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < C / 4; ++t) l_run += p[t];
+}
+
+/// Accumulate stage: O += P V over the chunk's value steps, the weights (split hi + lo) straight from p as the A
+/// operand, the values decoded in registers (the warp's part starting at value channel pc).
+template <class V, int D, int DP, int C>
+__device__ __forceinline__ void accumulate_values(const float (&p)[C / 4], const uint4* vcodes,
+                                                  const uint8_t* const* vprm, const CodecArgs& a, int lane, int pc,
+                                                  float (&o)[DP / 8][4]) {
+  constexpr int VS = C / 16, NJ = DP / 8;
+  float w[C / 4];
+  value_weights<V, D, C>(vprm, lane, pc, w);
+  uint4 pa[VS];
+#pragma unroll
+  for (int vs = 0; vs < VS; ++vs)
+    pa[vs] = split_fragment<V::kBf16>(
+        p[V::token_at(vs, 0)] * w[V::token_at(vs, 0)], p[V::token_at(vs, 1)] * w[V::token_at(vs, 1)],
+        p[V::token_at(vs, 2)] * w[V::token_at(vs, 2)], p[V::token_at(vs, 3)] * w[V::token_at(vs, 3)]);
+#pragma unroll
+  for (int j = 0; j < NJ; ++j) {
+    uint32_t b[VS][2];
+    V::template bfrags<D, DP, C>(vcodes, vprm, a, lane, j, pc, b);
+#pragma unroll
+    for (int vs = 0; vs < VS; ++vs) mma<V::kBf16>(o[j], pa[vs], b[vs][0], b[vs][1]);
+  }
+}
 
 /// The parameter bytes per chunk of the key and value codecs (their ranges together).
 template <class K, class V, int D>
@@ -165,17 +337,19 @@ KVQ_UNROLL
   }
 }
 
-/// GS: log2 of the k steps per key scale group (int8/int4 keys), log2(D / 16) for the codecs without groups (whose
+/// GS: log2 of the k16 steps per key scale group (int8/int4 keys), log2(D / 16) for the codecs without groups (whose
 /// space of more than D channels is scored in groups of D).
+/// kInt: the int keys' integer path (KVQ_ATTENTION=fast): scores by int_scores on the query's two 8-bit digits.
 /// kWindowStart: the variant run on the one page per sequence that a sliding window starts inside (SeqPages::
 /// window_first): it skips the page's chunks wholly before the window and hides the older tokens of the chunk it
 /// starts in. Its occupancy does not matter (a page per (sequence, kv head)), so it may take every register; the
 /// split kernel itself has none to spare for the mask (docs/perf/h200.md, run 14) and never sees a partial page.
-template <class K, class V, int D, int GS, bool kWindowStart = false>
-__global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, kWindowStart ? 1 : SplitShape<K, V, D>::kMinBlocks)
+template <class K, class V, int D, int GS, bool kWindowStart = false, bool kInt = false>
+__global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
+                                  kWindowStart ? 1 : SplitShape<K, V, D, kInt>::kMinBlocks)
     decode_split_kernel(const SplitArgs a) {
-  using S = SplitShape<K, V, D>;
-  constexpr int C = S::C, NT = S::NT, KS = S::KS, VS = S::VS, NJ = S::NJ, DP = S::DP;
+  using S = SplitShape<K, V, D, kInt>;
+  constexpr int C = S::C, NT = S::NT, KS = S::KS, NJ = S::NJ, DP = S::DP;
   constexpr int kStages = S::kStages;
 
   extern __shared__ __align__(16) uint8_t smem[];
@@ -288,21 +462,32 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, kWindowStart ? 
     if constexpr (S::kLanes) cp_async_commit();
   }
 
-  // The group's queries as A fragments (and their fp32 values for per-chunk rebuilds), rows n >= G zero.
-  for (int idx = threadIdx.x; idx < KS * 32; idx += S::kThreads) {
-    const int ks = idx >> 5, g = (idx & 31) >> 2, i = idx & 3;
-    float x[4];
+  // The group's queries as A fragments (and their fp32 values for per-chunk rebuilds), rows n >= G zero; the
+  // integer path: their digits and each row's scale.
+  if constexpr (kInt) {
+    int_query_table<K, D, GS == 0 ? 2 : 1, S::kThreads>(a.q_space + q_row0 * S::KD, a.scale_log2, a.G, qtab,
+                                                         reinterpret_cast<float*>(qf));
+  } else {
+    for (int idx = threadIdx.x; idx < KS * 32; idx += S::kThreads) {
+      const int ks = idx >> 5, g = (idx & 31) >> 2, i = idx & 3;
+      float x[4];
 #pragma unroll
-    for (int q = 0; q < 4; ++q)
-      x[q] = g < a.G ? a.q_space[(q_row0 + g) * S::KD + K::template channel<D>(ks, frag_k(i, q))] * a.scale_log2 : 0.0f;
-    qtab[idx] = split_fragment<K::kBf16>(x[0], x[1], x[2], x[3]);
-    if constexpr (K::kChunkA) qf[idx] = make_float4(x[0], x[1], x[2], x[3]);
+      for (int q = 0; q < 4; ++q)
+        x[q] = g < a.G ? a.q_space[(q_row0 + g) * S::KD + K::template channel<D>(ks, frag_k(i, q))] * a.scale_log2
+                       : 0.0f;
+      qtab[idx] = split_fragment<K::kBf16>(x[0], x[1], x[2], x[3]);
+      if constexpr (K::kChunkA) qf[idx] = make_float4(x[0], x[1], x[2], x[3]);
+    }
   }
   for (uint32_t idx = threadIdx.x; idx < a.key.table_bytes / 16; idx += S::kThreads)
     reinterpret_cast<uint4*>(ktable)[idx] = static_cast<const uint4*>(a.key.table)[idx];
   for (uint32_t idx = threadIdx.x; idx < a.value.table_bytes / 16; idx += S::kThreads)
     reinterpret_cast<uint4*>(vtable)[idx] = static_cast<const uint4*>(a.value.table)[idx];
   __syncthreads();
+
+  // The integer path's factor of the lane's row n: S_n times 2^-kIntFactorLog2 (int4 codes enter times 16).
+  float row_scale = 1.0f;
+  if constexpr (kInt) row_scale = reinterpret_cast<const float*>(qf)[lane >> 2] * (1.0f / (1 << K::kIntFactorLog2));
 
   float m_run = -INFINITY, l_run = 0;
   float o[NJ][4];
@@ -331,86 +516,29 @@ __global__ void __launch_bounds__(SplitShape<K, V, D>::kThreads, kWindowStart ? 
     float sc[NT][2];
 #pragma unroll
     for (int jj = 0; jj < NT; ++jj) sc[jj][0] = sc[jj][1] = 0;
-    const uint4* A = qtab;
-    float cst = 0;
-    if constexpr (K::kChunkA) {
-      cst = K::template prepare<D>(kprm, a.key, lane, qf, atab);
+    if constexpr (kInt) {
+      int_scores<K, D, C, GS>(qtab, kcodes, kprm, a.key, lane, sc);
+    } else if constexpr (K::kChunkA) {
+      float cst = K::template prepare<D>(kprm, a.key, lane, qf, atab);
       cst += __shfl_xor_sync(0xffffffffu, cst, 1);
       cst += __shfl_xor_sync(0xffffffffu, cst, 2);
-      A = atab;
-    }
-    constexpr int kGroupSteps = 1 << GS;
-    float acc[NT][4];
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks) {
-      const uint4 af = A[32 * ks + lane];
-      uint32_t b[NT][2];
-      key_bfrags<K, D, C>(kcodes, kprm, ks, a.key, lane, b);
+      fp_scores<K, D, C, GS>(atab, kcodes, kprm, a.key, lane, sc);
 #pragma unroll
       for (int jj = 0; jj < NT; ++jj) {
-        if (ks % kGroupSteps == 0) mma_first<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);
-        else mma<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);
+        sc[jj][0] += cst;
+        sc[jj][1] += cst;
       }
-      if constexpr (K::kSplitB) {
-        key_bfrags_lo<K, D, C>(kcodes, kprm, ks, a.key, lane, b);
-#pragma unroll
-        for (int jj = 0; jj < NT; ++jj) mma<K::kBf16>(acc[jj], af, b[jj][0], b[jj][1]);
-      }
-      if (ks % kGroupSteps == kGroupSteps - 1) K::template scale_group<D, C>(kprm, a.key, lane, ks >> GS, acc, sc);
+    } else {
+      fp_scores<K, D, C, GS>(qtab, kcodes, kprm, a.key, lane, sc);
     }
     if constexpr (kWindowStart) {  // read here, not kept: held through the chunk step, int4 at d = 256 spilled
       const int first = *static_cast<const volatile int*>(&a.seqs[s].window_first);
       hide_before<C>(first - q * C, lane, sc);
     }
 
-    // Online softmax over the chunk (row n's maximum shared by its 4 lanes).
-    float mx = -INFINITY;
-#pragma unroll
-    for (int jj = 0; jj < NT; ++jj) {
-      if constexpr (K::kChunkA) {
-        sc[jj][0] += cst;
-        sc[jj][1] += cst;
-      }
-      mx = fmaxf(mx, fmaxf(sc[jj][0], sc[jj][1]));
-    }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m_run, mx);
-    const float alpha = exp2_fast(m_run - m_new);  // 0 for the first chunk (m_run = -inf)
-    m_run = m_new;
-    l_run *= alpha;
-    if (__any_sync(0xffffffffu, alpha != 1.0f)) {
-#pragma unroll
-      for (int j = 0; j < NJ; ++j)
-#pragma unroll
-        for (int x = 0; x < 4; ++x) o[j][x] *= alpha;
-    }
-    const float m_off = m_new - 12.0f;  // weights times 2^12
     float p[C / 4];
-#pragma unroll
-    for (int jj = 0; jj < NT; ++jj) {
-      p[jj] = exp2_fast(sc[jj][0] - m_off);
-      p[NT + jj] = exp2_fast(sc[jj][1] - m_off);
-    }
-#pragma unroll
-    for (int t = 0; t < C / 4; ++t) l_run += p[t];
-
-    // O += P V over the chunk's value steps.
-    float w[C / 4];
-    value_weights<V, D, C>(vprm, lane, pc, w);
-    uint4 pa[VS];
-#pragma unroll
-    for (int vs = 0; vs < VS; ++vs)
-      pa[vs] = split_fragment<V::kBf16>(
-          p[V::token_at(vs, 0)] * w[V::token_at(vs, 0)], p[V::token_at(vs, 1)] * w[V::token_at(vs, 1)],
-          p[V::token_at(vs, 2)] * w[V::token_at(vs, 2)], p[V::token_at(vs, 3)] * w[V::token_at(vs, 3)]);
-#pragma unroll
-    for (int j = 0; j < NJ; ++j) {
-      uint32_t b[VS][2];
-      V::template bfrags<D, DP, C>(vcodes, vprm, a.value, lane, j, pc, b);
-#pragma unroll
-      for (int vs = 0; vs < VS; ++vs) mma<V::kBf16>(o[j], pa[vs], b[vs][0], b[vs][1]);
-    }
+    softmax_update<C, NJ, kInt>(sc, row_scale, m_run, l_run, o, p);
+    accumulate_values<V, D, DP, C>(p, vcodes, vprm, a.value, lane, pc, o);
     __syncwarp();  // every lane is done with the stage before it is refilled
   }
   if constexpr (S::kLanes) cp_async_wait<0>();
@@ -442,51 +570,64 @@ struct SplitKernel {
   int code_bytes = 0;   // per warp and stage
   int param_bytes = 0;  // per warp and stage, for the codecs' arguments
   int block_bytes = 0, warp_bytes = 0;
+  bool fast = false;    // the int keys' integer path (int_scores), not the exact fp16 one
 };
 
-template <class K, class V, int D, bool kWindowStart>
+/// The kernel for the key groups' shift; the integer path takes groups of 16 channels for int4 keys too (two
+/// masked products per k32 step), which the fp16 path cannot (a lane word feeds two of its k steps).
+template <class K, class V, int D, bool kWindowStart, bool kInt>
 const void* split_kernel_fn(int group_shift) {
   if constexpr (K::kGroups) {
     switch (group_shift) {
       case 0:
-        if constexpr (K::kMinGroupShift == 0)
-          return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 0, kWindowStart>);
+        if constexpr (kInt || K::kMinGroupShift == 0)
+          return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 0, kWindowStart, kInt>);
         return nullptr;
-      case 1: return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 1, kWindowStart>);
-      case 2: return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 2, kWindowStart>);
+      case 1: return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 1, kWindowStart, kInt>);
+      case 2: return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 2, kWindowStart, kInt>);
       default: return nullptr;
     }
   } else {
-    return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, log2_of(D / 16), kWindowStart>);
+    return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, log2_of(D / 16), kWindowStart, kInt>);
   }
 }
 
-template <class K, class V, int D>
+template <class K, class V, int D, bool kInt>
 SplitKernel split_kernel_at(const CodecArgs& key, const CodecArgs& value) {
-  using S = SplitShape<K, V, D>;
+  using S = SplitShape<K, V, D, kInt>;
   SplitKernel k;
-  k.fn = split_kernel_fn<K, V, D, false>(key.group_shift);
-  k.window_start_fn = split_kernel_fn<K, V, D, true>(key.group_shift);
+  k.fn = split_kernel_fn<K, V, D, false, kInt>(key.group_shift);
+  k.window_start_fn = split_kernel_fn<K, V, D, true, kInt>(key.group_shift);
+  k.fast = kInt;
   k.threads = S::kThreads;
   k.warps = S::kWarps;
   k.parts = S::kParts;
   k.chunk = S::C;
   k.stages = S::kStages;
   k.code_bytes = S::kCodeBytes;
-  k.param_bytes = static_cast<int>(param_bytes<K, V, D>(key, value));
+  k.param_bytes = static_cast<int>(param_bytes<K, V, D>(key, value));  // the same for both paths
   k.block_bytes = S::kBlockBytes;
   k.warp_bytes = S::kWarpBytes;
   return k;
 }
 
-/// The split kernel of the pair (K, V) for head dimension d (decode_pairs.cu instantiates each pair); fn is null
-/// when d or the key groups have no instantiation.
+template <class K, class V, int D>
+SplitKernel split_kernel_at(const CodecArgs& key, const CodecArgs& value, bool fast) {
+  if constexpr (has_int_scores<K>()) {
+    if (fast) return split_kernel_at<K, V, D, true>(key, value);
+  }
+  return split_kernel_at<K, V, D, false>(key, value);
+}
+
+/// The split kernel of the pair (K, V) for head dimension d (decode_pairs.cu instantiates each pair): with `fast`
+/// (KVQ_ATTENTION=fast) the integer path where the keys have one (SplitKernel::fast says which); fn is null when d
+/// or the key groups have no instantiation.
 template <class K, class V>
-SplitKernel split_kernel(int d, const CodecArgs& key, const CodecArgs& value) {
+SplitKernel split_kernel(int d, const CodecArgs& key, const CodecArgs& value, bool fast) {
   switch (d) {
-    case 64: return split_kernel_at<K, V, 64>(key, value);
-    case 128: return split_kernel_at<K, V, 128>(key, value);
-    case 256: return split_kernel_at<K, V, 256>(key, value);
+    case 64: return split_kernel_at<K, V, 64>(key, value, fast);
+    case 128: return split_kernel_at<K, V, 128>(key, value, fast);
+    case 256: return split_kernel_at<K, V, 256>(key, value, fast);
     default: return {};
   }
 }

@@ -17,7 +17,8 @@
 
 namespace kvq::cuda::detail {
 
-using KernelFor = SplitKernel (*)(int d, const CodecArgs& key, const CodecArgs& value);
+/// The pair's split kernel at head dimension d; fast: the int keys' integer path where the keys have one.
+using KernelFor = SplitKernel (*)(int d, const CodecArgs& key, const CodecArgs& value, bool fast);
 
 struct PairKernel {
   std::string key, value;  // codec ids (kCodecId): "f16", "int4", "kivi:2", "qjl:256", "vecinfer:8/4", ...
@@ -116,7 +117,7 @@ template <>
 inline constexpr const char* kCodecId<VecInfer12x8> = "vecinfer:12/8";
 
 #define KVQ_DECODE_PAIR(K, V) \
-  template SplitKernel split_kernel<K::Key, V::Value>(int, const CodecArgs&, const CodecArgs&)
+  template SplitKernel split_kernel<K::Key, V::Value>(int, const CodecArgs&, const CodecArgs&, bool)
 
 #define KVQ_EXTERN_DECODE_PAIR(K, V) extern KVQ_DECODE_PAIR(K, V);
 KVQ_DECODE_PAIRS(KVQ_EXTERN_DECODE_PAIR)

@@ -1,5 +1,6 @@
 // Register-level building blocks of the decode kernels: byte permutes, packed fp16/bf16 arithmetic on 32-bit words,
-// fp32 -> (hi, lo) operand splits, and the warp-wide tensor-core product mma.m16n8k16 with fp32 accumulators.
+// fp32 -> (hi, lo) operand splits, and the warp-wide tensor-core products mma.m16n8k16 with fp32 accumulators and
+// mma.m16n8k32 on signed bytes with int32 accumulators (the int keys' fast path).
 //
 // Everything but the mma and the asynchronous copies also compiles for the host, so that a host test can run the
 // codec traits' fragment code (codec_traits.cuh) lane by lane and check it against the CPU codecs.
@@ -229,6 +230,25 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint4& a, uint32_t b0, 
         "{%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+}
+
+/// C = A B (no accumulator input), mma.m16n8k32 with signed 8-bit operands and int32 results (exact). Fragments
+/// for lane = 4 n + i, each word 4 bytes with the lower k in the low byte:
+///   A (16 x 32): A[n][4i..4i+3], A[n+8][4i..4i+3], A[n][4i+16..4i+19], A[n+8][4i+16..4i+19]
+///   B (32 x 8):  B[4i..4i+3][n], B[4i+16..4i+19][n]
+///   C (16 x 8):  as mma.m16n8k16's: C[n][2i], C[n][2i+1], C[n+8][2i], C[n+8][2i+1]
+__device__ __forceinline__ void imma_first(int (&c)[4], const uint4& a, uint32_t b0, uint32_t b1) {
+  const int z = 0;
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1), "r"(z));
+}
+
+/// C += A B, mma.m16n8k32 with signed 8-bit operands and int32 accumulators.
+__device__ __forceinline__ void imma(int (&c)[4], const uint4& a, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
 }
 
 /// ldmatrix.x4.trans: lane l gives the shared address of row l % 8 of 8 x 8 matrix l / 8 (16 bytes of 16-bit

@@ -65,6 +65,32 @@ void emulate_mma(const uint4 (&a)[32], const uint32_t (&b0)[32], const uint32_t 
   }
 }
 
+// C[lane] += A B for one integer mma.m16n8k32 (signed bytes, exact), the fragments given per lane.
+void emulate_imma(const uint4 (&a)[32], const uint32_t (&b0)[32], const uint32_t (&b1)[32], int64_t (&c)[32][4]) {
+  int A[16][32], B[32][8];
+  const auto byte = [](uint32_t w, int j) { return static_cast<int>(static_cast<int8_t>(w >> (8 * j))); };
+  for (int lane = 0; lane < 32; ++lane) {
+    const int n = lane >> 2, i = lane & 3;
+    for (int j = 0; j < 4; ++j) {
+      A[n][4 * i + j] = byte(a[lane].x, j);
+      A[n + 8][4 * i + j] = byte(a[lane].y, j);
+      A[n][4 * i + 16 + j] = byte(a[lane].z, j);
+      A[n + 8][4 * i + 16 + j] = byte(a[lane].w, j);
+      B[4 * i + j][n] = byte(b0[lane], j);
+      B[4 * i + 16 + j][n] = byte(b1[lane], j);
+    }
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    const int n = lane >> 2, i = lane & 3;
+    for (int x = 0; x < 4; ++x) {
+      const int row = n + 8 * (x >> 1), col = 2 * i + (x & 1);
+      int64_t sum = 0;
+      for (int k = 0; k < 32; ++k) sum += A[row][k] * B[k][col];
+      c[lane][x] += sum;
+    }
+  }
+}
+
 struct Block {
   std::unique_ptr<Codec> codec;
   std::vector<uint8_t> bytes;
@@ -253,6 +279,116 @@ void check_keys(const Block& b, int T, uint64_t seed) {
   }
 }
 
+// The int keys' integer path (KVQ_ATTENTION=fast): the digit table, the signed-byte B fragments through an emulated
+// mma.m16n8k32, the groups joined and scaled as the kernel does, times the row's factor; against sum_c x_c y_tc
+// within the query's rounding (|x_c - S (256 D0 + D1)| <= S / 2) plus fp32 rounding. Rows of very different sizes,
+// and one too small for a normal S (its scores zero). An int32 overflow or a wrong channel, group or token shows.
+template <class K, int D>
+void check_int_keys(const Block& b, int T, uint64_t seed) {
+  constexpr int C = 32, NT = C / 8, KD = D, KS32 = KD / 32;
+  const int gshift = b.args.group_shift, kSub = gshift == 0 ? 2 : 1;
+  const int group_steps = gshift == 0 ? 1 : 1 << (gshift - 1);  // k32 steps per group
+  const float scale_log2 = 0.125f * 1.4426950f;
+  std::vector<float> q = gaussian_vectors(8, KD, seed + 7);
+  for (int c = 0; c < KD; ++c) {
+    q[static_cast<size_t>(KD) + c] *= 300.0f;  // large, and an outlier channel
+    q[static_cast<size_t>(2 * KD) + c] *= 1e-3f;
+    q[static_cast<size_t>(7 * KD) + c] *= 1e-40f;  // too small for a normal S: zero digits
+  }
+  q[static_cast<size_t>(3 * KD) + 5] = 50.0f;
+  float qscale[8];
+  for (int n = 0; n < 8; ++n) {
+    float amax = 0;
+    for (int c = 0; c < KD; ++c) amax = std::max(amax, std::fabs(q[static_cast<size_t>(n) * KD + c] * scale_log2));
+    qscale[n] = kvq::detail::digit_scale<2>(amax);
+  }
+  EXPECT_EQ(qscale[7], 1.0f);
+  std::vector<uint4> itab(static_cast<size_t>(KS32 * kSub * 32));
+  for (int idx = 0; idx < static_cast<int>(itab.size()); ++idx)
+    itab[static_cast<size_t>(idx)] = kSub == 2 ? int_query_fragment<K, D, 2>(q.data(), scale_log2, qscale, 8, idx)
+                                               : int_query_fragment<K, D, 1>(q.data(), scale_log2, qscale, 8, idx);
+  // Every channel appears once in the k32 map.
+  std::vector<int> hits(KD, 0);
+  for (int ks = 0; ks < KS32; ++ks)
+    for (int k = 0; k < 32; ++k) ++hits[static_cast<size_t>(K::template channel32<D>(ks, k))];
+  for (int c = 0; c < KD; ++c) ASSERT_EQ(hits[static_cast<size_t>(c)], 1) << "channel " << c;
+
+  for (int cc = 0; cc < T / C; ++cc) {
+    SCOPED_TRACE("chunk " + std::to_string(cc));
+    Stage st;
+    key_stage<K, D, C>(b, cc, st);
+    float sc[32][NT][2] = {};
+    int64_t acc[NT][32][4] = {};
+    for (int ks = 0; ks < KS32; ++ks) {
+      uint32_t bf[32][NT][2];
+      for (int lane = 0; lane < 32; ++lane) K::template int_bfrags<D, C>(st.codes.data(), ks, lane, bf[lane]);
+      for (int h = 0; h < kSub; ++h) {
+        if (kSub == 2 || ks % group_steps == 0)
+          for (auto& tile : acc)
+            for (auto& l : tile) l[0] = l[1] = l[2] = l[3] = 0;
+        uint4 a[32];
+        for (int lane = 0; lane < 32; ++lane) a[lane] = itab[static_cast<size_t>(32 * (kSub * ks + h) + lane)];
+        for (int jj = 0; jj < NT; ++jj) {
+          uint32_t b0[32], b1[32];
+          for (int lane = 0; lane < 32; ++lane) {
+            b0[lane] = bf[lane][jj][0];
+            b1[lane] = bf[lane][jj][1];
+          }
+          emulate_imma(a, b0, b1, acc[jj]);
+        }
+        const bool last = kSub == 2 || ks % group_steps == group_steps - 1;
+        if (!last) continue;
+        for (int lane = 0; lane < 32; ++lane) {
+          int lane_acc[NT][4];
+          for (int jj = 0; jj < NT; ++jj)
+            for (int x = 0; x < 4; ++x) {
+              ASSERT_LE(std::llabs(acc[jj][lane][x]), int64_t{1} << 23) << "a digit sum beyond the kernel's bound";
+              lane_acc[jj][x] = static_cast<int>(acc[jj][lane][x]);
+            }
+          K::template scale_int_group<D, C>(st.prm, b.args, lane, kSub == 2 ? 2 * ks + h : ks / group_steps, lane_acc,
+                                            sc[lane]);
+        }
+      }
+    }
+    double worst = 0;
+    for (int lane = 0; lane < 32; ++lane) {
+      const int g = lane >> 2, i = lane & 3;
+      const double factor = static_cast<double>(qscale[g]) / (1 << K::kIntFactorLog2);
+      for (int jj = 0; jj < NT; ++jj)
+        for (int x = 0; x < 2; ++x) {
+          const int t = C * cc + C / 4 * i + jj + x * NT;
+          double want = 0, size = 0, rounding = 0;
+          for (int c = 0; c < KD; ++c) {
+            const double y = b.y[static_cast<size_t>(t) * KD + c];
+            const double term = static_cast<double>(q[static_cast<size_t>(g) * KD + c] * scale_log2) * y;
+            want += term;
+            size += std::fabs(term);
+            rounding += std::fabs(y);
+          }
+          const double got = static_cast<double>(sc[lane][jj][x]) * factor;
+          // S / 2 per channel (plus the fp32 rounding of q / S: 2^-9 S), and fp32 rounding
+          const double bound = (g == 7 ? std::fabs(want) : (0.5 + 0x1p-9) * qscale[g] * rounding) + 1e-5 * size + 1e-30;
+          worst = std::max(worst, std::fabs(got - want) / bound);
+          if (g == 7) EXPECT_EQ(sc[lane][jj][x], 0.0f) << "a query too small to scale scores zero";
+        }
+    }
+    EXPECT_LE(worst, 1.0);
+  }
+}
+
+template <class K>
+void check_every_dim_int_keys(const std::string& spec, uint64_t seed) {
+  const auto at = [&]<int D>(uint64_t s) {
+    for (int T : {64, 128}) {
+      SCOPED_TRACE(spec + " integer keys d=" + std::to_string(D) + " T=" + std::to_string(T));
+      check_int_keys<K, D>(encode(spec, D, T, true, s + static_cast<uint64_t>(T)), T, s + 11);
+    }
+  };
+  at.template operator()<64>(seed);
+  at.template operator()<128>(seed + 100);
+  at.template operator()<256>(seed + 200);
+}
+
 // O += P V of every chunk (and each d > 128 part) for 8 rows of random weights, against sum_t p_t y_tc.
 template <class V, int D, int C>
 void check_values(const Block& b, int T, uint64_t seed) {
@@ -433,6 +569,16 @@ TEST(CudaFragments, IntPairsMatchTheCodec) {
   check_every_dim<IntTraits<4>>("int4:64", seed + 1);
   check_every_dim<IntTraits<8>>("int8", seed + 2);
   check_every_dim<IntTraits<8>>("int8:16", seed + 3);
+}
+
+TEST(CudaFragments, IntKeysIntegerPathMatchesTheCodec) {
+  KVQ_FRESH_SEED();
+  check_every_dim_int_keys<IntTraits<4>::Key>("int4", seed);
+  check_every_dim_int_keys<IntTraits<4>::Key>("int4:16", seed + 1);
+  check_every_dim_int_keys<IntTraits<4>::Key>("int4:64", seed + 2);
+  check_every_dim_int_keys<IntTraits<8>::Key>("int8", seed + 3);
+  check_every_dim_int_keys<IntTraits<8>::Key>("int8:16", seed + 4);
+  check_every_dim_int_keys<IntTraits<8>::Key>("int8:64", seed + 5);
 }
 
 TEST(CudaFragments, KiviPairsMatchTheCodec) {

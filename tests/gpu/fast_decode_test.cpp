@@ -1,0 +1,154 @@
+// The int keys' integer path of the CUDA decode kernel (KVQ_ATTENTION=fast, the default; docs/METHODS.md, "Fast
+// attention kernels" and "CUDA decode arithmetic") under the CPU's fast-kernel contract: per call, the summed
+// relative error of the device output against the double-precision reference over the decoded cache is at most a
+// tenth of the codec's own error (that reference against the one over the original keys and values), measured on
+// the same inputs: Gaussian and key-like data with outlier channels, d = 64/128/256, GQA 1-8, fp32 windows. The
+// other tests of this binary run the exact path (exact_attention_environment.cpp) and keep its tolerance.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "attention_test_util.hpp"
+#include "env_override.hpp"
+#include "gpu_test.hpp"
+#include "kvq/attention.hpp"
+#include "kvq/cuda.hpp"
+#include "kvq/device.hpp"
+#include "kvq/detail/cuda_bench_support.hpp"
+#include "kvq/error.hpp"
+#include "test_seed.hpp"
+
+namespace kvq {
+namespace {
+
+using test::EnvOverride;
+using test::Shape;
+
+// |a_r - b_r| / |norm_r| summed over the rows of d floats (fast_attention_kernels_test.cpp's measure).
+double summed_distance(const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& norm,
+                       size_t d) {
+  double sum = 0;
+  for (size_t r = 0; r < norm.size() / d; ++r) {
+    double e = 0, n = 0;
+    for (size_t c = 0; c < d; ++c) {
+      const double x = static_cast<double>(a[r * d + c]) - b[r * d + c];
+      e += x * x;
+      n += static_cast<double>(norm[r * d + c]) * norm[r * d + c];
+    }
+    if (n > 0) sum += std::sqrt(e / n);
+  }
+  return sum;
+}
+
+std::vector<float> device_decode(const KVCache& dev, const std::vector<SeqId>& ids, const std::vector<float>& q) {
+  cuda::DeviceFloats q_dev(q.size()), out_dev(q.size());
+  q_dev.upload(q);
+  out_dev.fill(NAN);  // every element must be written
+  decode_attention(dev, 1, ids, {q_dev.data(), q_dev.size()}, {out_dev.data(), out_dev.size()});
+  return out_dev.download();
+}
+
+struct FastPair {
+  std::string k, v, kernel;  // kernel: attention_kernel's name under KVQ_ATTENTION=fast
+};
+
+// int4/int4, int8/int8, int4 keys in groups of 16 and 64, int8 keys in groups of 16 and 64, and the default build's
+// int keys with non-int values (src/cuda/decode_pairs.cmake: int8/turbo_mse:3, int4/turbo_mse:2).
+const std::vector<FastPair> kFastPairs = {{"int4", "int4", "cuda_int4_int4_fast"},
+                                          {"int8", "int8", "cuda_int8_int8_fast"},
+                                          {"int4:16", "int4", "cuda_int4_int4_fast"},
+                                          {"int4:64", "int4:16", "cuda_int4_int4_fast"},
+                                          {"int8:16", "int8", "cuda_int8_int8_fast"},
+                                          {"int8:64", "int4", "cuda_int8_int4_fast"},
+                                          {"int8", "turbo_mse:3", "cuda_int8_turbo_mse_fast"},
+                                          {"int4", "turbo_mse:2", "cuda_int4_turbo_mse_fast"}};
+
+TEST(CudaFastDecode, ErrorIsAtMostATenthOfTheCodecsOwn) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  const std::vector<Shape> shapes{{128, 64, 0, 2, 4, {1000, 65}, true},
+                                  {128, 64, 0, 1, 8, {2000}, false},
+                                  {64, 128, 128, 2, 2, {700}, true},
+                                  {256, 64, 64, 1, 4, {500}, true},
+                                  {128, 128, 64, 3, 1, {1, 300, 3000}, true}};
+  const EnvOverride fast("KVQ_ATTENTION", "fast");
+  for (size_t s = 0; s < shapes.size(); ++s)
+    for (size_t p = 0; p < kFastPairs.size(); ++p) {
+      const Shape& shape = shapes[s];
+      const FastPair& pair = kFastPairs[p];
+      SCOPED_TRACE(pair.k + "/" + pair.v + ", " + test::describe(shape));
+      const uint64_t at = seed + 1000 * s + 10 * p;
+      const test::Scenario sc = test::build(shape, pair.k, pair.v, at);
+      const KVCache dev = sc.cache.to(Device::cuda());
+      EXPECT_EQ(attention_kernel(dev, 1), pair.kernel);
+      const auto q = test::queries(shape, sc.ids.size(), at + 7);
+      const size_t d = static_cast<size_t>(shape.d);
+      const test::Reference decoded = test::reference_decode(sc, q, shape.G, true);
+      const test::Reference original = test::reference_decode(sc, q, shape.G, false);
+      const double codec = summed_distance(decoded.out, original.out, original.out, d);
+      ASSERT_GT(codec, 0) << "the codec must lose something for the bound to mean anything";
+      const std::vector<float> got = device_decode(dev, sc.ids, q);
+      for (float x : got) ASSERT_TRUE(std::isfinite(x));
+      const double kernel = summed_distance(got, decoded.out, original.out, d);
+      EXPECT_LE(kernel, codec / 10) << "kernel error " << kernel << " against the codec's " << codec << " (sums)";
+    }
+}
+
+// A query below FLT_MIN x 32512 takes zero digits (S = 1), as on the CPU: its scores are zero to float precision and
+// the output is the values' mean, as the exact path gives it.
+TEST(CudaFastDecode, QueriesTooSmallToScaleGiveTheExactOutput) {
+  KVQ_REQUIRE_GPU();
+  const Shape shape{128, 64, 64, 2, 4, {300, 70}, true};
+  for (const char* codec : {"int4", "int8", "int4:16"}) {
+    SCOPED_TRACE(codec);
+    const test::Scenario sc = test::build(shape, codec, "int4", 11);
+    const KVCache dev = sc.cache.to(Device::cuda());
+    std::vector<float> q = test::queries(shape, sc.ids.size(), 12);
+    for (float& x : q) x *= 1e-44f;  // subnormal: max|q| / 32512 rounds to 0
+    const test::Reference ref = test::reference_decode(sc, q, shape.G, true);
+    const EnvOverride fast("KVQ_ATTENTION", "fast");
+    const std::vector<float> got = device_decode(dev, sc.ids, q);
+    EXPECT_LE(test::vs_reference(got, ref, static_cast<size_t>(shape.d)), 1.0);
+  }
+}
+
+// KVQ_ATTENTION selects the path as on the CPU: exact runs the fp16 kernel (named without _fast) and keeps the
+// exact tests' 1e-3 bound; int4 keys in groups of 16 have only the integer path, so exact refuses them by name; an unknown value
+// is an error.
+TEST(CudaFastDecode, ExactSelectsTheExactPath) {
+  KVQ_REQUIRE_GPU();
+  const Shape shape{128, 64, 0, 1, 4, {500}, true};
+  const test::Scenario sc = test::build(shape, "int4", "int4", 5);
+  const KVCache dev = sc.cache.to(Device::cuda());
+  const auto q = test::queries(shape, sc.ids.size(), 6);
+  const test::Reference ref = test::reference_decode(sc, q, shape.G, true);
+  std::vector<float> exact, fast_out;
+  {
+    const EnvOverride env("KVQ_ATTENTION", "exact");
+    EXPECT_EQ(attention_kernel(dev, 1), "cuda_int4_int4");
+    exact = device_decode(dev, sc.ids, q);
+    EXPECT_LE(test::worst(exact, ref.out, ref, static_cast<size_t>(shape.d), 1e-3, true), 1.0);
+  }
+  {
+    const EnvOverride env("KVQ_ATTENTION", "fast");
+    EXPECT_EQ(attention_kernel(dev, 1), "cuda_int4_int4_fast");
+    fast_out = device_decode(dev, sc.ids, q);
+  }
+  EXPECT_NE(exact, fast_out) << "the two paths round differently";
+  {
+    const EnvOverride env("KVQ_ATTENTION", "exact");
+    const test::Scenario sc16 = test::build(shape, "int4:16", "int4", 7);
+    const KVCache dev16 = sc16.cache.to(Device::cuda());
+    EXPECT_THROW(attention_kernel(dev16, 1), Error);
+    EXPECT_THROW(DecodePlan(dev16, 1, sc16.ids, shape.H * shape.G), Error);
+    const test::Scenario other = test::build(shape, "f16", "int4", 8);  // no integer path: the same name either way
+    EXPECT_EQ(attention_kernel(other.cache.to(Device::cuda()), 1), "cuda_f16_int4");
+  }
+  const EnvOverride unknown("KVQ_ATTENTION", "loose");
+  EXPECT_THROW(attention_kernel(dev, 1), Error);
+}
+
+}  // namespace
+}  // namespace kvq
