@@ -320,7 +320,7 @@ void bind_cache(nb::module_& m) {
           },
           nb::arg("layer"),
           "The kernel decode attention runs for the layer: on the CPU the page loop's, 'generic' or "
-          "fused_<key>_<value>_<isa>; on a CUDA device the split kernel's, e.g. 'cuda_int4_int4' (kvq.Error for a "
+          "fused_<key>_<value>_<isa>; on a CUDA device the split kernel's, e.g. 'cuda_int4_int4_fast' (kvq.Error for a "
           "codec pair without one).")
       .def("memory", &memory,
            "True bytes held: page_bytes, pages_in_use, pages_capacity, encoded_bytes, pool_bytes, residual_bytes, "
