@@ -3,9 +3,9 @@
 //   config: codec pair (from kPairs; G in a spec stands for the group size, 16, 32 or 64), kv heads 1..4, query
 //           heads per kv head 1..4, head_dim 64 or 128, block tokens 64 or 128, residual tokens 0 or T, pool of
 //           2 or 16 pages, centered keys, calibration, seed
-//   script: up to kMaxOps operations: add a sequence; remove one; append 1..256 tokens of Gaussian or key-like
-//           data scaled by 2^-6..2^3, with sometimes a NaN or an infinity at a chosen element (up to kMaxTokens per
-//           sequence); decode attention over every sequence (split-K slices 0..3, sometimes a sliding window), at
+//   script: up to kMaxOps operations: add a sequence; remove one; append 1..256/H tokens (at most 256 rows of
+//           tokens x kv heads) of Gaussian or key-like data scaled by 2^-6..2^3, with sometimes a NaN or an infinity
+//           at a chosen element (up to kMaxTokens per sequence); decode attention over every sequence (split-K slices 0..3, sometimes a sliding window), at
 //           most kMaxAttentions times with the one that always ends the script.
 // Properties: an append that throws kvq::Error leaves the cache exactly as it was (block tables, page bytes,
 // windows, key offsets, free pages); one with a non-finite element always throws; one that succeeds adds its
@@ -13,7 +13,8 @@
 // tests/attention_test_util.hpp (vs_reference): per output row, the error's norm is at most
 // (1e-5 + sqrt(d) 2^-24 max_t scale sum_j |q_j k_tj|) sum_t p_t |v_t|; a row that sees no token is exactly zero.
 // The exact kernels run (KVQ_ATTENTION=exact). What repeats from input to input is done once per process: drawing the
-// tokens (draw), training the codecs (trained) and reading a sequence's state for the reference (read_sequence).
+// tokens (draw), training the codecs (trained), reading a sequence's state for the reference (read_sequence) and the
+// reference's answer for a query over such a state (expected).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -69,8 +70,11 @@ std::string with_group(std::string_view spec, int group) {
 // The tokens and queries: Gaussian (key_like false) or key-like rows, a pure function of (d, the profile's seed, the
 // sample's seed) and the row count, fewer rows being a prefix of more (one Rng stream). Each stream is drawn once per
 // process, at the most rows asked of it so far, and copied from there: drawing them took a sixth of the target's
-// time. The seeds are small (the script's draws, the config's seed), so the streams are few. Returns them times scale.
-std::vector<float> draw(bool key_like, int d, uint64_t profile_seed, uint64_t seed, size_t rows, float scale = 1) {
+// time. The seeds are small (the script's draws, the config's seed), so the streams are few. Writes them times scale
+// to x, whose allocation is kept from call to call (the callers' buffers are static, reserved at the most rows an
+// input asks for: fresh ones of up to 512 KB cost page faults and ASan's poisoning at every append).
+void draw(std::vector<float>& x, bool key_like, int d, uint64_t profile_seed, uint64_t seed, size_t rows,
+          float scale = 1) {
   static std::map<std::tuple<bool, int, uint64_t, uint64_t>, std::vector<float>> streams;
   std::vector<float>& s = streams[{key_like, d, profile_seed, seed}];
   const size_t n = rows * static_cast<size_t>(d);
@@ -79,9 +83,16 @@ std::vector<float> draw(bool key_like, int d, uint64_t profile_seed, uint64_t se
     s = key_like ? kvq::sample_profile(kvq::key_like_profile(d, profile_seed), more, seed)
                  : kvq::gaussian_vectors(more, d, seed);
   }
-  std::vector<float> x(n);
+  x.resize(n);
   for (size_t i = 0; i < n; ++i) x[i] = s[i] * scale;
-  return x;
+}
+
+// A buffer reserved once per process for `floats` floats (draw's outputs).
+std::vector<float>& buffer(int which, size_t floats) {
+  static std::array<std::vector<float>, 3> buffers;
+  std::vector<float>& b = buffers[static_cast<size_t>(which)];
+  if (b.capacity() < floats) b.reserve(floats);
+  return b;
 }
 
 // The codecs of configuration c as KVCache::train_layer leaves them after 64 key-like keys and Gaussian values drawn
@@ -123,50 +134,49 @@ const Taught& trained(const kvq::CacheConfig& c) {
   return *it->second;
 }
 
-// Everything an append may change.
-struct Snapshot {
-  std::vector<SeqId> seqs;
-  std::vector<std::vector<kvq::PageId>> pages;
-  std::vector<std::vector<uint8_t>> page_bytes;
-  std::vector<std::vector<float>> windows;  // keys then values of every head, then the key offset
-  size_t free_pages = 0;
-
-  Snapshot() = default;
-  explicit Snapshot(const KVCache& cache) { take(cache); }
-
-  // Refills the buffers, keeping what they hold allocated (the script takes one before every append).
-  void take(const KVCache& cache) {
-    const size_t d = static_cast<size_t>(cache.config().head_dim);
-    seqs = cache.sequences();
-    free_pages = cache.free_pages();
-    pages.resize(seqs.size());
-    page_bytes.resize(seqs.size());
-    windows.resize(seqs.size());
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      const kvq::LayerView v = cache.view(seqs[i], 0);
-      pages[i].assign(v.pages.begin(), v.pages.end());
-      std::vector<uint8_t>& bytes = page_bytes[i];
-      bytes.clear();
-      for (kvq::PageId p : v.pages) bytes.insert(bytes.end(), cache.page(p), cache.page(p) + cache.page_bytes());
-      std::vector<float>& w = windows[i];
-      w.clear();
-      const size_t r = static_cast<size_t>(v.residual_count);
-      for (int h = 0; h < cache.config().n_kv_heads; ++h) {
-        w.insert(w.end(), v.residual_key(h), v.residual_key(h) + r * d);
-        w.insert(w.end(), v.residual_value(h), v.residual_value(h) + r * d);
-      }
-      if (v.key_offset) w.insert(w.end(), v.key_offset, v.key_offset + cache.config().n_kv_heads * d);
-      w.push_back(static_cast<float>(r));
-    }
-  }
-  bool operator==(const Snapshot&) const = default;
-};
 
 // A 64-bit hash of n bytes folded into h.
 uint64_t fold(uint64_t h, const void* bytes, size_t n) {
   const uint64_t part = std::hash<std::string_view>{}(std::string_view(static_cast<const char*>(bytes), n));
   return (h ^ part) * 0x9e3779b97f4a7c15u + n;
 }
+
+// Everything an append may change: the sequences, their block tables and the free page count exactly, and a 64-bit
+// hash of each sequence's page bytes, window and key offset (copying them took megabytes per append of f32 caches).
+struct Snapshot {
+  std::vector<SeqId> seqs;
+  std::vector<std::vector<kvq::PageId>> pages;
+  std::vector<uint64_t> contents;
+  size_t free_pages = 0;
+
+  Snapshot() = default;
+  explicit Snapshot(const KVCache& cache) { take(cache); }
+
+  // Refills the buffers, keeping what they hold allocated (the script takes one before every append; one kept from
+  // input to input allocates nothing once it has held the most sequences and pages).
+  void take(const KVCache& cache) {
+    const size_t d = static_cast<size_t>(cache.config().head_dim), H = static_cast<size_t>(cache.config().n_kv_heads);
+    seqs = cache.sequences();
+    free_pages = cache.free_pages();
+    pages.resize(kMaxSequences);
+    contents.assign(kMaxSequences, 0);
+    for (size_t i = seqs.size(); i < kMaxSequences; ++i) pages[i].clear();
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const kvq::LayerView v = cache.view(seqs[i], 0);
+      pages[i].assign(v.pages.begin(), v.pages.end());
+      uint64_t h = 0;
+      for (kvq::PageId p : v.pages) h = fold(h, cache.page(p), cache.page_bytes());
+      const size_t r = static_cast<size_t>(v.residual_count);
+      for (size_t head = 0; head < H; ++head) {
+        h = fold(h, v.residual_key(static_cast<int>(head)), r * d * sizeof(float));
+        h = fold(h, v.residual_value(static_cast<int>(head)), r * d * sizeof(float));
+      }
+      if (v.key_offset) h = fold(h, v.key_offset, H * d * sizeof(float));
+      contents[i] = fold(h, &r, sizeof r);
+    }
+  }
+  bool operator==(const Snapshot&) const = default;
+};
 
 // What decides how a cache's codecs decode: the configuration and the trained state.
 uint64_t codecs_hash(const KVCache& cache) {
@@ -186,6 +196,7 @@ uint64_t codecs_hash(const KVCache& cache) {
 
 // A sequence as KVCache::read gives it, each kv head's keys and values apart ([n][d], kvq::test::original_head).
 struct ReadSequence {
+  uint64_t key = 0;  // read_sequence's hash of the codecs and of what read() read
   size_t tokens = 0;
   std::array<kvq::test::Tokens, 4> heads;  // at most 4 kv heads
 };
@@ -238,6 +249,7 @@ const ReadSequence& read_sequence(const KVCache& cache, uint64_t codecs, SeqId s
   next = (next + 1) % kSlots;
   slot.used = true;
   slot.key = key;
+  slot.read.key = key;
   all.keys.resize(n * H * d);
   all.values.resize(all.keys.size());
   cache.read(seq, 0, all.keys.data(), all.values.data());
@@ -252,6 +264,40 @@ const ReadSequence& read_sequence(const KVCache& cache, uint64_t codecs, SeqId s
     }
   }
   return slot.read;
+}
+
+// The reference's answer for one query row: decode attention's expected output over the decoded tokens [first, n)
+// of one kv head, the magnitude sum_t p_t |v_t| and the condition max_t scale sum_j |q_j k_tj| of the bound. A pure
+// function of the sequence as read (ReadSequence::key), the head, the window's first token and the query, so it is
+// remembered across inputs like the reads it is computed from (mutated inputs replay their parent's queries over the
+// same states): one direct-mapped slot per 64-bit hash of those, allocated once.
+struct Expected {
+  uint64_t key = 0;
+  bool used = false;
+  double magnitude = 0, condition = 0;
+  std::array<float, 128> want;  // d at most 128
+};
+const Expected& expected(const ReadSequence& read, size_t h, size_t first, const float* q, size_t d) {
+  static std::vector<Expected> slots(1 << 14);
+  uint64_t key = fold(read.key, &h, sizeof h);
+  key = fold(key, &first, sizeof first);
+  key = fold(key, q, d * sizeof(float));
+  Expected& e = slots[key % slots.size()];
+  if (e.used && e.key == key) return e;
+  e.used = true;
+  e.key = key;
+  const kvq::test::Tokens& kv = read.heads[h];
+  const size_t n = read.tokens;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  kvq::reference_attention(q, 1, kv.keys.data() + first * d, kv.values.data() + first * d, n - first,
+                           static_cast<int>(d), n - first, scale, e.want.data(), &e.magnitude);
+  e.condition = 0;
+  for (size_t t = first; t < n; ++t) {
+    double sum = 0;
+    for (size_t i = 0; i < d; ++i) sum += std::fabs(static_cast<double>(q[i]) * kv.keys[t * d + i]);
+    e.condition = std::max(e.condition, scale * sum);
+  }
+  return e;
 }
 
 class Script {
@@ -286,13 +332,19 @@ class Script {
 
   void append(SeqId seq) {
     const kvq::CacheConfig& c = cache_.config();
-    const size_t n = 1 + in_.take<uint8_t>(), H = static_cast<size_t>(c.n_kv_heads);
+    // 1..256 rows of tokens x kv heads: 1..256 tokens of one head, 1..64 of four. The work of an input is its rows (the
+    // target's time went with tokens x heads x d); a page of any configuration, several in one append and the token
+    // limit stay in reach (one head's pages are the same code as four's).
+    const size_t H = static_cast<size_t>(c.n_kv_heads), n = 1 + in_.take<uint8_t>() % (256 / H);
     if (cache_.length(seq, 0) + n > kMaxTokens) return;
     const float scale = std::ldexp(1.0f, static_cast<int>(in_.pick(10)) - 6);
     const uint8_t shape = in_.take<uint8_t>();
     const uint64_t seed = ++draws_;
-    std::vector<float> keys = draw(shape & 1, c.head_dim, seed, seed, n * H, scale);
-    std::vector<float> values = draw(false, c.head_dim, 0, seed + 1, n * H, scale);
+    constexpr size_t kMostFloats = 256 * 4 * 128;  // an append's tokens x kv heads x d
+    std::vector<float>& keys = buffer(0, kMostFloats);
+    std::vector<float>& values = buffer(1, kMostFloats);
+    draw(keys, shape & 1, c.head_dim, seed, seed, n * H, scale);
+    draw(values, false, c.head_dim, 0, seed + 1, n * H, scale);
     const bool poisoned = (shape >> 1) % 4 == 0;
     if (poisoned) {
       const size_t at = in_.take<uint16_t>() % (2 * keys.size());
@@ -302,11 +354,18 @@ class Script {
       x = kNonFinite[(shape >> 3) % kNonFinite.size()];
     }
     const size_t before = cache_.length(seq, 0);
-    snapshot_.take(cache_);
+    static Snapshot snapshot = [] {  // its buffers reserved once
+      Snapshot empty;
+      empty.seqs.reserve(kMaxSequences);
+      empty.pages.resize(kMaxSequences);
+      for (std::vector<kvq::PageId>& p : empty.pages) p.reserve(16);
+      return empty;
+    }();
+    snapshot.take(cache_);
     try {
       cache_.append(seq, 0, keys.data(), values.data(), n);
     } catch (const kvq::Error&) {
-      KVQ_FUZZ_CHECK(Snapshot(cache_) == snapshot_, "an append that throws leaves the cache as it was");
+      KVQ_FUZZ_CHECK(Snapshot(cache_) == snapshot, "an append that throws leaves the cache as it was");
       return;
     }
     KVQ_FUZZ_CHECK(!poisoned, "an append with NaN or Inf throws kvq::Error");
@@ -322,34 +381,26 @@ class Script {
     kvq::AttentionOptions options;
     options.splits = static_cast<int>(in_.pick(4));
     if (in_.pick(4) == 0) options.window = 1 + in_.take<uint8_t>();
-    const std::vector<float> q = draw(false, c.head_dim, 0, ++draws_, seqs.size() * H * G);
+    std::vector<float>& q = buffer(2, kMaxSequences * 4 * 4 * 128);  // sequences x kv heads x G x d
+    draw(q, false, c.head_dim, 0, ++draws_, seqs.size() * H * G);
     std::vector<float> out(q.size(), std::numeric_limits<float>::quiet_NaN());
     kvq::decode_attention(cache_, 0, seqs, q, out, options);
 
-    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-    std::vector<float> want(d);
     for (size_t s = 0; s < seqs.size(); ++s) {
       const ReadSequence& read = read_sequence(cache_, codecs_, seqs[s]);
       const size_t n = read.tokens;
+      const size_t first = options.window > 0 && options.window < n ? n - options.window : 0;
       for (size_t h = 0; h < H; ++h) {
-        const kvq::test::Tokens& kv = read.heads[h];
-        const size_t first = options.window > 0 && options.window < n ? n - options.window : 0;
         for (size_t j = 0; j < G; ++j) {
           const size_t row = (s * H + h) * G + j;
-          const float* qr = q.data() + row * d;
           const float* got = out.data() + row * d;
-          double magnitude = 0;
-          kvq::reference_attention(qr, 1, kv.keys.data() + first * d, kv.values.data() + first * d, n - first,
-                                   static_cast<int>(d), n - first, scale, want.data(), &magnitude);
-          double condition = 0, err = 0;
-          for (size_t t = first; t < n; ++t) {
-            double sum = 0;
-            for (size_t i = 0; i < d; ++i) sum += std::fabs(static_cast<double>(qr[i]) * kv.keys[t * d + i]);
-            condition = std::max(condition, scale * sum);
-          }
+          const Expected& e = expected(read, h, first, q.data() + row * d, d);
+          const float* want = e.want.data();
+          const double condition = e.condition, magnitude = e.magnitude;
+          double err = 0;
           for (size_t i = 0; i < d; ++i) {
-            const double e = static_cast<double>(got[i]) - want[i];
-            err += e * e;
+            const double diff = static_cast<double>(got[i]) - want[i];
+            err += diff * diff;
           }
           const double bound = (1e-5 + std::sqrt(static_cast<double>(d)) * 0x1p-24 * condition) * magnitude;
           KVQ_FUZZ_CHECK(n > first ? std::sqrt(err) <= bound : err == 0,
@@ -360,7 +411,6 @@ class Script {
   }
 
   KVCache& cache_;
-  Snapshot snapshot_;
   uint64_t codecs_;
   int G_;
   kvq::fuzz::ByteReader& in_;

@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
 # Runs libFuzzer targets (fuzz/<target>_fuzzer.cpp) for a bounded time:
-#   scripts/fuzz.sh [-j JOBS] TARGET|all SECONDS [libFuzzer args...]
+#   scripts/fuzz.sh [-j JOBS] [--prebuilt] TARGET|all SECONDS [libFuzzer args...]
 # e.g. scripts/fuzz.sh gguf 600, scripts/fuzz.sh -j 2 all 30, scripts/fuzz.sh cache_payload 0 -runs=10000000.
 # Configures and builds the fuzz preset (clang) where needed. Each target starts from its committed corpus
 # fuzz/corpus/<target>/ and build/fuzz/corpus/<target>/, where new inputs go (the committed corpus is never
 # written), with fuzz/<target>.dict where there is one; -j runs that many targets at a time (each one process).
 # Prints per target the executions, exec/s and libFuzzer's coverage (cov: edges, ft: features); logs and crashing
 # inputs land in build/fuzz/logs/ and build/fuzz/artifacts/<target>/. Exits non-zero if any target found a crash,
-# hang (-timeout, 10 s per input), leak, out-of-memory or sanitizer report.
+# hang (-timeout, 10 s per input), leak, out-of-memory or sanitizer report. --prebuilt runs the binaries already in
+# build/fuzz/fuzz/ without configuring or building (a copy of the repository with the binaries, on a host without
+# clang: they need glibc 2.34, docs/RELIABILITY.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-jobs=1
+jobs=1 prebuilt=0
 if [ "${1:-}" = "-j" ]; then
   jobs=$2
   shift 2
 fi
+if [ "${1:-}" = "--prebuilt" ]; then
+  prebuilt=1
+  shift
+fi
 if [ $# -lt 2 ]; then
-  echo "usage: scripts/fuzz.sh [-j JOBS] TARGET|all SECONDS [libFuzzer args...]" >&2
+  echo "usage: scripts/fuzz.sh [-j JOBS] [--prebuilt] TARGET|all SECONDS [libFuzzer args...]" >&2
   exit 2
 fi
 target=$1 seconds=$2
@@ -39,8 +45,14 @@ else
 fi
 
 build=build/fuzz
-[ -f "$build/CMakeCache.txt" ] || nice -n 10 cmake --preset fuzz >/dev/null
-nice -n 10 cmake --build --preset fuzz >"$build/fuzz-build.log" 2>&1 || { cat "$build/fuzz-build.log"; exit 1; }
+if ((prebuilt)); then
+  for t in "${targets[@]}"; do
+    [ -x "$build/fuzz/kvq_${t}_fuzzer" ] || { echo "kvq: --prebuilt: no $build/fuzz/kvq_${t}_fuzzer" >&2; exit 2; }
+  done
+else
+  [ -f "$build/CMakeCache.txt" ] || nice -n 10 cmake --preset fuzz >/dev/null
+  nice -n 10 cmake --build --preset fuzz >"$build/fuzz-build.log" 2>&1 || { cat "$build/fuzz-build.log"; exit 1; }
+fi
 
 # The tokenizer shared beside the repository is an extra seed where present (the corpus holds its first 2 KB;
 # stories260K.bin, 1 MB, would raise libFuzzer's input size limit to its size and slow every target down).
