@@ -72,7 +72,7 @@ TEST(CudaFastDecode, ErrorIsAtMostATenthOfTheCodecsOwn) {
                                   {128, 64, 0, 1, 8, {2000}, false},
                                   {64, 128, 128, 2, 2, {700}, true},
                                   {256, 64, 64, 1, 4, {500}, true},
-                                  {128, 128, 64, 3, 1, {1, 300, 3000}, true}};
+                                  {128, 128, 128, 3, 1, {1, 300, 3000}, true}};
   const EnvOverride fast("KVQ_ATTENTION", "fast");
   for (size_t s = 0; s < shapes.size(); ++s)
     for (size_t p = 0; p < kFastPairs.size(); ++p) {
