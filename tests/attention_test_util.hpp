@@ -113,6 +113,23 @@ inline double vs_reference(const std::vector<float>& got, const Reference& ref, 
   return worst(got, ref.out, ref, d, 1e-5, true);
 }
 
+// |a_r - b_r| / |norm_r| summed over the rows of d floats: the fast kernels' contract compares the sum for the
+// kernel against the sum for the codec.
+inline double summed_distance(const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& norm,
+                              size_t d) {
+  double sum = 0;
+  for (size_t r = 0; r < norm.size() / d; ++r) {
+    double e = 0, n = 0;
+    for (size_t c = 0; c < d; ++c) {
+      const double x = static_cast<double>(a[r * d + c]) - b[r * d + c];
+      e += x * x;
+      n += static_cast<double>(norm[r * d + c]) * norm[r * d + c];
+    }
+    if (n > 0) sum += std::sqrt(e / n);
+  }
+  return sum;
+}
+
 inline std::vector<float> decode(const Scenario& sc, const std::vector<float>& q, ThreadPool* pool, int splits = 0) {
   std::vector<float> out(q.size(), NAN);
   AttentionOptions options;

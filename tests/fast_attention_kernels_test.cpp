@@ -22,22 +22,6 @@ namespace {
 using namespace test;  // the shared helpers of attention_test_util.hpp
 using detail::Isa;
 
-// |a_r - b_r| / |norm_r| summed over the rows of d floats.
-double summed_distance(const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& norm,
-                       size_t d) {
-  double sum = 0;
-  for (size_t r = 0; r < norm.size() / d; ++r) {
-    double e = 0, n = 0;
-    for (size_t c = 0; c < d; ++c) {
-      const double x = static_cast<double>(a[r * d + c]) - b[r * d + c];
-      e += x * x;
-      n += static_cast<double>(norm[r * d + c]) * norm[r * d + c];
-    }
-    if (n > 0) sum += std::sqrt(e / n);
-  }
-  return sum;
-}
-
 // Whether `isa` has a fast kernel for the pair (the others run the exact one under KVQ_ATTENTION=fast):
 // avx512vnni for int4 and int8 keys, avx2 for int4 keys.
 bool has_fast_kernel(Isa isa, const std::string& kernel) {

@@ -18,20 +18,22 @@ for res in kvq:
         r["speedup_vs_sdpa"] = base["us_per_call"] / r["us_per_call"] if base else None
         r["copy_gbps"] = res["copy_gbps"]
         summary.append(r)
-hot = []
-try:
-    for line in open(f"{out_dir}/hot.jsonl"):
-        if line.startswith("{"):
-            hot.extend(json.loads(line)["rows"])
-except FileNotFoundError:
-    pass
-exact = []
-try:
-    for line in open(f"{out_dir}/exact.jsonl"):
-        if line.startswith("{"):
-            exact.extend(json.loads(line)["rows"])
-except FileNotFoundError:
-    pass
+
+
+def bench_rows(name):
+    """The rows of every `kvq bench --json` line in out_dir/name (none where the file is missing)."""
+    rows = []
+    try:
+        for line in open(f"{out_dir}/{name}"):
+            if line.startswith("{"):
+                rows.extend(json.loads(line)["rows"])
+    except FileNotFoundError:
+        pass
+    return rows
+
+
+hot = bench_rows("hot.jsonl")
+exact = bench_rows("exact.jsonl")
 appends = []
 try:
     for line in open(f"{out_dir}/append.jsonl"):

@@ -25,22 +25,7 @@ namespace {
 
 using test::EnvOverride;
 using test::Shape;
-
-// |a_r - b_r| / |norm_r| summed over the rows of d floats (fast_attention_kernels_test.cpp's measure).
-double summed_distance(const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& norm,
-                       size_t d) {
-  double sum = 0;
-  for (size_t r = 0; r < norm.size() / d; ++r) {
-    double e = 0, n = 0;
-    for (size_t c = 0; c < d; ++c) {
-      const double x = static_cast<double>(a[r * d + c]) - b[r * d + c];
-      e += x * x;
-      n += static_cast<double>(norm[r * d + c]) * norm[r * d + c];
-    }
-    if (n > 0) sum += std::sqrt(e / n);
-  }
-  return sum;
-}
+using test::summed_distance;
 
 std::vector<float> device_decode(const KVCache& dev, const std::vector<SeqId>& ids, const std::vector<float>& q) {
   cuda::DeviceFloats q_dev(q.size()), out_dev(q.size());
