@@ -253,7 +253,7 @@ KVQ_UNROLL
     template <int D, int DP, int C>
     KVQ_HD static void range(const CodecArgs&, int, int, uint32_t&, uint32_t&) {}
     KVQ_HD static constexpr int channel(int j, int col) { return 8 * j + col; }
-    KVQ_HD static constexpr int token_at(int vs, int q) { return 4 * vs + q; }
+    KVQ_HD static constexpr int token_at(int vs, int e) { return 4 * vs + e; }
     template <int C>
     KVQ_HD static void weights(const uint8_t* const*, int, float (&w)[C / 4]) {
 KVQ_UNROLL
@@ -485,9 +485,9 @@ KVQ_UNROLL
       offset = a.sec0 + static_cast<uint32_t>(cc) * bytes;
     }
     KVQ_HD static constexpr int channel(int j, int col) { return lane_tile_channel(j, col); }
-    KVQ_HD static constexpr int token_at(int vs, int q) {
-      if constexpr (kBits == 4) return 2 * vs + (q >> 1) + 4 * (q & 1);  // pairs (0,4) (1,5) | (2,6) (3,7)
-      else return 4 * vs + (q >> 1) + 2 * (q & 1);                       // pairs (0,2) (1,3) | (4,6) (5,7)
+    KVQ_HD static constexpr int token_at(int vs, int e) {
+      if constexpr (kBits == 4) return 2 * vs + (e >> 1) + 4 * (e & 1);  // pairs (0,4) (1,5) | (2,6) (3,7)
+      else return 4 * vs + (e >> 1) + 2 * (e & 1);                       // pairs (0,2) (1,3) | (4,6) (5,7)
     }
     template <int C>
     KVQ_HD static void weights(const uint8_t* const*, int, float (&w)[C / 4]) {
@@ -606,7 +606,7 @@ KVQ_UNROLL
     }
     KVQ_HD static constexpr int channel(int j, int col) { return lane_tile_channel(j, col); }
     /// Pair x of the lane word holds tokens (x, x + E / 2): value step vs takes pairs 2vs and 2vs + 1.
-    KVQ_HD static constexpr int token_at(int vs, int q) { return 2 * vs + (q >> 1) + E / 2 * (q & 1); }
+    KVQ_HD static constexpr int token_at(int vs, int e) { return 2 * vs + (e >> 1) + E / 2 * (e & 1); }
     template <int C>
     KVQ_HD static void weights(const uint8_t* const*, int, float (&w)[C / 4]) {
 KVQ_UNROLL
@@ -730,7 +730,7 @@ KVQ_UNROLL
       return 64 * (kBits * lane_tile_k16(pc, k / P, n) + part(k % P, lane)) + 16 * (n & 3);
     }
     KVQ_HD static constexpr int channel(int j, int col) { return lane_tile_channel(j, col); }
-    KVQ_HD static constexpr int token_at(int vs, int q) { return 4 * vs + q; }
+    KVQ_HD static constexpr int token_at(int vs, int e) { return 4 * vs + e; }
     template <int D, int DP, int C>
     KVQ_HD static void bfrags(const uint4* codes, const uint8_t* const*, const CodecArgs& a, int lane, int j, int,
                               uint32_t (&b)[C / 16][2]) {

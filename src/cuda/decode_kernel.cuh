@@ -377,8 +377,8 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
 
   const SeqPages sp = a.seqs[s];
   const int r0 = range * a.chunks_per_warp;
-  const int q0 = kWindowStart ? max(r0, sp.window_first / C) : r0;
-  const int q1 = min(sp.n_pages << a.page_shift, r0 + a.chunks_per_warp);
+  const int chunk_begin = kWindowStart ? max(r0, sp.window_first / C) : r0;
+  const int chunk_end = min(sp.n_pages << a.page_shift, r0 + a.chunks_per_warp);
   const int chunk_mask = (1 << a.page_shift) - 1;
 
   // Where the chunk's parameters sit in a stage: the key ranges, then the value ranges, after the codes (their
@@ -410,8 +410,8 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
   // Block-table entries, 32 pages at a time: lane j holds the id of page base + j.
   int pid_base = -1;
   uint32_t pid = 0;
-  auto issue = [&](int q, int stage) {
-    const int p = q >> a.page_shift, cc = q & chunk_mask;
+  auto issue = [&](int chunk, int stage) {
+    const int p = chunk >> a.page_shift, cc = chunk & chunk_mask;
     if ((p & ~31) != pid_base) {
       pid_base = p & ~31;
       pid = pid_base + lane < sp.n_pages ? sp.pages[pid_base + lane] : 0u;
@@ -458,7 +458,7 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
   // that their latency overlaps that work (a warp's stages are its own; its barriers were set up by its lane 0).
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
-    if (q0 + st < q1) issue(q0 + st, st);
+    if (chunk_begin + st < chunk_end) issue(chunk_begin + st, st);
     if constexpr (S::kLanes) cp_async_commit();
   }
 
@@ -472,8 +472,8 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
       const int ks = idx >> 5, g = (idx & 31) >> 2, i = idx & 3;
       float x[4];
 #pragma unroll
-      for (int q = 0; q < 4; ++q)
-        x[q] = g < a.G ? a.q_space[(q_row0 + g) * S::KD + K::template channel<D>(ks, frag_k(i, q))] * a.scale_log2
+      for (int e = 0; e < 4; ++e)
+        x[e] = g < a.G ? a.q_space[(q_row0 + g) * S::KD + K::template channel<D>(ks, frag_k(i, e))] * a.scale_log2
                        : 0.0f;
       qtab[idx] = split_fragment<K::kBf16>(x[0], x[1], x[2], x[3]);
       if constexpr (K::kChunkA) qf[idx] = make_float4(x[0], x[1], x[2], x[3]);
@@ -495,8 +495,9 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
   for (int j = 0; j < NJ; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
 
   uint32_t phases = 0;  // bulk copies: the parity each stage's barrier completes next, one bit a stage
-  for (int q = q0, stage = 0; q < q1; ++q, stage = stage == kStages - 1 ? 0 : stage + 1) {
-    if (q + kStages - 1 < q1) issue(q + kStages - 1, stage == 0 ? kStages - 1 : stage - 1);
+  for (int chunk = chunk_begin, stage = 0; chunk < chunk_end;
+       ++chunk, stage = stage == kStages - 1 ? 0 : stage + 1) {
+    if (chunk + kStages - 1 < chunk_end) issue(chunk + kStages - 1, stage == 0 ? kStages - 1 : stage - 1);
     if constexpr (S::kBulk) {
       mbar_wait(bars + 2 * stage, (phases >> stage) & 1);
       phases ^= 1u << stage;
@@ -533,7 +534,7 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
     }
     if constexpr (kWindowStart) {  // read here, not kept: held through the chunk step, int4 at d = 256 spilled
       const int first = *static_cast<const volatile int*>(&a.seqs[s].window_first);
-      hide_before<C>(first - q * C, lane, sc);
+      hide_before<C>(first - chunk * C, lane, sc);
     }
 
     float p[C / 4];

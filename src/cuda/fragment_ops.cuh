@@ -27,8 +27,8 @@
 
 namespace kvq::cuda::detail {
 
-/// The k of a B fragment's half q (q = 0..3: b0, b1, b2, b3): 2i, 2i+1, 2i+8, 2i+9.
-KVQ_HD constexpr int frag_k(int i, int q) { return 2 * i + (q & 1) + 8 * (q >> 1); }
+/// The k of a B fragment's element e (e = 0..3: b0, b1, b2, b3): 2i, 2i+1, 2i+8, 2i+9.
+KVQ_HD constexpr int frag_k(int i, int e) { return 2 * i + (e & 1) + 8 * (e >> 1); }
 
 /// Byte permute (PTX prmt, default mode): byte j of the result is byte (s >> 4j) & 7 of {b:a}; the selector's bit 3
 /// of each nibble must be 0.

@@ -134,7 +134,7 @@ struct QjlTraits {
       return 64 * ((t >> 4) * (rows<D>() / 32) + pc / 32 + (k >> 1)) + 4 * (t & 15);
     }
     KVQ_HD static constexpr int channel(int j, int col) { return 32 * (j >> 2) + 4 * col + (j & 3); }
-    KVQ_HD static constexpr int token_at(int vs, int q) { return 4 * vs + q; }
+    KVQ_HD static constexpr int token_at(int vs, int e) { return 4 * vs + e; }
     template <int D, int DP, int C>
     KVQ_HD static void bfrags(const uint4* codes, const uint8_t* const*, const CodecArgs&, int lane, int j, int,
                               uint32_t (&b)[C / 16][2]) {

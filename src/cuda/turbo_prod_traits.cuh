@@ -106,7 +106,7 @@ struct TurboProdTraits {
       sections<D, C>(a, cc, r, offset, bytes);
     }
     KVQ_HD static constexpr int channel(int j, int col) { return lane_tile_channel(j, col); }
-    KVQ_HD static constexpr int token_at(int vs, int q) { return 4 * vs + q; }
+    KVQ_HD static constexpr int token_at(int vs, int e) { return 4 * vs + e; }
     static_assert(MseValue::token_at(1, 2) == token_at(1, 2), "both parts pair the same tokens");
     template <int D, int C>
     KVQ_HD static void weights(const uint8_t* const* prm, int lane, int pc, float (&w)[C / 4]) {

@@ -40,7 +40,7 @@ KVQ_HD uint32_t spread3(uint32_t g, bool even) {
   return (((g << 3) & 0x7007000u) | ((g << 1) & 0x70000u) | ((g << 2) & 0x700000u)) >> 12;
 }
 /// The field spread3 puts in nibble q: f0, f1, f2, f4 (odd = 0) or f3, f5, f6, f7.
-KVQ_HD constexpr int spread3_field(int odd, int q) { return odd ? (q == 0 ? 3 : 4 + q) : (q == 3 ? 4 : q); }
+KVQ_HD constexpr int spread3_field(int odd, int e) { return odd ? (e == 0 ? 3 : 4 + e) : (e == 3 ? 4 : e); }
 /// Bits 0..3 of y into nibbles 0..3.
 KVQ_HD uint32_t spread1(uint32_t y) {
   const uint32_t t = (y | (y << 6)) & 0x0303u;
@@ -114,12 +114,12 @@ struct TurboRvqTraits {
     else if constexpr (kBits == 1) return ((w[ks >> 3] >> (ks & 3)) & 0x11111111u) >> (16 * ((ks >> 2) & 1));
     else return spread3(bits_at(w, 24 * (ks >> 1)), (ks & 1) == 0);
   }
-  /// The field (of the lane's quarter) at nibble q of k step ks.
-  KVQ_HD static constexpr int key_field(int ks, int q) {
-    if constexpr (kBits == 4) return 4 * ks + q;
-    else if constexpr (kBits == 2) return 16 * (ks >> 2) + 8 * ((ks >> 1) & 1) + 2 * q + (ks & 1);
-    else if constexpr (kBits == 1) return 32 * (ks >> 3) + 16 * ((ks >> 2) & 1) + 4 * q + (ks & 3);
-    else return 8 * (ks >> 1) + spread3_field(ks & 1, q);
+  /// The field (of the lane's quarter) at nibble e of k step ks.
+  KVQ_HD static constexpr int key_field(int ks, int e) {
+    if constexpr (kBits == 4) return 4 * ks + e;
+    else if constexpr (kBits == 2) return 16 * (ks >> 2) + 8 * ((ks >> 1) & 1) + 2 * e + (ks & 1);
+    else if constexpr (kBits == 1) return 32 * (ks >> 3) + 16 * ((ks >> 2) & 1) + 4 * e + (ks & 3);
+    else return 8 * (ks >> 1) + spread3_field(ks & 1, e);
   }
 
   struct Key {
@@ -196,10 +196,10 @@ struct TurboRvqTraits {
     else if constexpr (kBits == 1) return spread1(run >> (4 * h));
     else return spread3(run, h == 0);
   }
-  KVQ_HD static constexpr int value_field(int h, int q) {
-    if constexpr (kBits == 2) return 2 * q + h;
-    else if constexpr (kBits == 3) return spread3_field(h, q);
-    else return 4 * h + q;
+  KVQ_HD static constexpr int value_field(int h, int e) {
+    if constexpr (kBits == 2) return 2 * e + h;
+    else if constexpr (kBits == 3) return spread3_field(h, e);
+    else return 4 * h + e;
   }
 
   struct Value {
@@ -225,7 +225,7 @@ struct TurboRvqTraits {
     KVQ_HD static constexpr int channel(int j, int col) {
       return 64 * (j >> 3) + 8 * col + value_field((j >> 2) & 1, j & 3);
     }
-    KVQ_HD static constexpr int token_at(int vs, int q) { return 4 * vs + q; }
+    KVQ_HD static constexpr int token_at(int vs, int e) { return 4 * vs + e; }
     /// The lane's tokens 8i .. 8i + 7: norm * 2^-12 (the levels are stored times 2^12).
     template <int C>
     KVQ_HD static void weights(const uint8_t* const* prm, int lane, float (&w)[C / 4]) {

@@ -235,7 +235,7 @@ KVQ_UNROLL
       rows_range<D, C>(a, cc, r, offset, bytes);
     }
     KVQ_HD static constexpr int channel(int j, int col) { return 32 * (j >> 2) + 4 * col + (j & 3); }
-    KVQ_HD static constexpr int token_at(int vs, int q) { return 4 * vs + q; }
+    KVQ_HD static constexpr int token_at(int vs, int e) { return 4 * vs + e; }
     template <int C>
     KVQ_HD static void weights(const uint8_t* const*, int, float (&w)[C / 4]) {
 KVQ_UNROLL
