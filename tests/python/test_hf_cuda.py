@@ -40,8 +40,8 @@ def test_device_and_cpu_caches_agree(seed):
     gpu = on_cuda(tiny_model("llama", seed))
     ids = prompt(seed, 2, 150)
     with torch.no_grad():
-        on_cpu, _ = greedy(cpu, ids, kvq.hf.KvqCache(cpu.config, "int4", "int4"), 16)
-        on_gpu, _ = greedy(gpu, ids.cuda(), kvq.hf.KvqCache(gpu.config, "int4", "int4"), 16)
+        on_cpu, tokens = greedy(cpu, ids, kvq.hf.KvqCache(cpu.config, "int4", "int4"), 16)
+        on_gpu, _ = greedy(gpu, ids.cuda(), kvq.hf.KvqCache(gpu.config, "int4", "int4"), 16, follow=tokens.cuda())
     assert relative_error(on_gpu.cpu(), on_cpu) < 1e-3
 
 
