@@ -127,7 +127,8 @@ struct AttentionOptions {
 /// The cache's device runs it: on a CPU cache q and out are host memory and `pool` the workers (null: the calling
 /// thread); on a CUDA cache they are fp32 arrays in the cache's device memory, the call runs on `stream` (a
 /// cudaStream_t; null: the default stream) and returns once it is done. A codec pair without a CUDA kernel, or
-/// host arrays given to a CUDA cache, throw kvq::Error.
+/// host arrays given to a CUDA cache, throw kvq::Error. It plans on every call (and, on a device, waits): a decode
+/// loop makes one DecodePlan per batch and runs it at each step.
 void decode_attention(const KVCache& cache, int layer, std::span<const SeqId> seqs, std::span<const float> q,
                       std::span<float> out, const AttentionOptions& options = {}, ThreadPool* pool = nullptr,
                       void* stream = nullptr);
