@@ -5,37 +5,9 @@
 
 #if defined(__x86_64__)
 #include "attention/fused_kernel.hpp"
-#include "attention/vector_avx512.hpp"
+#include "attention/vector_avx512_vnni.hpp"
 
 namespace kvq::detail {
-namespace {
-
-struct Avx512Vnni : Avx512 {
-  static constexpr bool kVnni = true;
-
-  static I zero_i() { return _mm512_setzero_si512(); }
-  static I xor_i(I x, uint32_t k) { return _mm512_xor_si512(x, _mm512_set1_epi32(static_cast<int>(k))); }
-  static I and_i(I x, uint32_t k) { return _mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(k))); }
-  static I srl4(I x) { return _mm512_srli_epi32(x, 4); }
-  static I sll8(I x) { return _mm512_slli_epi32(x, 8); }
-  static I add_i(I x, I y) { return _mm512_add_epi32(x, y); }
-  static I sub_i(I x, const int32_t* k) { return _mm512_sub_epi32(x, _mm512_set1_epi32(*k)); }
-  static F cvt(I x) { return _mm512_cvtepi32_ps(x); }
-  // acc += per 32-bit lane, the 4 products of its u8 bytes with the 4 s8 at s8x4. GCC 12 hoists the broadcast into
-  // a register (a vpbroadcastd per dot product); an asm form with the broadcast in the memory operand ({1to16})
-  // measured no faster.
-  static I dpbusd(I acc, I u8, const int8_t* s8x4) {
-    int32_t b;
-    __builtin_memcpy(&b, s8x4, 4);
-    return _mm512_dpbusd_epi32(acc, u8, _mm512_set1_epi32(b));
-  }
-  static I dpbusd2(I acc, I u0, const int8_t* s0, I u1, const int8_t* s1) {
-    return dpbusd(dpbusd(acc, u0, s0), u1, s1);
-  }
-};
-
-}  // namespace
-
 namespace avx512vnni {
 // Only the int keys are instantiated: the other pairs' code would be kernels_avx512.cpp's again (select_page_kernel
 // falls back to it), and compiling it twice took this file from 26 s to 109 s of a release build.
