@@ -6,7 +6,9 @@
 // And the dispatch: fast selects the fast kernel where an instruction set has one, exact the exact one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -22,12 +24,24 @@ namespace {
 using namespace test;  // the shared helpers of attention_test_util.hpp
 using detail::Isa;
 
-// Whether `isa` has a fast kernel for the pair (the others run the exact one under KVQ_ATTENTION=fast):
-// avx512vnni for int4 and int8 keys, avx2 for int4 keys.
-bool has_fast_kernel(Isa isa, const std::string& kernel) {
-  if (isa == Isa::avx512vnni) return kernel.rfind("fused_int", 0) == 0;
-  return isa == Isa::avx2 && kernel.rfind("fused_int4", 0) == 0;
+// The kernel that runs for the pair (kernel: its name without the ISA) under KVQ_ATTENTION=fast and KVQ_ISA = isa:
+// avx512bf16's fast kernels take int4 values with int or f16 keys, avx512vnni's int4 and int8 keys, avx2's int4 keys;
+// a pair without one on its instruction set runs the next narrower one's (avx512bf16's exact kernels are
+// avx512vnni's, avx512vnni's f16 keys avx512's).
+std::string fast_kernel_name(Isa isa, const std::string& kernel) {
+  const bool int_keys = kernel.rfind("fused_int", 0) == 0, f16_keys = kernel.rfind("fused_f16", 0) == 0;
+  const bool int4_values = kernel.size() > 5 && kernel.compare(kernel.size() - 5, 5, "_int4") == 0;
+  if (isa == Isa::avx512bf16 && !(int4_values && (int_keys || f16_keys))) isa = Isa::avx512vnni;
+  if (isa == Isa::avx512vnni && !int_keys) isa = Isa::avx512;
+  const bool fast = isa == Isa::avx512bf16 || (isa == Isa::avx512vnni && int_keys) ||
+                    (isa == Isa::avx2 && kernel.rfind("fused_int4", 0) == 0);
+  return kernel + "_" + detail::isa_name(isa) + (fast ? "_fast" : "");
 }
+
+bool is_fast(const std::string& name) { return name.size() > 5 && name.compare(name.size() - 5, 5, "_fast") == 0; }
+
+// Whether the kernel sums int4 values in bf16 (avx512bf16's fast kernels).
+bool bf16_values(const std::string& name) { return name.find("_avx512bf16_fast") != std::string::npos; }
 
 // The SIMD instruction sets this CPU runs.
 std::vector<Isa> simd_isas() {
@@ -48,7 +62,8 @@ TEST(FastAttentionKernels, ErrorIsAtMostATenthOfTheCodecsOwnOnEveryIsa) {
                                     {"int4:16", "f16", "fused_int4_f16"},
                                     {"int8:64", "int4:16", "fused_int8_int4"},
                                     {"int4:64,rot=identity", "int8:16", "fused_int4_int8"},
-                                    {"int4", "kivi:2", "fused_int4_kivi"}};
+                                    {"int4", "kivi:2", "fused_int4_kivi"},
+                                    {"f16", "int4", "fused_f16_int4"}};
   const std::vector<Shape> shapes{{128, 64, 0, 2, 4, {1000, 65}, true},
                                   {128, 64, 0, 1, 8, {2000}, false},
                                   {64, 128, 128, 2, 3, {700}, true},
@@ -72,13 +87,12 @@ TEST(FastAttentionKernels, ErrorIsAtMostATenthOfTheCodecsOwnOnEveryIsa) {
       for (Isa isa : isas) {
         SCOPED_TRACE(detail::isa_name(isa));
         const EnvOverride env("KVQ_ISA", detail::isa_name(isa));
-        const bool fast_kernel = has_fast_kernel(isa, pair.kernel);
-        EXPECT_EQ(attention_kernel(sc.cache, 1),
-                  pair.kernel + "_" + detail::isa_name(isa) + (fast_kernel ? "_fast" : ""));
+        const std::string name = fast_kernel_name(isa, pair.kernel);
+        EXPECT_EQ(attention_kernel(sc.cache, 1), name);
         const auto out = decode(sc, q, nullptr);
         const double kernel = summed_distance(out, decoded.out, original.out, d);
         EXPECT_LE(kernel, codec / 10) << "kernel error " << kernel << " against the codec's " << codec << " (sums)";
-        if (!fast_kernel) {
+        if (!is_fast(name)) {
           EXPECT_LE(vs_reference(out, decoded, d), 1.0) << "an exact kernel keeps 1e-5";
         }
       }
@@ -114,9 +128,8 @@ TEST(FastAttentionKernels, PrefillErrorIsAtMostATenthOfTheCodecsOwn) {
         for (Isa isa : simd_isas()) {
           SCOPED_TRACE(detail::isa_name(isa));
           const EnvOverride env("KVQ_ISA", detail::isa_name(isa));
-          if (has_fast_kernel(isa, std::string("fused_") + codec)) {
-            EXPECT_NE(attention_kernel(sc.cache, 1).find("_fast"), std::string::npos) << "a fast kernel runs";
-          }
+          const std::string kernel = std::string("fused_") + codec + "_" + codec;
+          EXPECT_EQ(attention_kernel(sc.cache, 1), fast_kernel_name(isa, kernel));
           std::vector<float> out(q.size(), NAN);
           prefill_attention(sc.cache, 1, sc.ids[0], start, chunk, q, out);
           const double kernel_error = summed_distance(out, ref_decoded.out, ref_original.out, d);
@@ -129,13 +142,15 @@ TEST(FastAttentionKernels, PrefillErrorIsAtMostATenthOfTheCodecsOwn) {
 TEST(FastAttentionKernels, QueriesTooSmallToScaleGiveTheExactOutput) {
   // Queries below FLT_MIN x the digits' range were quantized through q / 0, an undefined conversion of inf (x86's
   // conversion gives INT_MIN, whose digits happened to be zero). They take zero digits: their scores are zero to
-  // float precision and the output is the values' mean, as the exact kernel gives it.
+  // float precision and the output is the values' mean, as the exact kernel gives it (to 1e-5 of the values'
+  // size, plus the weights' rounding where int4 values are summed in bf16: Bf16ValuesStayWithinTheWeightsRounding).
   const Shape shape{128, 64, 0, 2, 4, {300}, true};
   for (const char* codec : {"int4", "int8"}) {
     SCOPED_TRACE(codec);
     const Scenario sc = build(shape, codec, codec, 11);
     std::vector<float> q = queries(shape, 1, 12);
     for (float& x : q) x *= 1e-44f;  // subnormal: amax / 127 and amax / 32512 round to 0
+    const Reference ref = reference_decode(sc, q, shape.G, true);
     std::vector<float> exact;
     {
       const EnvOverride env("KVQ_ATTENTION", "exact");
@@ -146,22 +161,74 @@ TEST(FastAttentionKernels, QueriesTooSmallToScaleGiveTheExactOutput) {
       SCOPED_TRACE(detail::isa_name(isa));
       const EnvOverride env("KVQ_ISA", detail::isa_name(isa));
       const auto out = decode(sc, q, nullptr);
-      for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], exact[i], 1e-5f * (1 + std::fabs(exact[i])));
+      const double tol = 1e-5 + (bf16_values(attention_kernel(sc.cache, 1)) ? 0x1p-8 : 0);
+      EXPECT_LE(worst(out, exact, ref, 128, tol, false), 1.0);
     }
   }
+}
+
+// avx512bf16's fast kernels sum int4 values by bf16 dot products: each weight p_t s_t,g rounded to bf16 (to
+// nearest; 8 significant bits, so a relative error of at most 2^-8), the codes exact (24 + c), every product exact
+// and the 24 taken out with the same rounded weights. So in the codec's space channel c moves by at most
+// 2^-8 sum_t p_t |y_t,c|, and the output row (rotated back, lambda applied) by at most 2^-8 sum_t p_t ||v_t|| in
+// norm (Minkowski's inequality): 2^-8 of Reference::magnitude, plus 1e-5 for the fp32 adds. With f16 keys the scores are the exact kernels', so
+// the bound holds against the reference (with its fp32 score allowance); with int keys against the same keys' fast
+// kernel with fp32 values (KVQ_ISA=avx512vnni: the same query digits and softmax), which isolates the values.
+TEST(FastAttentionKernels, Bf16ValuesStayWithinTheWeightsRounding) {
+  if (!detail::cpu_supports(Isa::avx512bf16)) GTEST_SKIP() << "this CPU lacks AVX512_BF16: no bf16 value kernels";
+  KVQ_FRESH_SEED();
+  const double tol = 0x1p-8 + 1e-5;
+  const std::vector<FastPair> pairs{{"f16", "int4", "fused_f16_int4"},
+                                    {"int4", "int4", "fused_int4_int4"},
+                                    {"int8:64", "int4:16", "fused_int8_int4"},
+                                    {"int4:16", "int4:64", "fused_int4_int4"}};
+  const std::vector<Shape> shapes{{128, 64, 0, 2, 4, {1000, 65}, true},
+                                  {128, 128, 128, 1, 8, {2000}, false},
+                                  {64, 64, 64, 2, 7, {700, 1}, true},
+                                  {256, 128, 0, 1, 3, {500}, true},
+                                  {128, 64, 0, 1, 1, {130}, false}};
+  const EnvOverride fast("KVQ_ATTENTION", "fast");
+  double seen = 0;
+  for (size_t s = 0; s < shapes.size(); ++s)
+    for (size_t p = 0; p < pairs.size(); ++p) {
+      const Shape& shape = shapes[s];
+      const FastPair& pair = pairs[p];
+      SCOPED_TRACE(pair.k + "/" + pair.v + ", " + describe(shape));
+      const uint64_t at = seed + 1000 * s + 10 * p;
+      const Scenario sc = build(shape, pair.k, pair.v, at);
+      const auto q = queries(shape, shape.lengths.size(), at + 7);
+      const size_t d = static_cast<size_t>(shape.d);
+      const Reference ref = reference_decode(sc, q, shape.G, true);
+      std::vector<float> out;
+      {
+        const EnvOverride env("KVQ_ISA", "avx512bf16");
+        ASSERT_EQ(attention_kernel(sc.cache, 1), pair.kernel + "_avx512bf16_fast");
+        out = decode(sc, q, nullptr);
+      }
+      double ratio;
+      if (pair.k == "f16") {
+        ratio = worst(out, ref.out, ref, d, tol, true);
+      } else {
+        const EnvOverride env("KVQ_ISA", "avx512vnni");
+        ratio = worst(out, decode(sc, q, nullptr), ref, d, tol, true);
+      }
+      EXPECT_LE(ratio, 1.0);
+      seen = std::max(seen, ratio);
+    }
+  std::printf("worst error: %.3f of the bound\n", seen);
 }
 
 TEST(FastAttentionKernels, ExactSelectsTheExactKernel) {
   const Shape shape{128, 64, 0, 1, 4, {100}, false};
   const Scenario sc = build(shape, "int4", "int4", 5);
-  const std::string best = detail::isa_name(detail::best_isa());
+  const Isa best = detail::best_isa();
   {
     const EnvOverride exact("KVQ_ATTENTION", "exact");
-    EXPECT_EQ(attention_kernel(sc.cache, 1), "fused_int4_int4_" + best);
+    const Isa exact_isa = best == Isa::avx512bf16 ? Isa::avx512vnni : best;  // avx512bf16 has fast kernels only
+    EXPECT_EQ(attention_kernel(sc.cache, 1), std::string("fused_int4_int4_") + detail::isa_name(exact_isa));
   }
   const EnvOverride fast("KVQ_ATTENTION", "fast");
-  const bool fast_kernel = has_fast_kernel(detail::best_isa(), "fused_int4_int4");
-  EXPECT_EQ(attention_kernel(sc.cache, 1), "fused_int4_int4_" + best + (fast_kernel ? "_fast" : ""));
+  EXPECT_EQ(attention_kernel(sc.cache, 1), fast_kernel_name(best, "fused_int4_int4"));
   const EnvOverride unknown("KVQ_ATTENTION", "loose");
   EXPECT_THROW(attention_kernel(sc.cache, 1), Error);
 }

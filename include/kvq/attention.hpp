@@ -174,14 +174,16 @@ void prefill_attention(const KVCache& cache, int layer, SeqId seq, size_t start,
 /// for a pair or head dimension without one, or int4 keys in groups of 16 under KVQ_ATTENTION=exact. A CPU cache: the page-loop kernel of
 /// decode_attention and prefill_attention on this CPU, "generic" (through the
 /// codecs' Scorer and accumulate) or a kernel fused for the layer's codec pair, named fused_<key>_<value>_<isa>
-/// (e.g. "fused_int4_int4_avx512vnni"). The environment variable KVQ_ISA=scalar|avx2|avx512|avx512vnni (x86) or
-/// KVQ_ISA=scalar|neon (AArch64) caps the instruction set; an unknown value, or one this CPU lacks, makes this and
-/// every attention call throw kvq::Error. KVQ_ATTENTION=fast (the default) runs a fast kernel where the instruction
-/// set has one for the pair, named with "_fast" after the ISA (int keys quantize the queries to 8-bit digits:
-/// docs/METHODS.md, "Fast attention kernels"); KVQ_ATTENTION=exact the kernels that match fp32 attention to 1e-5.
+/// (e.g. "fused_int4_int4_avx512vnni"). The environment variable KVQ_ISA=scalar|avx2|avx512|avx512vnni|avx512bf16
+/// (x86) or KVQ_ISA=scalar|neon (AArch64) caps the instruction set; an unknown value, or one this CPU lacks, makes
+/// this and every attention call throw kvq::Error. KVQ_ATTENTION=fast (the default) runs a fast kernel where the
+/// instruction set has one for the pair, named with "_fast" after the ISA (int keys quantize the queries to 8-bit
+/// digits, avx512bf16 sums int4 values with bf16 weights: docs/METHODS.md, "Fast attention kernels");
+/// KVQ_ATTENTION=exact the kernels that match fp32 attention to 1e-5 (avx512bf16 has none of its own: avx512vnni's
+/// run).
 std::string attention_kernel(const KVCache& cache, int layer);
 /// The instruction set the attention kernels use on this CPU under KVQ_ISA: "scalar", "avx2", "avx512",
-/// "avx512vnni" or "neon".
+/// "avx512vnni", "avx512bf16" or "neon".
 std::string attention_isa();
 
 /// The oracle, one head, in double precision with plain loops. q: n_q x d; k, v: n_tokens x d; out: n_q x d.

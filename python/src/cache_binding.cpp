@@ -358,8 +358,8 @@ void bind_cache(nb::module_& m) {
       });
   bind_device_cache(m, cls);
   m.def("attention_isa", &attention_isa,
-        "The instruction set the CPU attention kernels use here: 'scalar', 'avx2', 'avx512', 'avx512vnni' or "
-        "'neon' (KVQ_ISA caps it).");
+        "The instruction set the CPU attention kernels use here: 'scalar', 'avx2', 'avx512', 'avx512vnni', "
+        "'avx512bf16' or 'neon' (KVQ_ISA caps it).");
 }
 
 }  // namespace kvq::python

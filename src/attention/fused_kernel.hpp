@@ -664,6 +664,88 @@ void values_kivi(const KernelArgs& a, const float* p, const uint8_t* block, Pref
   }
 }
 
+// ---- int4 values by bf16 dot products (the fast kernels of AVX512-BF16, Bf16Values) -----------------------------
+// One vdpbf16ps adds to each fp32 lane (a channel) the products of two tokens' codes with their two weights, where an
+// FMA takes one token: half the FMA-pipe operations of values_int. Both operands are bf16:
+//   the code c (-8..7) as the exact bf16 24 + c: its nibble under the top 4 mantissa bits of 16.0 (0x4180) with the
+//     nibble's sign bit flipped (c + 8); one xor with 0x41C0 sets the exponent and flips that bit;
+//   the weight w_t = p_t s_t,g rounded to bf16 (to nearest; 8 significant bits: relative error <= 2^-8).
+// Per group the 24 is taken back out with the same rounded weights (24 sum_t w_t, summed by a dot product of the
+// weights with ones), so that the one error beyond fp32 rounding is the weights': per channel at most
+// 2^-8 sum_t p_t |v_t,c| (the sums of 24 + c stay below 32 sum_t w_t, so fp32 adds little).
+// Tokens pair within a tile of 8 as (j, j + 4), j < 4: their nibbles lie 16 bits apart in a lane, so one shift puts
+// both under their bf16 exponents; the weights are laid out in that order (V::tile_pairs).
+
+// The codes of tokens j and j + 4 of each lane's tile as bf16 pairs, 24 + c each.
+template <class V, int J>
+typename V::I bf16_code_pairs(typename V::I x) {
+  const auto at3 = [&] {  // nibbles j and j + 4 at bits 3..6 and 19..22
+    if constexpr (J == 0) {
+      return V::template shl<3>(x);
+    } else {
+      return V::template shr<4 * J - 3>(x);
+    }
+  }();
+  return V::and_xor(at3, 0x00780078u, 0x41C041C0u);
+}
+
+// One vector of W channels over the page's tokens; the pairs of even and odd j accumulate apart (2 NQ chains).
+// wb: per query kMaxTokens / 2 weight pairs; bias: per query -24 sum_t w_t, added to every channel.
+template <class V, int NQ>
+void values_int4_bf16_vector(const KernelArgs& a, const uint32_t* wb, const uint8_t* block, int vec, float* o,
+                             const float* bias) {
+  constexpr int W = V::W;
+  static_assert(W == 16, "a vector is one tile's 16 channels");
+  const int T = a.T, os = a.value_space, tiles = a.d / 16, ch = vec * W;
+  const uint8_t* lanes = block + 64 * vec;
+  typename V::F acc[2][NQ];
+  for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * os + ch), acc[1][i] = V::set1(bias[i]);
+  for (int tile = 0; tile < T / 8; ++tile) {
+    const auto x = V::load_i(lanes + static_cast<size_t>(tile) * tiles * 64);
+    for_elements<4>([&](auto j) {
+      const auto codes = bf16_code_pairs<V, j>(x);
+      for (int i = 0; i < NQ; ++i)
+        acc[j % 2][i] = V::dpbf16_1(acc[j % 2][i], codes, wb + i * (kMaxTokens / 2) + 4 * tile + j);
+    });
+  }
+  for (int i = 0; i < NQ; ++i) V::store(o + i * os + ch, V::add(acc[0][i], acc[1][i]));
+}
+
+template <class V, int NQ>
+void values_int4_bf16(const KernelArgs& a, const float* p, const uint8_t* block, Prefetch<V>& pf, float* o) {
+  constexpr int W = V::W;
+  const int d = a.d, T = a.T, G = a.value_group, groups = d / G;
+  const uint8_t* scales = block + a.value_scales_offset;
+  alignas(64) float pp[NQ][kMaxTokens];        // p in pair order
+  alignas(64) uint32_t wb[NQ][kMaxTokens / 2];  // the current group's weights in pair order, two bf16 a pair
+  for (int i = 0; i < NQ; ++i)
+    for (int t = 0; t < T; t += W) V::store(pp[i] + t, V::tile_pairs(V::load(p + i * T + t)));
+  const auto ones = V::bf16_ones();
+  for (int g = 0; g < groups; ++g) {
+    // 32 tokens at a time: W scales and weights in pair order, then 2 W bf16 weights (zero past T).
+    const auto pair_scales = [&](int tok) {
+      return V::tile_pairs(V::load_f16(scales + 2 * ((static_cast<size_t>(tok / 16) * groups + g) * 16)));
+    };
+    typename V::F sum[NQ];
+    for (int i = 0; i < NQ; ++i) sum[i] = V::zero();
+    for (int t = 0; t < T; t += 2 * W) {
+      const bool both = t + W < T;
+      const auto s0 = pair_scales(t), s1 = both ? pair_scales(t + W) : V::zero();
+      for (int i = 0; i < NQ; ++i) {
+        const auto w1 = both ? V::mul(s1, V::load(pp[i] + t + W)) : V::zero();
+        const auto w = V::to_bf16(V::mul(s0, V::load(pp[i] + t)), w1);
+        V::store_i(wb[i] + t / 2, w);
+        sum[i] = V::dpbf16(sum[i], w, ones);
+      }
+    }
+    float bias[NQ];
+    for (int i = 0; i < NQ; ++i) bias[i] = -24.0f * V::hsum(sum[i]);
+    for (int vec = g * G / W; vec < (g + 1) * G / W; ++vec)
+      values_int4_bf16_vector<V, NQ>(a, wb[0], block, vec, o, bias);
+    pf.step(static_cast<size_t>(g), static_cast<size_t>(groups));
+  }
+}
+
 // turbo_mse values: o_c += sum_t (p_t ||v_t||) c[idx_t,c]; one vector of W channels at a time over the page's
 // chunks of 32 tokens.
 template <class V, int NQ, int Bits>
@@ -840,8 +922,9 @@ template <class V, BlockFormat K, int NQ, int KeyDigits>
   }
 }
 
-// The weights s of a pass summed over a page's VF block into o (NQ rows of value_space floats).
-template <class V, BlockFormat VF, int NQ>
+// The weights s of a pass summed over a page's VF block into o (NQ rows of value_space floats). Bf16Values: int4
+// values by bf16 dot products (the fast kernels of AVX512-BF16).
+template <class V, BlockFormat VF, int NQ, bool Bf16Values>
 [[gnu::noinline]] void value_phase(const KernelArgs& a, const RunPrep& prep, const float* s, const uint8_t* page,
                                    const uint8_t* next_page, float* o) {
   const uint8_t* block = page + a.value_offset;
@@ -858,12 +941,15 @@ template <class V, BlockFormat VF, int NQ>
     values_turbo<V, NQ, turbo_bits(VF)>(a, s, block, pf, o);
   } else if constexpr (is_prod(VF)) {
     values_turbo_prod<V, NQ, turbo_bits(VF)>(a, s, block, pf, o);
+  } else if constexpr (Bf16Values) {
+    static_assert(VF == BlockFormat::int4, "bf16 dot products take int4 values");
+    values_int4_bf16<V, NQ>(a, s, block, pf, o);
   } else {
     values_int<V, NQ, bits_of(VF)>(a, s, block, pf, o);
   }
 }
 
-template <class V, BlockFormat K, BlockFormat VF, int NQ, int KeyDigits>
+template <class V, BlockFormat K, BlockFormat VF, int NQ, int KeyDigits, bool Bf16Values>
 void page_pass(const KernelArgs& a, const RunPrep& prep, int i0, size_t base, const uint8_t* page,
                const uint8_t* next_page) {
   const int T = a.T;
@@ -880,12 +966,12 @@ void page_pass(const KernelArgs& a, const RunPrep& prep, int i0, size_t base, co
   key_phase<V, K, NQ, KeyDigits>(a, prep, i0, page, next_page, s);
   for (int i = 0; i < NQ; ++i)
     softmax_row<V>(a, seen[i], s + i * T, a.m[i0 + i], a.l[i0 + i], o + static_cast<size_t>(i) * a.value_space);
-  value_phase<V, VF, NQ>(a, prep, s, page, next_page, o);
+  value_phase<V, VF, NQ, Bf16Values>(a, prep, s, page, next_page, o);
 }
 
 // KeyDigits: the 8-bit digits of each query for int keys by integer dot products (V::kVnni): 3 in the exact
-// kernels, fewer in the fast ones (above).
-template <class V, BlockFormat K, BlockFormat VF, int KeyDigits = 3>
+// kernels, fewer in the fast ones (above). Bf16Values: int4 values by bf16 dot products (fast kernels only).
+template <class V, BlockFormat K, BlockFormat VF, int KeyDigits = 3, bool Bf16Values = false>
 void attend(const KernelArgs& a) {
   const size_t T = static_cast<size_t>(a.T);
   const bool splits = a.d % (2 * V::W) == 0;
@@ -913,11 +999,12 @@ void attend(const KernelArgs& a) {
     // Passes of kMaxQ, 4, 2, 1 queries; the first prefetches the next page, the others find this one cached.
     int i0 = 0;
     for (; i0 + V::kMaxQ <= a.n_q; i0 += V::kMaxQ, next = nullptr)
-      page_pass<V, K, VF, V::kMaxQ, KeyDigits>(a, prep, i0, base, page, next);
+      page_pass<V, K, VF, V::kMaxQ, KeyDigits, Bf16Values>(a, prep, i0, base, page, next);
     if (V::kMaxQ > 4 && i0 + 4 <= a.n_q)
-      page_pass<V, K, VF, 4, KeyDigits>(a, prep, i0, base, page, next), i0 += 4, next = nullptr;
-    if (i0 + 2 <= a.n_q) page_pass<V, K, VF, 2, KeyDigits>(a, prep, i0, base, page, next), i0 += 2, next = nullptr;
-    if (i0 < a.n_q) page_pass<V, K, VF, 1, KeyDigits>(a, prep, i0, base, page, next);
+      page_pass<V, K, VF, 4, KeyDigits, Bf16Values>(a, prep, i0, base, page, next), i0 += 4, next = nullptr;
+    if (i0 + 2 <= a.n_q)
+      page_pass<V, K, VF, 2, KeyDigits, Bf16Values>(a, prep, i0, base, page, next), i0 += 2, next = nullptr;
+    if (i0 < a.n_q) page_pass<V, K, VF, 1, KeyDigits, Bf16Values>(a, prep, i0, base, page, next);
   }
   if (prep.split_values) permute_blocks<V::W>(a.o, a.n_q, a.d, false);
 }

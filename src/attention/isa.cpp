@@ -30,6 +30,8 @@ const char* isa_name(Isa isa) {
       return "avx512";
     case Isa::avx512vnni:
       return "avx512vnni";
+    case Isa::avx512bf16:
+      return "avx512bf16";
     case Isa::neon:
       return "neon";
   }
@@ -48,6 +50,8 @@ bool cpu_supports(Isa isa) {
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     case Isa::avx512vnni:
       return cpu_supports(Isa::avx512) && __builtin_cpu_supports("avx512vnni");
+    case Isa::avx512bf16:
+      return cpu_supports(Isa::avx512vnni) && __builtin_cpu_supports("avx512bf16");
     case Isa::neon:
       return false;
   }
@@ -60,13 +64,15 @@ bool cpu_supports(Isa isa) {
 }
 
 Isa best_isa() {
-  for (Isa isa : {Isa::avx512vnni, Isa::avx512, Isa::avx2, Isa::neon})
+  for (Isa isa : {Isa::avx512bf16, Isa::avx512vnni, Isa::avx512, Isa::avx2, Isa::neon})
     if (cpu_supports(isa)) return isa;
   return Isa::scalar;
 }
 
 Isa narrower_isa(Isa isa) {
   switch (isa) {
+    case Isa::avx512bf16:
+      return Isa::avx512vnni;
     case Isa::avx512vnni:
       return Isa::avx512;
     case Isa::avx512:

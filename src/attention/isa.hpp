@@ -6,13 +6,14 @@
 namespace kvq::detail {
 
 /// Kernel instruction sets. x86: avx2 (AVX2 + FMA + F16C), avx512 (AVX-512 F, BW, VL and DQ as well), avx512vnni
-/// (and AVX512-VNNI), each a superset of the one before. AArch64: neon (baseline armv8-a Advanced SIMD).
-enum class Isa { scalar, avx2, avx512, avx512vnni, neon };
+/// (and AVX512-VNNI), avx512bf16 (and AVX512_BF16), each a superset of the one before. AArch64: neon (baseline
+/// armv8-a Advanced SIMD).
+enum class Isa { scalar, avx2, avx512, avx512vnni, avx512bf16, neon };
 
 /// Every instruction set, in the order of the enum.
-inline constexpr Isa kAllIsas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512vnni, Isa::neon};
+inline constexpr Isa kAllIsas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512vnni, Isa::avx512bf16, Isa::neon};
 
-/// "scalar", "avx2", "avx512", "avx512vnni" or "neon".
+/// "scalar", "avx2", "avx512", "avx512vnni", "avx512bf16" or "neon".
 const char* isa_name(Isa isa);
 /// Whether this CPU runs kernels of `isa` (scalar always; the x86 ones only on x86, neon only on AArch64).
 bool cpu_supports(Isa isa);

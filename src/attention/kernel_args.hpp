@@ -92,6 +92,10 @@ KernelFn fused_kernel(BlockFormat key, BlockFormat value);
 /// The fast kernel (Precision::fast) for the pair, or null.
 KernelFn fast_kernel(BlockFormat key, BlockFormat value);
 }
+namespace avx512bf16 {
+/// The fast kernel (Precision::fast) for the pair, or null; no exact kernels (they are avx512vnni's).
+KernelFn fast_kernel(BlockFormat key, BlockFormat value);
+}
 namespace neon {
 KernelFn fused_kernel(BlockFormat key, BlockFormat value);
 }

@@ -61,6 +61,8 @@ KernelFn fused_kernel(Isa isa, BlockFormat key, BlockFormat value) {
       return avx512::fused_kernel(key, value);
     case Isa::avx512vnni:
       return avx512vnni::fused_kernel(key, value);
+    case Isa::avx512bf16:  // fast kernels only: its exact ones are avx512vnni's
+      return nullptr;
     case Isa::neon:
       return neon::fused_kernel(key, value);
   }
@@ -69,6 +71,7 @@ KernelFn fused_kernel(Isa isa, BlockFormat key, BlockFormat value) {
 
 // The fast kernel of `isa` for the pair, or null (Precision::fast).
 KernelFn fast_kernel(Isa isa, BlockFormat key, BlockFormat value) {
+  if (isa == Isa::avx512bf16) return avx512bf16::fast_kernel(key, value);
   if (isa == Isa::avx512vnni) return avx512vnni::fast_kernel(key, value);
   return isa == Isa::avx2 ? avx2::fast_kernel(key, value) : nullptr;
 }

@@ -9,6 +9,7 @@ const Q8DotTable& table(Isa isa) {
     case Isa::avx512:  // AVX-512 without VNNI: the AVX2 kernels
       return kQ8DotAvx2;
     case Isa::avx512vnni:
+    case Isa::avx512bf16:  // BF16 adds nothing to the weights path: the VNNI kernels
       return kQ8DotAvx512Vnni;
     case Isa::scalar:
     case Isa::neon:
@@ -36,7 +37,9 @@ Q8Kernels entry(const Q8DotTable& t, GgmlType type) {
 
 }  // namespace
 
-bool q8_vectorized(Isa isa) { return isa == Isa::avx2 || isa == Isa::avx512 || isa == Isa::avx512vnni; }
+bool q8_vectorized(Isa isa) {
+  return isa == Isa::avx2 || isa == Isa::avx512 || isa == Isa::avx512vnni || isa == Isa::avx512bf16;
+}
 
 Q8Kernels q8_kernels(GgmlType type, Isa isa) { return entry(table(isa), type); }
 

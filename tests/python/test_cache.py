@@ -135,7 +135,7 @@ def test_sequences_lengths_memory_and_kernel(rng):
     assert m["bits_per_element"] == pytest.approx(4.5, rel=0.05)
     assert cache.free_pages == cache.capacity_pages - 2
     assert cache.attention_kernel(0).startswith(("fused_int4_int4", "generic"))
-    assert kvq.attention_isa() in ("scalar", "avx2", "avx512", "avx512vnni", "neon")
+    assert kvq.attention_isa() in ("scalar", "avx2", "avx512", "avx512vnni", "avx512bf16", "neon")
     cache.remove_sequence(seqs[0])
     assert cache.sequences == [seqs[1]] and cache.free_pages == cache.capacity_pages
     assert cache.add_sequence() == seqs[1] + 1

@@ -1,0 +1,62 @@
+// The fast kernels for AVX-512 with VNNI and BF16: int4 values summed by bf16 dot products (fused_kernel.hpp,
+// values_int4_bf16), with int4 or int8 keys scored as in kernels_avx512_vnni.cpp's fast kernels, or f16 keys as in
+// kernels_avx512.cpp. This file alone is compiled with those flags. It has no exact kernels: select_page_kernel falls back to avx512vnni's, and to its
+// fast ones for the other pairs.
+#include "attention/kernel_args.hpp"
+
+#if defined(__x86_64__)
+#include "attention/fused_kernel.hpp"
+#include "attention/vector_avx512_vnni.hpp"
+
+namespace kvq::detail {
+namespace {
+
+struct Avx512Bf16 : Avx512Vnni {
+  // 16 tokens in the pair order of values_int4_bf16: per 8 tokens 0 4 1 5 2 6 3 7.
+  static F tile_pairs(F x) {
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15), x);
+  }
+  // 32 bf16, rounded to nearest: lo's 16 lanes, then hi's.
+  static I to_bf16(F lo, F hi) { return reinterpret_cast<I>(_mm512_cvtne2ps_pbh(hi, lo)); }
+  static void store_i(uint32_t* p, I x) { _mm512_storeu_si512(p, x); }
+  static I bf16_ones() { return _mm512_set1_epi32(0x3F803F80); }
+  // (x & mask) ^ flip as two operations beside the dot products: GCC would join them into a vpternlogd, which on
+  // Zen 4 takes a slot of the FMA pipes that the dot products use.
+  static I and_xor(I x, uint32_t mask, uint32_t flip) {
+    I masked = _mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(mask)));
+    asm("" : "+v"(masked));
+    return _mm512_xor_si512(masked, _mm512_set1_epi32(static_cast<int>(flip)));
+  }
+  // acc + per lane the dot product of its two bf16 in a with those in b (products exact, fp32 adds).
+  static F dpbf16(F acc, I a, I b) {
+    return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
+  }
+  // The same with b one pair broadcast from memory: in the instruction's memory operand ({1to16}), where GCC 12
+  // would keep a vpbroadcastd per dot product.
+  static F dpbf16_1(F acc, I a, const uint32_t* pair) {
+    asm("vdpbf16ps %[pair]%{1to16%}, %[a], %[acc]" : [acc] "+v"(acc) : [a] "v"(a), [pair] "m"(*pair));
+    return acc;
+  }
+};
+
+}  // namespace
+
+namespace avx512bf16 {
+// int4 values with the fast int keys (two digits per query) or f16 keys; every other pair is avx512vnni's.
+KernelFn fast_kernel(BlockFormat key, BlockFormat value) {
+  if (value != BlockFormat::int4) return nullptr;
+  if (key == BlockFormat::f16) return attend<Avx512Bf16, BlockFormat::f16, BlockFormat::int4, 3, true>;
+  if (key == BlockFormat::int4) return attend<Avx512Bf16, BlockFormat::int4, BlockFormat::int4, 2, true>;
+  if (key == BlockFormat::int8) return attend<Avx512Bf16, BlockFormat::int8, BlockFormat::int4, 2, true>;
+  return nullptr;
+}
+}  // namespace avx512bf16
+}  // namespace kvq::detail
+
+#else
+
+namespace kvq::detail::avx512bf16 {
+KernelFn fast_kernel(BlockFormat, BlockFormat) { return nullptr; }
+}  // namespace kvq::detail::avx512bf16
+
+#endif
