@@ -171,13 +171,28 @@ TEST(FastAttentionKernels, QueriesTooSmallToScaleGiveTheExactOutput) {
 // nearest; 8 significant bits, so a relative error of at most 2^-8), the codes exact (24 + c), every product exact
 // and the 24 taken out with the same rounded weights. So in the codec's space channel c moves by at most
 // 2^-8 sum_t p_t |y_t,c|, and the output row (rotated back, lambda applied) by at most 2^-8 sum_t p_t ||v_t|| in
-// norm (Minkowski's inequality): 2^-8 of Reference::magnitude, plus 1e-5 for the fp32 adds. With f16 keys the scores are the exact kernels', so
-// the bound holds against the reference (with its fp32 score allowance); with int keys against the same keys' fast
-// kernel with fp32 values (KVQ_ISA=avx512vnni: the same query digits and softmax), which isolates the values.
+// norm (Minkowski's inequality): 2^-8 of Reference::magnitude, plus 1e-5 for the fp32 adds. With f16 keys the
+// scores are the exact kernels', so the bound holds against the reference (with its fp32 score allowance); with int
+// keys against the same keys' fast kernel with fp32 values (KVQ_ISA=avx512vnni: the same query digits and softmax),
+// which isolates the values. Returns the worst row's error as a fraction of that bound.
+double bf16_value_error(const Scenario& sc, const Shape& shape, const FastPair& pair, const std::vector<float>& q) {
+  const double tol = 0x1p-8 + 1e-5;
+  const size_t d = static_cast<size_t>(shape.d);
+  const Reference ref = reference_decode(sc, q, shape.G, true);
+  std::vector<float> out;
+  {
+    const EnvOverride env("KVQ_ISA", "avx512bf16");
+    EXPECT_EQ(attention_kernel(sc.cache, 1), pair.kernel + "_avx512bf16_fast");
+    out = decode(sc, q, nullptr);
+  }
+  if (pair.k == "f16") return worst(out, ref.out, ref, d, tol, true);
+  const EnvOverride env("KVQ_ISA", "avx512vnni");
+  return worst(out, decode(sc, q, nullptr), ref, d, tol, true);
+}
+
 TEST(FastAttentionKernels, Bf16ValuesStayWithinTheWeightsRounding) {
   if (!detail::cpu_supports(Isa::avx512bf16)) GTEST_SKIP() << "this CPU lacks AVX512_BF16: no bf16 value kernels";
   KVQ_FRESH_SEED();
-  const double tol = 0x1p-8 + 1e-5;
   const std::vector<FastPair> pairs{{"f16", "int4", "fused_f16_int4"},
                                     {"int4", "int4", "fused_int4_int4"},
                                     {"int8:64", "int4:16", "fused_int8_int4"},
@@ -191,31 +206,33 @@ TEST(FastAttentionKernels, Bf16ValuesStayWithinTheWeightsRounding) {
   double seen = 0;
   for (size_t s = 0; s < shapes.size(); ++s)
     for (size_t p = 0; p < pairs.size(); ++p) {
-      const Shape& shape = shapes[s];
-      const FastPair& pair = pairs[p];
-      SCOPED_TRACE(pair.k + "/" + pair.v + ", " + describe(shape));
+      SCOPED_TRACE(pairs[p].k + "/" + pairs[p].v + ", " + describe(shapes[s]));
       const uint64_t at = seed + 1000 * s + 10 * p;
-      const Scenario sc = build(shape, pair.k, pair.v, at);
-      const auto q = queries(shape, shape.lengths.size(), at + 7);
-      const size_t d = static_cast<size_t>(shape.d);
-      const Reference ref = reference_decode(sc, q, shape.G, true);
-      std::vector<float> out;
-      {
-        const EnvOverride env("KVQ_ISA", "avx512bf16");
-        ASSERT_EQ(attention_kernel(sc.cache, 1), pair.kernel + "_avx512bf16_fast");
-        out = decode(sc, q, nullptr);
-      }
-      double ratio;
-      if (pair.k == "f16") {
-        ratio = worst(out, ref.out, ref, d, tol, true);
-      } else {
-        const EnvOverride env("KVQ_ISA", "avx512vnni");
-        ratio = worst(out, decode(sc, q, nullptr), ref, d, tol, true);
-      }
+      const Scenario sc = build(shapes[s], pairs[p].k, pairs[p].v, at);
+      const auto q = queries(shapes[s], shapes[s].lengths.size(), at + 7);
+      const double ratio = bf16_value_error(sc, shapes[s], pairs[p], q);
       EXPECT_LE(ratio, 1.0);
       seen = std::max(seen, ratio);
     }
-  std::printf("worst error: %.3f of the bound\n", seen);
+  {  // trained int4 values: lambda applied to the outputs after the run
+    SCOPED_TRACE("trained int4/int4");
+    const Shape shape{128, 64, 0, 2, 4, {500, 77}, true};
+    const CacheConfig cfg = config_for(shape, "int4", "int4", seed);
+    Scenario sc{cfg, KVCache(cfg), {}, {}};
+    const Tokens train = make_tokens(cfg, 512, seed + 1, true);
+    sc.cache.train_layer(1, train.keys.data(), train.values.data(), 512 * static_cast<size_t>(shape.H));
+    ASSERT_FALSE(sc.cache.value_codec(1).state().empty()) << "training must give the int codec a lambda";
+    for (size_t i = 0; i < shape.lengths.size(); ++i) {
+      sc.ids.push_back(sc.cache.add_sequence());
+      sc.tokens.push_back(make_tokens(cfg, shape.lengths[i], seed + 2 + i, true));
+      append_range(sc.cache, sc.ids.back(), 1, sc.tokens.back(), 0, shape.lengths[i]);
+    }
+    const double ratio = bf16_value_error(sc, shape, {"int4", "int4", "fused_int4_int4"},
+                                          queries(shape, shape.lengths.size(), seed + 9));
+    EXPECT_LE(ratio, 1.0);
+    seen = std::max(seen, ratio);
+  }
+  std::printf("worst row: %.3f of the bound\n", seen);
 }
 
 TEST(FastAttentionKernels, ExactSelectsTheExactKernel) {
