@@ -690,8 +690,7 @@ typename V::I bf16_code_pairs(typename V::I x) {
 }
 
 // One vector of W channels over the page's tokens; the pairs of even and odd j accumulate apart (2 NQ chains).
-// wb: per query kMaxTokens / 2 weight pairs; bias: per query -24 sum_t w_t, added to every channel at the end (its
-// horizontal sum then runs beside the dot products).
+// wb: per query kMaxTokens / 2 weight pairs; bias: per query -24 sum_t w_t, added to every channel.
 template <class V, int NQ>
 void values_int4_bf16_vector(const KernelArgs& a, const uint32_t* wb, const uint8_t* block, int vec, float* o,
                              const float* bias) {
@@ -700,7 +699,7 @@ void values_int4_bf16_vector(const KernelArgs& a, const uint32_t* wb, const uint
   const int T = a.T, os = a.value_space, tiles = a.d / 16, ch = vec * W;
   const uint8_t* lanes = block + 64 * vec;
   typename V::F acc[2][NQ];
-  for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * os + ch), acc[1][i] = V::zero();
+  for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * os + ch), acc[1][i] = V::set1(bias[i]);
   for (int tile = 0; tile < T / 8; ++tile) {
     const auto x = V::load_i(lanes + static_cast<size_t>(tile) * tiles * 64);
     for_elements<4>([&](auto j) {
@@ -709,7 +708,7 @@ void values_int4_bf16_vector(const KernelArgs& a, const uint32_t* wb, const uint
         acc[j % 2][i] = V::dpbf16_1(acc[j % 2][i], codes, wb + i * (kMaxTokens / 2) + 4 * tile + j);
     });
   }
-  for (int i = 0; i < NQ; ++i) V::store(o + i * os + ch, V::add(acc[0][i], V::add(acc[1][i], V::set1(bias[i]))));
+  for (int i = 0; i < NQ; ++i) V::store(o + i * os + ch, V::add(acc[0][i], acc[1][i]));
 }
 
 template <class V, int NQ>
