@@ -1,7 +1,7 @@
 // The fused page loop over f16, int8, int4, kivi, turbo_mse, turbo_prod and qjl blocks, written once over an instruction
 // set's vector traits V and included only by the per-ISA translation units (kernels_avx2.cpp, kernels_avx512.cpp,
-// kernels_avx512_vnni.cpp), which compile it with their target flags. Everything here has internal linkage
-// (kernel_args.hpp says why).
+// kernels_avx512_vnni.cpp, kernels_avx512_bf16.cpp), which compile it with their target flags. Everything here has
+// internal linkage (kernel_args.hpp says why).
 //
 // Per page and pass of up to kMaxQ queries (the GQA group, or a slice of a prefill chunk's rows):
 //   1. scores of all the pass's queries in one sweep over the keys, every key element decoded once into a register
@@ -64,6 +64,9 @@ namespace {
 //   dpbusd2(acc, u0, s0, u1, s1): the two at once (int4 keys: codes below 16), xor_i, and_i, srl4 and sll8 (32-bit
 //   lanes shifted), add_i, sub_i (an int32 broadcast from memory) and cvt (int32 -> fp32). AVX512-VNNI has them as
 //   instructions; AVX2's fast kernel for int4 keys by vpmaddubsw and vpmaddwd (kernels_avx2.cpp).
+//   Bf16Values (AVX512-BF16 only): tile_pairs(x) (16 tokens in values_int4_bf16's pair order), to_bf16(lo, hi) (32
+//   bf16, rounded to nearest), store_i, bf16_ones(), dpbf16(acc, a, b) and dpbf16_1(acc, a, one pair broadcast from
+//   memory): acc + per lane the two products of its bf16 pair; and_xor(x, mask, flip) = (x & mask) ^ flip.
 
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 
