@@ -229,7 +229,9 @@ TEST(Calibrate, AnchorFiguresAreMeasuredOthersPredicted) {
   }
   for (const char* anchor : {"f16", "int8"})
     test::expect_error(
-        [&] { measure_layer_sensitivity(m.model(), tok, tokens, codecs, o, KVCacheSpec{}, KeyCandidates::plain, anchor); },
+        [&] {
+          measure_layer_sensitivity(m.model(), tok, tokens, codecs, o, KVCacheSpec{}, KeyCandidates::plain, anchor);
+        },
         std::string("anchor codec ") + anchor);
 }
 

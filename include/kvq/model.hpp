@@ -206,7 +206,8 @@ struct KVCacheSpec {
   std::vector<LayerCodecs> layer_codecs;
 
   bool compressed() const { return !key_codec.empty() || !value_codec.empty() || !layer_codecs.empty(); }
-  /// "k/v" (e.g. "int4/int4", "int4/f16@layers 0,3", "per layer: int8/int4 x2, centered int4/int4 x1, ..."), or "fp32 (no cache)".
+  /// "k/v" (e.g. "int4/int4", "int4/f16@layers 0,3", "per layer: int8/int4 x2, centered int4/int4 x1, ..."), or
+  /// "fp32 (no cache)".
   std::string label() const;
 };
 

@@ -67,8 +67,8 @@ struct CacheSequence {
 
 class CompressedKVStore final : public KVStore {
  public:
-  // One KVCache per distinct codec pair and centering, each with every layer (so that layer l's codecs get the seeds of a
-  // uniform cache) but holding only the layers routed to it; the spec's own pair, where it has one, first.
+  // One KVCache per distinct codec pair and centering, each with every layer (so that layer l's codecs get the seeds
+  // of a uniform cache) but holding only the layers routed to it; the spec's own pair, where it has one, first.
   CompressedKVStore(const KVShape& shape, int capacity, const KVCacheSpec& spec, ThreadPool* pool)
       : shape_(shape), capacity_(capacity), pool_(pool) {
     const std::vector<LayerCodecs> codecs = codecs_per_layer(shape, spec);
