@@ -2,6 +2,7 @@
 // sensitivities and the choice under a budget, and the calibration file's round trip and its refusals.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -86,6 +87,36 @@ TEST(PerLayerCodecs, SameInEveryLayerIsTheUniformCache) {
   EXPECT_EQ(mixed.label(), "per layer: int8/kivi:2 x1, int4/f16 x1");
 }
 
+// Centering chosen per layer: in every layer it is the uniformly centered cache (--center-keys), and a layer
+// centered alone is that layer of the centered cache and the others of the plain one.
+TEST(PerLayerCodecs, CenteringInEveryLayerIsTheCenteredCache) {
+  KVQ_FRESH_SEED();
+  const SyntheticLlama m(seed);
+  const test::ByteTokenizer tok;
+  Rng rng(seed + 1);
+  const std::vector<int> tokens = test::random_tokens(rng, 160);
+  PerplexityOptions o;
+  o.window = 160, o.threads = 2;
+  o.reference = KVCacheSpec{"f16", "f16"};
+  KVCacheSpec uniform{"int4", "turbo_mse:3"};
+  uniform.center_keys = true;
+  KVCacheSpec per_layer;
+  per_layer.layer_codecs.assign(SyntheticLlama::kLayers, LayerCodecs{"int4", "turbo_mse:3", true});
+  KVCacheSpec first_only = per_layer;
+  first_only.layer_codecs.back().center_keys = false;
+  KVCacheSpec every_by_spec = first_only;  // the spec's center_keys centers every layer
+  every_by_spec.center_keys = true;
+  o.caches = {uniform, per_layer, first_only, every_by_spec, KVCacheSpec{"int4", "turbo_mse:3"}};
+  const PerplexityResult r = measure_perplexity(m.model(), tok, tokens, o);
+  EXPECT_EQ(r.caches[1].kld, r.caches[0].kld);
+  EXPECT_EQ(r.caches[3].kld, r.caches[0].kld);
+  EXPECT_NE(r.caches[2].kld, r.caches[0].kld);
+  EXPECT_NE(r.caches[2].kld, r.caches[4].kld);
+  EXPECT_EQ(r.caches[1].cache_bytes, r.caches[0].cache_bytes);  // the key offsets counted alike
+  EXPECT_LT(r.caches[2].cache_bytes, r.caches[1].cache_bytes);  // one layer's offsets fewer
+  EXPECT_EQ(first_only.label(), "per layer: centered int4/turbo_mse:3 x1, int4/turbo_mse:3 x1");
+}
+
 // A runner started at layer l on the reference's residual stream computes, bit for bit, what the whole forward of
 // the same cache computes, wherever the layers before l are the reference's: every product, norm and attention
 // call sees the same floats in the same order.
@@ -138,22 +169,30 @@ TEST(Calibrate, SensitivitiesEqualWholePerplexityRuns) {
   PerplexityOptions o;
   o.window = 96, o.chunk = 40, o.score_from = 10, o.threads = 2;
   const std::vector<std::string> codecs{"f16", "int4", "turbo_mse:2"};
-  const LayerSensitivity s = measure_layer_sensitivity(m.model(), tok, tokens, codecs, o, KVCacheSpec{});
+  const LayerSensitivity s =
+      measure_layer_sensitivity(m.model(), tok, tokens, codecs, o, KVCacheSpec{}, KeyCandidates::plain_and_centered);
+  ASSERT_TRUE(s.measured_centered());
   o.reference = KVCacheSpec{"f16", "f16"};
   for (int l = 0; l < SyntheticLlama::kLayers; ++l) {
+    EXPECT_TRUE(std::isnan(s.centered_kld[l][0])) << "f16 keys are not centered";
     o.caches.clear();
     for (size_t c = 1; c < codecs.size(); ++c)
-      for (int role = 0; role < 2; ++role) {
+      for (int role = 0; role < 3; ++role) {  // keys, values, centered keys
         KVCacheSpec spec;
         spec.layer_codecs.assign(SyntheticLlama::kLayers, LayerCodecs{"f16", "f16"});
-        (role == 0 ? spec.layer_codecs[l].key : spec.layer_codecs[l].value) = codecs[c];
+        (role == 1 ? spec.layer_codecs[l].value : spec.layer_codecs[l].key) = codecs[c];
+        spec.layer_codecs[l].center_keys = role == 2;
         o.caches.push_back(spec);
       }
     const PerplexityResult r = measure_perplexity(m.model(), tok, tokens, o);
     EXPECT_EQ(s.tokens, r.tokens);
-    for (size_t c = 1, i = 0; c < codecs.size(); ++c)
-      for (size_t role = 0; role < 2; ++role, ++i)
-        EXPECT_EQ(s.kld[l][role][c], r.caches[i].kld) << "layer " << l << " role " << role << " " << codecs[c];
+    for (size_t c = 1, i = 0; c < codecs.size(); ++c, i += 3) {
+      const std::string what = "layer " + std::to_string(l) + " " + codecs[c];
+      EXPECT_EQ(s.kld[l][0][c], r.caches[i].kld) << what << " keys";
+      EXPECT_EQ(s.kld[l][1][c], r.caches[i + 1].kld) << what << " values";
+      EXPECT_EQ(s.centered_kld[l][c], r.caches[i + 2].kld) << what << " centered keys";
+      EXPECT_NE(s.centered_kld[l][c], s.kld[l][0][c]) << what;
+    }
   }
 }
 
@@ -169,7 +208,7 @@ TEST(Calibrate, AnchorFiguresAreMeasuredOthersPredicted) {
   const std::vector<std::string> codecs{"f16", "int4", "turbo_mse:2"};
   const LayerSensitivity measured = measure_layer_sensitivity(m.model(), tok, tokens, codecs, o, KVCacheSpec{});
   const LayerSensitivity scaled =
-      measure_layer_sensitivity(m.model(), tok, tokens, codecs, o, KVCacheSpec{}, "turbo_mse:2");
+      measure_layer_sensitivity(m.model(), tok, tokens, codecs, o, KVCacheSpec{}, KeyCandidates::plain, "turbo_mse:2");
   for (size_t l = 0; l < scaled.kld.size(); ++l)
     for (size_t role = 0; role < 2; ++role) {
       EXPECT_EQ(scaled.kld[l][role][0], 0.0);
@@ -177,10 +216,23 @@ TEST(Calibrate, AnchorFiguresAreMeasuredOthersPredicted) {
       EXPECT_LT(scaled.kld[l][role][1], scaled.kld[l][role][2]);  // int4's local error is the smaller
       EXPECT_EQ(scaled.kld[l][role][2], measured.kld[l][role][2]);
     }
-  test::expect_error([&] { measure_layer_sensitivity(m.model(), tok, tokens, codecs, o, KVCacheSpec{}, "f16"); },
-                     "anchor codec f16");
-  test::expect_error([&] { measure_layer_sensitivity(m.model(), tok, tokens, codecs, o, KVCacheSpec{}, "int8"); },
-                     "anchor codec int8");
+  // Centered keys are predicted from the anchor's plain keys, the anchor's own centered keys included.
+  const LayerSensitivity centered = measure_layer_sensitivity(m.model(), tok, tokens, codecs, o, KVCacheSpec{},
+                                                              KeyCandidates::plain_and_centered, "turbo_mse:2");
+  for (size_t l = 0; l < centered.kld.size(); ++l) {
+    EXPECT_EQ(centered.kld[l], scaled.kld[l]);
+    EXPECT_TRUE(std::isnan(centered.centered_kld[l][0]));
+    for (size_t c = 1; c < codecs.size(); ++c) {
+      EXPECT_GT(centered.centered_kld[l][c], 0.0);
+      EXPECT_NE(centered.centered_kld[l][c], centered.kld[l][0][c]);
+    }
+  }
+  for (const char* anchor : {"f16", "int8"})
+    test::expect_error(
+        [&] {
+          measure_layer_sensitivity(m.model(), tok, tokens, codecs, o, KVCacheSpec{}, KeyCandidates::plain, anchor);
+        },
+        std::string("anchor codec ") + anchor);
 }
 
 TEST(Calibrate, ChoosesWithinTheBudgetAndPredictsTheSum) {
@@ -219,6 +271,35 @@ TEST(Calibrate, ChoosesWithinTheBudgetAndPredictsTheSum) {
       [&] { measure_layer_sensitivity(m.model(), tok, tokens, {"int3"}, o, KVCacheSpec{}); }, "int3");
 }
 
+// Centered keys are chosen in the layers where they measure better, their offsets paid for from the budget.
+TEST(Calibrate, ChoosesCenteredKeysWhereTheyMeasureBetter) {
+  const int d = 64, T = 64, window = 256;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  LayerSensitivity s;
+  s.codecs = {"f16", "int4"};
+  s.window = window;
+  // [layer][role][codec]: int4 keys cost 0.010 plain in both layers; centered 0.002 in layer 0, 0.030 in layer 1.
+  s.kld = {{std::vector<double>{0, 0.010}, std::vector<double>{0, 0.001}},
+           {std::vector<double>{0, 0.010}, std::vector<double>{0, 0.001}}};
+  s.centered_kld = {{nan, 0.002}, {nan, 0.030}};
+  const size_t offset = key_offset_bytes_per_block(d, T, window);
+  EXPECT_EQ(offset, 64u);  // 4 bytes x 64 channels, over 256 / 64 blocks
+  EXPECT_EQ(key_offset_bytes_per_block(d, T, 100), 164u);  // rounded up
+  // int4 everywhere (4.5 bits) plus one layer's offsets: 64 bytes in 4 groups of 64 x 64 elements.
+  const double int4_bits = 4.5, one_offset_bits = 8.0 * offset / (4.0 * T * d);
+  const CodecChoice c = choose_layer_codecs(s, int4_bits + one_offset_bits, d, T);
+  const std::vector<LayerCodecs> want{{"int4", "int4", true}, {"int4", "int4", false}};
+  EXPECT_EQ(c.layers, want);
+  EXPECT_DOUBLE_EQ(c.predicted_kld, 0.002 + 0.010 + 2 * 0.001);
+  EXPECT_DOUBLE_EQ(c.bits_per_element, int4_bits + one_offset_bits);
+  // Without room for the offsets the plain keys are chosen, better measured or not.
+  const CodecChoice tight = choose_layer_codecs(s, int4_bits, d, T);
+  for (const LayerCodecs& layer : tight.layers) EXPECT_EQ(layer, (LayerCodecs{"int4", "int4", false}));
+  // Plain keys only: nothing is centered.
+  s.centered_kld.clear();
+  for (const LayerCodecs& layer : choose_layer_codecs(s, 16, d, T).layers) EXPECT_FALSE(layer.center_keys);
+}
+
 std::string read_all(const std::filesystem::path& path) {
   std::ifstream f(path, std::ios::binary);
   std::stringstream s;
@@ -237,8 +318,24 @@ Calibration example(const LlamaModel& model) {
   c.block_tokens = 128;
   c.calibration_tokens = 2048;
   c.predicted_kld = 0.0125;
-  c.layers = {LayerCodecs{"int8", "turbo_mse:2"}, LayerCodecs{"kivi:4", "int4"}};
+  c.layers = {LayerCodecs{"int8", "turbo_mse:2", true}, LayerCodecs{"kivi:4", "int4"}};
   return c;
+}
+
+// A file as an older version wrote it: the layer lines without their centering (and, version 1, without
+// block_tokens and calibration_tokens), a fresh checksum.
+std::string as_version(const std::string& file, int version) {
+  std::istringstream lines(file.substr(0, file.rfind("crc32c ")));
+  std::string body = "kvq-calibration " + std::to_string(version) + "\n", line;
+  std::getline(lines, line);  // the current version's
+  while (std::getline(lines, line)) {
+    if (version == 1 && (line.starts_with("block_tokens ") || line.starts_with("calibration_tokens "))) continue;
+    if (line.starts_with("layer ")) line.resize(line.rfind(' '));  // without its centering
+    body += line + "\n";
+  }
+  char crc[16];
+  std::snprintf(crc, sizeof(crc), "%08x", crc32c(body.data(), body.size()));
+  return body + "crc32c " + crc + "\n";
 }
 
 TEST(CalibrationFile, RoundTrip) {
@@ -251,6 +348,9 @@ TEST(CalibrationFile, RoundTrip) {
   EXPECT_EQ(back.model.architecture, "llama");
   EXPECT_EQ(back.model.channel_layout, "rope_adjacent_pairs");
   EXPECT_EQ(back.layers, c.layers);
+  EXPECT_TRUE(back.layers[0].center_keys);
+  EXPECT_FALSE(back.layers[1].center_keys);
+  EXPECT_NE(read_all(file.path()).find("layer 0 int8 turbo_mse:2 centered\n"), std::string::npos);
   EXPECT_EQ(back.budget_bits, c.budget_bits);
   EXPECT_EQ(back.block_tokens, c.block_tokens);
   EXPECT_EQ(back.calibration_tokens, c.calibration_tokens);
@@ -258,24 +358,31 @@ TEST(CalibrationFile, RoundTrip) {
   check_calibration_model(back, m.model());
 }
 
-// Version 1 files (before block_tokens and calibration_tokens) are read with the T they were written for.
-TEST(CalibrationFile, ReadsVersion1) {
+// Version 2 files (before per-layer centering) are read with every layer plain; version 1 files (also before
+// block_tokens and calibration_tokens) so too, with the T they were written for.
+TEST(CalibrationFile, ReadsVersions1And2AsPlainKeys) {
   const SyntheticLlama m(1);
-  const test::TempFile file("calibration_version1.txt");
-  const Calibration c = example(m.model());  // T 128, 2048 tokens
+  const test::TempFile file("calibration_old_versions.txt");
+  const Calibration c = example(m.model());  // T 128, 2048 tokens, layer 0 centered
   save_calibration(c, file.path());
-  std::string body = read_all(file.path());
-  body = body.substr(0, body.rfind("crc32c "));
-  body.replace(0, body.find('\n'), "kvq-calibration 1");
-  for (const char* line : {"block_tokens 128\n", "calibration_tokens 2048\n"})
-    body.erase(body.find(line), std::strlen(line));
+  const std::string current = read_all(file.path());
+  std::vector<LayerCodecs> plain = c.layers;
+  for (LayerCodecs& layer : plain) layer.center_keys = false;
+  for (int version : {1, 2}) {
+    write_all(file.path(), as_version(current, version));
+    const Calibration back = load_calibration(file.path());
+    EXPECT_EQ(back.block_tokens, version == 1 ? 64 : 128);
+    EXPECT_EQ(back.calibration_tokens, version == 1 ? 0u : 2048u);
+    EXPECT_EQ(back.layers, plain) << "version " << version;
+  }
+  // A version 2 file whose layer line carries a centering it could not have.
+  std::string v2 = as_version(current, 2);
+  v2 = v2.substr(0, v2.rfind("crc32c "));
+  v2.replace(v2.find("turbo_mse:2\n"), 12, "turbo_mse:2 centered\n");
   char crc[16];
-  std::snprintf(crc, sizeof(crc), "%08x", crc32c(body.data(), body.size()));
-  write_all(file.path(), body + "crc32c " + crc + "\n");
-  const Calibration back = load_calibration(file.path());
-  EXPECT_EQ(back.block_tokens, 64);
-  EXPECT_EQ(back.calibration_tokens, 0u);
-  EXPECT_EQ(back.layers, c.layers);
+  std::snprintf(crc, sizeof(crc), "%08x", crc32c(v2.data(), v2.size()));
+  write_all(file.path(), v2 + "crc32c " + crc + "\n");
+  test::expect_error([&] { load_calibration(file.path()); }, "has 'centered' after its layer's fields");
 }
 
 TEST(CalibrationFile, RefusesDamageAndOtherModels) {
@@ -301,20 +408,24 @@ TEST(CalibrationFile, RefusesDamageAndOtherModels) {
   write_all(file.path(), "");
   test::expect_error([&] { load_calibration(file.path()); }, "not a kvq calibration file");
 
-  // A later version with a valid checksum.
-  std::string body = good.substr(0, good.rfind("crc32c "));
-  body.replace(0, body.find('\n'), "kvq-calibration 3");
-  char crc[16];
-  std::snprintf(crc, sizeof(crc), "%08x", crc32c(body.data(), body.size()));
-  write_all(file.path(), body + "crc32c " + crc + "\n");
-  test::expect_error([&] { load_calibration(file.path()); }, "format version 3; this kvq reads versions 1 to 2");
-
-  // An unknown codec with a valid checksum.
-  body = good.substr(0, good.rfind("crc32c "));
-  body.replace(body.find("kivi:4"), 6, "kivi:9");
-  std::snprintf(crc, sizeof(crc), "%08x", crc32c(body.data(), body.size()));
-  write_all(file.path(), body + "crc32c " + crc + "\n");
+  // Valid checksums over contents that are not: `from` replaced by `to` in the good file.
+  const auto rewritten = [&](const std::string& from, const std::string& to) {
+    std::string body = good.substr(0, good.rfind("crc32c "));
+    body.replace(body.find(from), from.size(), to);
+    char crc[16];
+    std::snprintf(crc, sizeof(crc), "%08x", crc32c(body.data(), body.size()));
+    write_all(file.path(), body + "crc32c " + crc + "\n");
+  };
+  rewritten("kvq-calibration 3", "kvq-calibration 4");  // a later version
+  test::expect_error([&] { load_calibration(file.path()); }, "format version 4; this kvq reads versions 1 to 3");
+  rewritten("kivi:4", "kivi:9");  // an unknown codec
   EXPECT_THROW(load_calibration(file.path()), Error);
+  rewritten("int4 plain", "int4");  // a layer without its centering
+  test::expect_error([&] { load_calibration(file.path()); }, "should be 'layer 1 KEY_SPEC VALUE_SPEC plain|centered'");
+  rewritten("int4 plain", "int4 centred");
+  test::expect_error([&] { load_calibration(file.path()); }, "should be 'layer 1");
+  rewritten("kivi:4 int4 plain", "f16 int4 centered");  // f16 keys are stored as they are
+  test::expect_error([&] { load_calibration(file.path()); }, "centers keys of f16");
 
   test::expect_error([&] { load_calibration("absent_calibration.txt"); }, "not a regular file");
 }

@@ -1,6 +1,6 @@
 // Centered keys (cache.hpp): the offset is the first page's mean, the cache reads back the keys themselves once it
-// is added, attention does not see it, chunking does not change it, files keep it, and it cuts the quantization error
-// of keys that share a large common part.
+// is added, attention does not see it, chunking does not change it, files keep it, it cuts the quantization error
+// of keys that share a large common part, and a runner's cache centers the layers chosen for it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <vector>
 
 #include "cache_test_util.hpp"
@@ -15,6 +16,7 @@
 #include "kvq/attention.hpp"
 #include "kvq/cache.hpp"
 #include "kvq/detail/random.hpp"
+#include "model/kv_store.hpp"
 #include "test_seed.hpp"
 
 namespace kvq {
@@ -180,6 +182,41 @@ TEST(KeyCentering, CutsTheErrorOfKeysWithACommonPart) {
     }
     EXPECT_LT(err[1], err[0] / 4) << k << ": centered " << err[1] << ", as they are " << err[0];
   }
+}
+
+// Centering chosen per layer (LayerCodecs::center_keys, kvq calibrate): each layer of the runner's cache attends
+// as the cache of its own centering does, bit for bit, and against the fp32 store (attention over the keys
+// themselves) a centered layer is closer than the same codec on the keys as they are: centering moves no score
+// beyond the codec's own error, and cuts that error for keys with a common part.
+TEST(KeyCentering, PerLayerCenteringIsEachLayersOwnCache) {
+  KVQ_FRESH_SEED();
+  constexpr int kLayers = 2, kQueryHeads = 2 * kHeads, kTokens = 200, kQueries = 100;
+  const KVShape shape{kLayers, kHeads, kQueryHeads, kDim, {}};
+  KVCacheSpec mixed;
+  mixed.seed = 5;
+  mixed.layer_codecs = {LayerCodecs{"int4", "int8", true}, LayerCodecs{"int4", "int8", false}};
+  KVCacheSpec plain{"int4", "int8"}, centered{"int4", "int8"};
+  plain.seed = centered.seed = 5;
+  centered.center_keys = true;
+  std::unique_ptr<KVStore> stores[] = {make_compressed_kv_store(shape, kTokens, mixed, nullptr),
+                                       make_compressed_kv_store(shape, kTokens, centered, nullptr),
+                                       make_compressed_kv_store(shape, kTokens, plain, nullptr),
+                                       make_float_kv_store(shape, kTokens)};
+  const auto q = gaussian_vectors(kQueries * kQueryHeads, kDim, seed + 1);  // the newest positions' queries
+  double error[kLayers] = {};  // the mixed store's squared distance from the fp32 store, per layer
+  for (int l = 0; l < kLayers; ++l) {
+    const Tokens t = offset_tokens(config("int4", 0, true), kTokens, seed, 8.f);  // the same keys in both layers
+    std::vector<float> out[4];
+    for (int i = 0; i < 4; ++i) {
+      stores[i]->append(l, t.keys.data(), t.values.data(), kTokens);
+      out[i].resize(q.size());
+      stores[i]->attend(l, q.data(), kQueries, out[i].data());
+    }
+    EXPECT_EQ(out[0], out[l == 0 ? 1 : 2]) << "layer " << l;
+    error[l] = squared_error(out[0], out[3]);
+  }
+  EXPECT_LT(error[0], error[1] / 2) << "centered " << error[0] << ", as they are " << error[1];
+  EXPECT_GT(stores[0]->bytes(), stores[2]->bytes()) << "the centered layer's key offsets";
 }
 
 std::vector<char> read_bytes(const std::string& path) {

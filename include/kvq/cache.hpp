@@ -76,6 +76,10 @@ struct CacheConfig {
   bool center_keys = false;   ///< store quantized keys minus their sequence's first-page mean (see above)
 };
 
+/// Whether centered keys apply to a key codec spec: codecs that quantize. f32, f16 and bf16 keys are stored as they
+/// are (their error is relative to each element, so centering would only add rounding).
+bool centering_applies(const std::string& key_codec);
+
 /// True bytes held by a cache. The pool is allocated whole at construction; in-use figures count taken pages.
 struct CacheMemory {
   size_t page_bytes = 0;  ///< one page, block padding included

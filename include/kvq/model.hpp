@@ -180,9 +180,11 @@ std::unique_ptr<Tokenizer> load_gguf_tokenizer(const GgufFile& gguf);
 /// in the model's GGUF metadata (kvq::Error for a llama2.c checkpoint without a tokenizer file).
 std::unique_ptr<Tokenizer> load_tokenizer(const LlamaModel& model, const std::filesystem::path& tokenizer_file);
 
-/// The key and value codec specs of one layer.
+/// The key and value codec specs of one layer, and whether its keys are stored centered (CacheConfig::center_keys
+/// for this layer alone; it applies to key codecs that quantize, centering_applies in cache.hpp).
 struct LayerCodecs {
   std::string key, value;
+  bool center_keys = false;
   bool operator==(const LayerCodecs&) const = default;
 };
 
@@ -195,16 +197,17 @@ struct KVCacheSpec {
   int block_tokens = 64;    ///< T
   int residual_tokens = 0;  ///< R, a multiple of T
   uint64_t seed = 0;        ///< seeds the codecs' rotations and sketches
-  bool center_keys = false;  ///< CacheConfig::center_keys: keys stored minus their first-page mean
+  bool center_keys = false;  ///< CacheConfig::center_keys in every layer: keys stored minus their first-page mean
   /// Layers whose keys and values use these codecs, the others f16 (a diagnostic: which layers a codec hurts);
   /// empty: every layer.
   std::vector<int> layers;
-  /// Codecs chosen per layer (kvq calibrate): [n_layers], replacing key_codec / value_codec and `layers`; empty:
-  /// those.
+  /// Codecs and key centering chosen per layer (kvq calibrate): [n_layers], replacing key_codec / value_codec and
+  /// `layers`; empty: those. center_keys above centers every layer's keys whatever these say.
   std::vector<LayerCodecs> layer_codecs;
 
   bool compressed() const { return !key_codec.empty() || !value_codec.empty() || !layer_codecs.empty(); }
-  /// "k/v" (e.g. "int4/int4", "int4/f16@layers 0,3", "per layer: int8/int4 x2, ..."), or "fp32 (no cache)".
+  /// "k/v" (e.g. "int4/int4", "int4/f16@layers 0,3", "per layer: int8/int4 x2, centered int4/int4 x1, ..."), or
+  /// "fp32 (no cache)".
   std::string label() const;
 };
 

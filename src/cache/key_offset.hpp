@@ -16,11 +16,9 @@
 
 namespace kvq::detail {
 
-/// Whether a cache of this configuration centers its keys: asked for, and a key codec that quantizes. f32, f16 and
-/// bf16 keys are stored as they are: their error is relative to each element, so centering would only add rounding.
+/// Whether a cache of this configuration centers its keys: asked for, and a key codec that quantizes.
 inline bool centers_keys(const CacheConfig& config) {
-  const std::string name = CodecSpec::parse(config.key_codec).name;
-  return config.center_keys && name != "f32" && name != "f16" && name != "bf16";
+  return config.center_keys && centering_applies(config.key_codec);
 }
 
 /// The keys of one append as its pages and its window must hold them. window: [H][slots][d] with `used` tokens per

@@ -65,6 +65,11 @@ uint8_t* map_pool(size_t bytes) {
 
 }  // namespace
 
+bool centering_applies(const std::string& key_codec) {
+  const std::string name = CodecSpec::parse(key_codec).name;
+  return name != "f32" && name != "f16" && name != "bf16";
+}
+
 void KVCache::PoolDeleter::operator()(uint8_t* p) const {
 #if defined(__linux__)
   ::munmap(p, bytes);

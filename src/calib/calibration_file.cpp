@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/crc32c.hpp"
+#include "kvq/cache.hpp"
 #include "kvq/codec.hpp"
 #include "kvq/detail/calibration.hpp"
 #include "kvq/error.hpp"
@@ -14,8 +15,9 @@ namespace kvq {
 namespace {
 
 constexpr std::string_view kMagic = "kvq-calibration";
-constexpr int kVersion = 2;
+constexpr int kVersion = 3;
 constexpr int kFirstVersion = 1;  // without block_tokens and calibration_tokens
+constexpr int kFirstCenteringVersion = 3;  // the layer lines' key centering
 constexpr size_t kMaxFileBytes = 1 << 20;
 constexpr int kMaxLayers = 4096;
 
@@ -96,7 +98,8 @@ void save_calibration(const Calibration& c, const std::filesystem::path& path) {
     << "calibration_tokens " << c.calibration_tokens << '\n'
     << "predicted_kld " << c.predicted_kld << '\n';
   for (size_t l = 0; l < c.layers.size(); ++l)
-    s << "layer " << l << ' ' << c.layers[l].key << ' ' << c.layers[l].value << '\n';
+    s << "layer " << l << ' ' << c.layers[l].key << ' ' << c.layers[l].value << ' '
+      << (c.layers[l].center_keys ? "centered" : "plain") << '\n';
   const std::string body = s.str();
   const std::filesystem::path tmp = path.string() + ".tmp";
   {
@@ -150,10 +153,20 @@ Calibration load_calibration(const std::filesystem::path& path) {
     int index = -1;
     LayerCodecs codecs;
     fields >> index >> codecs.key >> codecs.value;
-    KVQ_CHECK(!fields.fail() && index == l, r.where(), "should be 'layer ", l, " KEY_SPEC VALUE_SPEC'");
+    std::string centering = "plain";
+    if (version >= kFirstCenteringVersion) fields >> centering;
+    const std::string_view form = version >= kFirstCenteringVersion ? " KEY_SPEC VALUE_SPEC plain|centered'"
+                                                                    : " KEY_SPEC VALUE_SPEC'";
+    KVQ_CHECK(!fields.fail() && index == l && (centering == "plain" || centering == "centered"), r.where(),
+              "should be 'layer ", l, form);
+    std::string rest;
+    KVQ_CHECK(!(fields >> rest), r.where(), "has '", rest, "' after its layer's fields");
     // An unknown codec or one the head dimension does not fit is an error here, not when a cache is built.
     make_codec(codecs.key, {c.model.head_dim, 64, 0, Role::key});
     make_codec(codecs.value, {c.model.head_dim, 64, 0, Role::value});
+    codecs.center_keys = centering == "centered";
+    KVQ_CHECK(!codecs.center_keys || centering_applies(codecs.key), r.where(), "centers keys of ", codecs.key,
+              ", which are stored as they are");
     c.layers.push_back(codecs);
   }
   KVQ_CHECK(r.at_end(), r.where(), "follows the last layer's line");

@@ -1,4 +1,7 @@
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <vector>
 
 #include "kvq/codec.hpp"
 #include "kvq/detail/calibrate.hpp"
@@ -7,24 +10,49 @@
 
 namespace kvq {
 
+size_t key_offset_bytes_per_block(int head_dim, int block_tokens, int sequence_tokens) {
+  KVQ_CHECK(head_dim > 0 && block_tokens > 0 && sequence_tokens > 0, "key offsets of head dimension ", head_dim,
+            " over ", sequence_tokens, " tokens in blocks of ", block_tokens);
+  const size_t spread = static_cast<size_t>(4) * static_cast<size_t>(head_dim) * static_cast<size_t>(block_tokens);
+  return (spread + static_cast<size_t>(sequence_tokens) - 1) / static_cast<size_t>(sequence_tokens);
+}
+
 CodecChoice choose_layer_codecs(const LayerSensitivity& s, double budget_bits, int head_dim, int block_tokens) {
   KVQ_CHECK(std::isfinite(budget_bits) && budget_bits > 0, "bit budget ", budget_bits, " must be positive");
   const size_t n_layers = s.kld.size();
   KVQ_CHECK(n_layers > 0, "no layers measured");
+  KVQ_CHECK(!s.measured_centered() || s.centered_kld.size() == n_layers, "centered keys measured in ",
+            s.centered_kld.size(), " of ", n_layers, " layers");
   // Every (layer, role) stores blocks of T x head_dim elements, so block bytes are the costs, and the budget is
-  // B T head_dim / 8 bytes per (layer, role).
+  // B T head_dim / 8 bytes per (layer, role). Centered keys add their offsets' share of each block.
   std::array<std::vector<size_t>, 2> bytes;
   for (int role = 0; role < 2; ++role)
     for (const std::string& spec : s.codecs)
       bytes[role].push_back(
           make_codec(spec, {head_dim, block_tokens, 0, role == 0 ? Role::key : Role::value})->block_bytes());
+  const size_t offset_bytes =
+      s.measured_centered() ? key_offset_bytes_per_block(head_dim, block_tokens, s.window) : 0;
+  // A key item: (codec, centered); a value item: its codec.
+  struct KeyItem {
+    size_t codec;
+    bool centered;
+  };
+  std::vector<std::vector<KeyItem>> key_items(n_layers);
   std::vector<std::vector<AllocationItem>> groups;
-  for (size_t l = 0; l < n_layers; ++l)
-    for (int role = 0; role < 2; ++role) {
-      std::vector<AllocationItem> items;
-      for (size_t c = 0; c < s.codecs.size(); ++c) items.push_back({bytes[role][c], s.kld[l][role][c]});
-      groups.push_back(items);
+  for (size_t l = 0; l < n_layers; ++l) {
+    std::vector<AllocationItem> keys, values;
+    for (size_t c = 0; c < s.codecs.size(); ++c) {
+      keys.push_back({bytes[0][c], s.kld[l][0][c]});
+      key_items[l].push_back({c, false});
+      if (s.measured_centered() && !std::isnan(s.centered_kld[l][c])) {
+        keys.push_back({bytes[0][c] + offset_bytes, s.centered_kld[l][c]});
+        key_items[l].push_back({c, true});
+      }
+      values.push_back({bytes[1][c], s.kld[l][1][c]});
     }
+    groups.push_back(keys);
+    groups.push_back(values);
+  }
   const double elements = static_cast<double>(block_tokens) * head_dim;
   const double budget_bytes = std::floor(budget_bits * elements / 8 * static_cast<double>(groups.size()) + 1e-6);
   size_t cheapest = 0;
@@ -41,10 +69,12 @@ CodecChoice choose_layer_codecs(const LayerSensitivity& s, double budget_bits, i
   CodecChoice choice;
   size_t total = 0;
   for (size_t l = 0; l < n_layers; ++l) {
-    const size_t k = chosen[2 * l], v = chosen[2 * l + 1];
-    choice.layers.push_back({s.codecs[k], s.codecs[v]});
-    choice.predicted_kld += s.kld[l][0][k] + s.kld[l][1][v];
-    total += bytes[0][k] + bytes[1][v];
+    const AllocationItem& k = groups[2 * l][chosen[2 * l]];
+    const AllocationItem& v = groups[2 * l + 1][chosen[2 * l + 1]];
+    const KeyItem key = key_items[l][chosen[2 * l]];
+    choice.layers.push_back({s.codecs[key.codec], s.codecs[chosen[2 * l + 1]], key.centered});
+    choice.predicted_kld += k.loss + v.loss;
+    total += k.cost + v.cost;
   }
   choice.bits_per_element = 8.0 * static_cast<double>(total) / (elements * static_cast<double>(groups.size()));
   return choice;

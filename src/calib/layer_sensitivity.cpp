@@ -1,10 +1,14 @@
 // Single-layer sensitivities from one f16 pass: a cache that differs from f16 only in layer l computes, in layers
 // 0..l-1, exactly what the f16 reference computes, so each measured cache starts from the reference's residual
 // stream entering layer l (LlamaRunner::forward_chunk_from) and the reference runs once for all layers. With an
-// anchor codec, the other codecs run through layer l alone and their figures are scaled from the anchor's.
+// anchor codec, the other codecs (and centered keys) run through layer l alone and their figures are scaled from
+// the anchor's.
 #include <algorithm>
+#include <limits>
 #include <memory>
+#include <utility>
 
+#include "kvq/cache.hpp"
 #include "kvq/codec.hpp"
 #include "kvq/detail/calibrate.hpp"
 #include "kvq/error.hpp"
@@ -29,12 +33,16 @@ Residuals reference_residuals(LlamaRunner& reference, const std::vector<Perplexi
   return r;
 }
 
-// A cache with only `layer`'s keys (role 0) or values (role 1) in `codec`, f16 elsewhere.
-KVCacheSpec single_layer_cache(const KVCacheSpec& f16, int n_layers, int layer, int role, const std::string& codec) {
+// What a single-layer cache compresses: the layer's keys as they are, its values, or its keys centered.
+enum Slot : size_t { plain_keys, values, centered_keys };
+
+// A cache with only `layer`'s keys or values in `codec`, f16 elsewhere.
+KVCacheSpec single_layer_cache(const KVCacheSpec& f16, int n_layers, int layer, Slot slot, const std::string& codec) {
   KVCacheSpec spec = f16;
   spec.layer_codecs.assign(static_cast<size_t>(n_layers), LayerCodecs{"f16", "f16"});
   LayerCodecs& c = spec.layer_codecs[static_cast<size_t>(layer)];
-  (role == 0 ? c.key : c.value) = codec;
+  (slot == values ? c.value : c.key) = codec;
+  c.center_keys = slot == centered_keys;
   return spec;
 }
 
@@ -115,7 +123,8 @@ struct LayerPass {
 LayerSensitivity measure_layer_sensitivity(const LlamaModel& model, const Tokenizer& tokenizer,
                                            std::span<const int> tokens, const std::vector<std::string>& codecs,
                                            const PerplexityOptions& options, const KVCacheSpec& cache,
-                                           const std::string& anchor, const std::function<void(int, int)>& progress) {
+                                           KeyCandidates keys, const std::string& anchor,
+                                           const std::function<void(int, int)>& progress) {
   KVQ_CHECK(!codecs.empty(), "no candidate codecs to measure");
   for (const std::string& c : codecs) make_codec(c, CodecParams{});  // an unknown codec fails before any work
   KVQ_CHECK(anchor.empty() || (anchor != "f16" && std::find(codecs.begin(), codecs.end(), anchor) != codecs.end()),
@@ -131,6 +140,7 @@ LayerSensitivity measure_layer_sensitivity(const LlamaModel& model, const Tokeni
 
   KVCacheSpec f16 = cache;
   f16.key_codec = f16.value_codec = "f16";
+  f16.center_keys = false;
   f16.layers.clear();
   f16.layer_codecs.clear();
   const auto make_runner = [&](const KVCacheSpec& spec) {
@@ -147,47 +157,65 @@ LayerSensitivity measure_layer_sensitivity(const LlamaModel& model, const Tokeni
 
   LayerSensitivity s;
   s.codecs = codecs;
+  s.window = options.window;
   s.kld.resize(static_cast<size_t>(n_layers));
+  if (keys == KeyCandidates::plain_and_centered) s.centered_kld.resize(static_cast<size_t>(n_layers));
+  // The slots each codec is measured in.
+  std::vector<std::vector<Slot>> slots(codecs.size());
+  for (size_t c = 0; c < codecs.size(); ++c) {
+    if (codecs[c] == "f16") continue;
+    slots[c] = {plain_keys, values};
+    if (s.measured_centered() && centering_applies(codecs[c])) slots[c].push_back(centered_keys);
+  }
   for (const PerplexityWindow& w : windows)
     s.tokens += w.inputs.size() - std::min(w.inputs.size(), static_cast<size_t>(options.score_from));
   for (int l = 0; l < n_layers; ++l) {
     const LayerPass pass{windows, residuals, *reference, l, n_layers, config.vocab_size,
                          static_cast<size_t>(options.chunk), static_cast<size_t>(options.score_from),
                          static_cast<size_t>(config.dim)};
-    // [run]: (role, codec) it measures, for the codecs run to the logits and for those run through layer l only.
-    std::vector<std::array<size_t, 2>> measured, local;
+    // [run]: (slot, codec) it measures, for the codecs run to the logits and for those run through layer l only.
+    // With an anchor, its plain keys and values run to the logits; everything, the anchor included, runs locally.
+    std::vector<std::pair<Slot, size_t>> measured, local;
     std::vector<std::unique_ptr<LlamaRunner>> measured_runs, local_runs;
-    for (size_t c = 0; c < codecs.size(); ++c) {
-      if (codecs[c] == "f16") continue;
-      for (size_t role = 0; role < 2; ++role) {
-        const KVCacheSpec spec = single_layer_cache(f16, n_layers, l, static_cast<int>(role), codecs[c]);
-        if (anchor.empty() || codecs[c] == anchor) {
+    for (size_t c = 0; c < codecs.size(); ++c)
+      for (Slot slot : slots[c]) {
+        const KVCacheSpec spec = single_layer_cache(f16, n_layers, l, slot, codecs[c]);
+        if (anchor.empty() || (codecs[c] == anchor && slot != centered_keys)) {
           measured_runs.push_back(make_runner(spec));
-          measured.push_back({role, c});
+          measured.emplace_back(slot, c);
         }
         if (!anchor.empty()) {
           local_runs.push_back(make_runner(spec));
-          local.push_back({role, c});
+          local.emplace_back(slot, c);
         }
       }
-    }
-    auto& layer = s.kld[static_cast<size_t>(l)];
-    layer[0].assign(codecs.size(), 0.0);
-    layer[1].assign(codecs.size(), 0.0);
+    // [slot][codec], the figures of this layer.
+    std::array<std::vector<double>, 3> figure;
+    for (auto& f : figure) f.assign(codecs.size(), 0.0);
     const std::vector<double> kld = pass.klds(measured_runs);
-    for (size_t i = 0; i < measured.size(); ++i) layer[measured[i][0]][measured[i][1]] = kld[i];
+    for (size_t i = 0; i < measured.size(); ++i) figure[measured[i].first][measured[i].second] = kld[i];
     if (!anchor.empty()) {
-      // The anchor's KL divergence per unit of local error, for each role, scales every codec's local error.
+      // The anchor's KL divergence per unit of local error, for keys and for values, scales every codec's local
+      // error; centered keys are keys.
       const std::vector<double> err = pass.local_errors(local_runs);
       const size_t a = static_cast<size_t>(std::find(codecs.begin(), codecs.end(), anchor) - codecs.begin());
+      const auto role_of = [](Slot slot) { return slot == values ? values : plain_keys; };
       std::array<double, 2> anchor_err{};
       for (size_t i = 0; i < local.size(); ++i)
-        if (local[i][1] == a) anchor_err[local[i][0]] = err[i];
+        if (local[i].second == a && local[i].first != centered_keys) anchor_err[local[i].first] = err[i];
       for (size_t i = 0; i < local.size(); ++i) {
-        const size_t role = local[i][0];
-        if (local[i][1] != a)
-          layer[role][local[i][1]] = anchor_err[role] > 0 ? layer[role][a] * err[i] / anchor_err[role] : 0.0;
+        const auto [slot, c] = local[i];
+        if (c == a && slot != centered_keys) continue;
+        const Slot role = role_of(slot);
+        figure[slot][c] = anchor_err[role] > 0 ? figure[role][a] * err[i] / anchor_err[role] : 0.0;
       }
+    }
+    s.kld[static_cast<size_t>(l)] = {figure[plain_keys], figure[values]};
+    if (s.measured_centered()) {
+      std::vector<double>& centered = s.centered_kld[static_cast<size_t>(l)];
+      centered = figure[centered_keys];
+      for (size_t c = 0; c < codecs.size(); ++c)
+        if (!centering_applies(codecs[c])) centered[c] = std::numeric_limits<double>::quiet_NaN();
     }
     if (progress) progress(l + 1, n_layers);
   }

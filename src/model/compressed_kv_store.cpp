@@ -1,6 +1,7 @@
 // The runner's key/value cache as one sequence of a kvq::KVCache: appends go to the cache's pages and fp32 window,
 // attention reads exactly what a serving system would (encoded pages through the codecs' scorers, then the window).
-// Layers with different codecs (KVCacheSpec::layers, KVCacheSpec::layer_codecs) go to different KVCaches.
+// Layers with different codecs or key centering (KVCacheSpec::layers, KVCacheSpec::layer_codecs) go to different
+// KVCaches.
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -30,25 +31,29 @@ CacheConfig cache_config(const KVShape& shape, int capacity, const KVCacheSpec& 
   c.capacity_pages = static_cast<size_t>(shape.n_layers) *
                      ((static_cast<size_t>(capacity) + spec.block_tokens - 1) / std::max(spec.block_tokens, 1));
   c.seed = spec.seed;
-  c.center_keys = spec.center_keys;
+  c.center_keys = codecs.center_keys;
   return c;
 }
 
-// Each layer's codec pair: the spec's per-layer list, or its one pair in `layers` (f16 in the others), or its one
-// pair in every layer.
+// The spec's own pair, centered as it asks (every layer or none).
+LayerCodecs spec_pair(const KVCacheSpec& spec) { return {spec.key_codec, spec.value_codec, spec.center_keys}; }
+
+// Each layer's codec pair and centering: the spec's per-layer list (every layer centered where the spec asks for
+// it), or its one pair in `layers` (f16 in the others), or its one pair in every layer.
 std::vector<LayerCodecs> codecs_per_layer(const KVShape& shape, const KVCacheSpec& spec) {
   const size_t n_layers = static_cast<size_t>(shape.n_layers);
   if (!spec.layer_codecs.empty()) {
     KVQ_CHECK(spec.layer_codecs.size() == n_layers, "codecs given for ", spec.layer_codecs.size(),
               " layers, the model has ", n_layers);
-    return spec.layer_codecs;
+    std::vector<LayerCodecs> codecs = spec.layer_codecs;
+    for (LayerCodecs& c : codecs) c.center_keys = c.center_keys || spec.center_keys;
+    return codecs;
   }
-  const LayerCodecs pair{spec.key_codec, spec.value_codec};
-  if (spec.layers.empty()) return std::vector<LayerCodecs>(n_layers, pair);
-  std::vector<LayerCodecs> codecs(n_layers, LayerCodecs{"f16", "f16"});
+  if (spec.layers.empty()) return std::vector<LayerCodecs>(n_layers, spec_pair(spec));
+  std::vector<LayerCodecs> codecs(n_layers, LayerCodecs{"f16", "f16", spec.center_keys});
   for (int l : spec.layers) {
     KVQ_CHECK(l >= 0 && l < shape.n_layers, "cache layer ", l, " is outside the model's ", shape.n_layers, " layers");
-    codecs[static_cast<size_t>(l)] = pair;
+    codecs[static_cast<size_t>(l)] = spec_pair(spec);
   }
   return codecs;
 }
@@ -62,13 +67,13 @@ struct CacheSequence {
 
 class CompressedKVStore final : public KVStore {
  public:
-  // One KVCache per distinct codec pair, each with every layer (so that layer l's codecs get the seeds of a
-  // uniform cache) but holding only the layers routed to it; the spec's own pair, where it has one, first.
+  // One KVCache per distinct codec pair and centering, each with every layer (so that layer l's codecs get the seeds
+  // of a uniform cache) but holding only the layers routed to it; the spec's own pair, where it has one, first.
   CompressedKVStore(const KVShape& shape, int capacity, const KVCacheSpec& spec, ThreadPool* pool)
       : shape_(shape), capacity_(capacity), pool_(pool) {
     const std::vector<LayerCodecs> codecs = codecs_per_layer(shape, spec);
     std::vector<LayerCodecs> pairs;
-    if (spec.layer_codecs.empty()) pairs.push_back({spec.key_codec, spec.value_codec});
+    if (spec.layer_codecs.empty()) pairs.push_back(spec_pair(spec));
     for (const LayerCodecs& c : codecs) {
       auto it = std::find(pairs.begin(), pairs.end(), c);
       if (it == pairs.end()) it = pairs.insert(pairs.end(), c);
@@ -162,7 +167,7 @@ class CompressedKVStore final : public KVStore {
   KVShape shape_;
   size_t capacity_;
   ThreadPool* pool_;
-  std::vector<std::unique_ptr<CacheSequence>> caches_;  // one per distinct codec pair
+  std::vector<std::unique_ptr<CacheSequence>> caches_;  // one per distinct codec pair and centering
   std::vector<size_t> route_;                           // [layer]: index into caches_
   std::vector<std::optional<DecodePlan>> plans_;        // [layer]: its decode plan, made at its first decode
 };

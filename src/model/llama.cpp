@@ -111,8 +111,8 @@ std::string KVCacheSpec::label() const {
     }
     std::string s = "per layer:";
     for (size_t i = 0; i < pairs.size(); ++i)
-      s += (i == 0 ? " " : ", ") + pairs[i].first.key + "/" + pairs[i].first.value + " x" +
-           std::to_string(pairs[i].second);
+      s += (i == 0 ? " " : ", ") + std::string(pairs[i].first.center_keys ? "centered " : "") + pairs[i].first.key +
+           "/" + pairs[i].first.value + " x" + std::to_string(pairs[i].second);
     return center_keys ? s + " (centered keys)" : s;
   }
   std::string s = key_codec + "/" + value_codec;

@@ -1,12 +1,14 @@
 // kvq calibrate --model M [--tokenizer F] --text FILE --budget-bits B[,B...] [--tokens N] [--ctx N] [--codecs LIST]
-//               [--threads K] --out FILE
+//               [--anchor SPEC] [--plain-keys] [--threads K] --out FILE
 // Measures, on the text's last N tokens, the KL divergence against f16 of each candidate codec in each layer for
-// keys and for values alone, chooses per layer the key and value codecs of least predicted total KL divergence
+// keys (as they are, and centered unless --plain-keys) and for values alone, chooses per layer the key and value
+// codecs and the key centering of least predicted total KL divergence
 // within B stored bits per element, writes them to a calibration file (kvq ppl / generate --calib), then runs the
 // chosen cache on the same tokens to compare the measured KL divergence with the prediction. The measurement does
 // not depend on B: several budgets share it, each written to FILE with "{}" replaced by the budget.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 
@@ -28,6 +30,7 @@ struct CalibrateOptions {
   int ctx = 512;
   int threads = 0;
   std::string anchor;  // empty: every figure measured
+  bool plain_keys = false;  // measure no centered keys
   // The codecs with fused attention kernels on both the CPU and the GPU, from 16 bits down to 2.
   std::vector<std::string> codecs{"f16", "int8", "int4", "kivi:4", "turbo_mse:4", "turbo_mse:3", "kivi:2",
                                   "turbo_mse:2"};
@@ -51,26 +54,36 @@ void print_sensitivity(const LayerSensitivity& s, const std::string& anchor) {
               anchor.empty() ? "" : (", predicted from " + anchor + "'s by local error").c_str());
   for (const std::string& c : s.codecs) std::printf(" %12s", c.c_str());
   std::printf("\n");
-  for (size_t l = 0; l < s.kld.size(); ++l)
-    for (int role = 0; role < 2; ++role) {
-      std::printf("%4zu%c", l, role == 0 ? 'k' : 'v');
-      for (double kld : s.kld[l][static_cast<size_t>(role)]) std::printf(" %12.6f", kld);
-      std::printf("\n");
-    }
+  const auto row = [](size_t l, char what, const std::vector<double>& klds) {
+    std::printf("%4zu%c", l, what);
+    for (double kld : klds) std::isnan(kld) ? std::printf(" %12s", "-") : std::printf(" %12.6f", kld);
+    std::printf("\n");
+  };
+  for (size_t l = 0; l < s.kld.size(); ++l) {
+    row(l, 'k', s.kld[l][0]);
+    if (s.measured_centered()) row(l, 'c', s.centered_kld[l]);
+    row(l, 'v', s.kld[l][1]);
+  }
+  if (s.measured_centered()) std::printf("(c: the layer's keys centered)\n");
 }
 
 void print_choice(const LayerSensitivity& s, const CodecChoice& choice, double budget) {
-  std::printf("layer  key codec     KLD key    value codec   KLD value\n");
+  std::printf("layer  key codec          KLD key    value codec   KLD value\n");
+  std::string centered;
   for (size_t l = 0; l < choice.layers.size(); ++l) {
-    const auto kld = [&](int role, const std::string& codec) {
-      const auto& v = s.kld[l][static_cast<size_t>(role)];
-      return v[static_cast<size_t>(std::find(s.codecs.begin(), s.codecs.end(), codec) - s.codecs.begin())];
+    const LayerCodecs& c = choice.layers[l];
+    const auto at = [&](const std::string& codec) {
+      return static_cast<size_t>(std::find(s.codecs.begin(), s.codecs.end(), codec) - s.codecs.begin());
     };
-    std::printf("%5zu  %-12s  %.6f   %-12s  %.6f\n", l, choice.layers[l].key.c_str(), kld(0, choice.layers[l].key),
-                choice.layers[l].value.c_str(), kld(1, choice.layers[l].value));
+    const double key_kld = c.center_keys ? s.centered_kld[l][at(c.key)] : s.kld[l][0][at(c.key)];
+    std::printf("%5zu  %-17s  %.6f   %-12s  %.6f\n", l, (c.key + (c.center_keys ? " (c)" : "")).c_str(), key_kld,
+                c.value.c_str(), s.kld[l][1][at(c.value)]);
+    if (c.center_keys) centered += " " + std::to_string(l);
   }
   std::printf("budget %.3f bits, chosen %.4f bits per element; predicted KLD %.6f (sum of single-layer KLDs)\n",
               budget, choice.bits_per_element, choice.predicted_kld);
+  if (s.measured_centered())
+    std::printf("layers with centered keys (c):%s\n", centered.empty() ? " none" : centered.c_str());
 }
 
 void run_calibrate(const CalibrateOptions& o) {
@@ -91,10 +104,12 @@ void run_calibrate(const CalibrateOptions& o) {
   // downstream, a KLD floor (~0.0013 on SmolLM2 at ctx 128, turbo_mse:3 keys in one layer: 0.0001-0.001 with fp32)
   // that every single-layer figure carries and the sum over 60 of them multiplies.
   options.product_input = ProductInput::f32;
-  std::fprintf(stderr, "kvq calibrate: %zu tokens in windows of %d, %d layers x 2 roles x %zu codecs\n",
-               tokens.size(), options.window, c.n_layers, o.codecs.size());
+  std::fprintf(stderr, "kvq calibrate: %zu tokens in windows of %d, %d layers x 2 roles x %zu codecs%s\n",
+               tokens.size(), options.window, c.n_layers, o.codecs.size(),
+               o.plain_keys ? "" : ", and keys centered");
+  const KeyCandidates keys = o.plain_keys ? KeyCandidates::plain : KeyCandidates::plain_and_centered;
   const LayerSensitivity s = measure_layer_sensitivity(
-      model, *tokenizer, tokens, o.codecs, options, cache, o.anchor, [&](int done, int layers) {
+      model, *tokenizer, tokens, o.codecs, options, cache, keys, o.anchor, [&](int done, int layers) {
         if (done == 0)
           std::fprintf(stderr, "kvq calibrate: f16 reference run, %.0f s\n", seconds_since(start));
         else
@@ -158,6 +173,10 @@ void add_calibrate_command(CLI::App& app) {
                   "measure only this candidate's KL divergences to the logits and predict the others' from their "
                   "error at the layer's output (faster; the prediction is reported against the chosen caches' "
                   "measured KLD); default: measure every candidate");
+  cmd->add_flag("--plain-keys", o->plain_keys,
+                "measure and choose keys as they are only; default: each quantizing key codec also with the "
+                "layer's keys centered (stored minus their first-page mean, as --center-keys does in every layer), "
+                "its offsets' bytes counted in the budget over windows of --ctx tokens");
   cmd->add_option("--threads", o->threads, "threads (0 = all cores)")
       ->check(CLI::Range(0, 1024))->capture_default_str();
   cmd->add_option("--out", o->out, "the calibration file to write; '{}' in it is replaced by the budget")

@@ -75,7 +75,11 @@ void print(const PplOptions& o, const PerplexityResult& r, const CacheQuality& q
     if (!q.cache.layers.empty()) j["layers"] = q.cache.layers;
     if (!q.cache.layer_codecs.empty()) {
       j["calib"] = calib_file(o, q.cache);
-      for (const LayerCodecs& c : q.cache.layer_codecs) j["layer_codecs"].push_back({c.key, c.value});
+      for (size_t l = 0; l < q.cache.layer_codecs.size(); ++l) {
+        const LayerCodecs& c = q.cache.layer_codecs[l];
+        j["layer_codecs"].push_back({c.key, c.value});
+        if (c.center_keys) j["centered_layers"].push_back(l);
+      }
     }
     j["tokens_per_second"] = static_cast<double>(r.tokens) / q.seconds;
     j["seconds"] = seconds;

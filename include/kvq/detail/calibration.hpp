@@ -1,18 +1,20 @@
-// A calibration (kvq calibrate): the key and value codec of every layer of one model, chosen under a bit budget,
-// and the file that carries it to kvq ppl / generate (--calib FILE).
+// A calibration (kvq calibrate): the key and value codec of every layer of one model and whether its keys are
+// centered, chosen under a bit budget, and the file that carries it to kvq ppl / generate (--calib FILE).
 //
 // File format, text, one field per line in this order:
-//   kvq-calibration 2
+//   kvq-calibration 3
 //   architecture NAME            GGUF general.architecture, or llama2.c
 //   layers N | heads N | kv_heads N | head_dim N
 //   model_crc32c XXXXXXXX        of the GGUF's header, metadata and tensor infos; of the llama2.c header's fields
 //   channel_layout NAME          rope_adjacent_pairs or rope_halves: the key channels the codecs were measured on
 //   budget_bits B | block_tokens T | calibration_tokens N | predicted_kld K
 //                                T: the page's tokens the budget's block bytes assume; N: the tokens scored
-//   layer L KEY_SPEC VALUE_SPEC  (one per layer, in order)
+//   layer L KEY_SPEC VALUE_SPEC CENTERING
+//                                one per layer, in order; CENTERING: plain, or centered (LayerCodecs::center_keys)
 //   crc32c XXXXXXXX              CRC-32C of every byte before this line
-// Version 1 (before block_tokens and calibration_tokens) is read with T = 64, the only T it was written for, and
-// N = 0 (unknown); later versions are refused.
+// Version 2 (layer lines without CENTERING) is read with every layer plain; version 1 (also without block_tokens
+// and calibration_tokens) so too, with T = 64, the only T it was written for, and N = 0 (unknown); later versions
+// are refused.
 #pragma once
 
 #include <cstdint>
@@ -43,13 +45,14 @@ struct Calibration {
   int block_tokens = 64;      ///< T of the pages whose block bytes the budget counts
   size_t calibration_tokens = 0;  ///< scored positions behind the measured KL divergences; 0: unknown
   double predicted_kld = 0;   ///< the sum of the chosen codecs' single-layer KL divergences
-  std::vector<LayerCodecs> layers;  ///< [n_layers]
+  std::vector<LayerCodecs> layers;  ///< [n_layers], key centering included
 };
 
 /// Writes `path` (through path.tmp, then renamed).
 void save_calibration(const Calibration& calibration, const std::filesystem::path& path);
 /// Reads and checks a calibration file: kvq::Error naming what is wrong (not a regular file, too large, another
-/// format or version, a checksum mismatch, a field out of order or out of range, an unknown codec spec).
+/// format or version, a checksum mismatch, a field out of order or out of range, an unknown codec spec, centering
+/// asked of keys stored as they are).
 Calibration load_calibration(const std::filesystem::path& path);
 /// kvq::Error naming the first difference when `calibration` was made for another model than `model`.
 void check_calibration_model(const Calibration& calibration, const LlamaModel& model);
