@@ -497,22 +497,58 @@ KVQ_UNROLL
     template <int D, int DP, int C>
     KVQ_HD static void bfrags(const uint4* codes, const uint8_t* const* prm, const CodecArgs& a, int lane, int j,
                               int pc, uint32_t (&b)[C / 16][2]) {
-      const int r = j >> 2, e = j & 3, n = lane >> 2;
+      const int n = lane >> 2;
       uint4 run[1];
-      run_halves<C>(prm[0], a.groups, lane & 3, (pc + 32 * r + 16 * (n >> 2)) >> a.group_log2, run);
-      const uint4 sc = run[0];
+      run_halves<C>(prm[0], a.groups, lane & 3, (pc + 32 * (j >> 2) + 16 * (n >> 2)) >> a.group_log2, run);
+      code_bfrags<C>(codes, lane, j, b);
+KVQ_UNROLL
+      for (int vs = 0; vs < C / 16; ++vs)
+KVQ_UNROLL
+        for (int h = 0; h < 2; ++h) b[vs][h] = h2_mul(b[vs][h], token_pair(run[0], vs, h));
+    }
+    /// The codes of tile j as exact fp16, unscaled: b[vs][h] holds the lane's tokens token_at(vs, 2h), (vs, 2h + 1).
+    template <int C>
+    KVQ_HD static void code_bfrags(const uint4* codes, int lane, int j, uint32_t (&b)[C / 16][2]) {
+      const int r = j >> 2, e = j & 3;
 KVQ_UNROLL
       for (int vs = 0; vs < C / 16; ++vs) {
         if constexpr (kBits == 4) {
           const uint32_t w = word(codes[32 * r + lane], e);
-          b[vs][0] = h2_mul(int4_pair(w, 2 * vs), half_pair(sc, sc, 2 * vs, 2 * vs + 4));
-          b[vs][1] = h2_mul(int4_pair(w, 2 * vs + 1), half_pair(sc, sc, 2 * vs + 1, 2 * vs + 5));
+          b[vs][0] = int4_pair(w, 2 * vs);
+          b[vs][1] = int4_pair(w, 2 * vs + 1);
         } else {
           const uint32_t w = word(codes[32 * (2 * r + vs) + lane], e);
-          b[vs][0] = h2_mul(int8_pair(w, 0), half_pair(sc, sc, 4 * vs, 4 * vs + 2));
-          b[vs][1] = h2_mul(int8_pair(w, 1), half_pair(sc, sc, 4 * vs + 1, 4 * vs + 3));
+          b[vs][0] = int8_pair(w, 0);
+          b[vs][1] = int8_pair(w, 1);
         }
       }
+    }
+
+    // The fast path (KVQ_ATTENTION=fast; decode_kernel.cuh, accumulate_values_fast): int4 values in groups of 32 or
+    // 64 channels, whose 32-channel blocks share a scale per token, take the scales into the weights (one fp16
+    // product p s per token and block) and their codes unscaled. The weights come without the kernel's 2^12
+    // (kFastWeightLog2 = 0): p <= 1, so p s stays below fp16's maximum for every fp16 scale. int8 values keep the
+    // exact path: the weights' fp16 rounding (2^-10) is not a tenth of int8's own error.
+    static constexpr bool kFastValues = kBits == 4;
+    static constexpr int kFastWeightLog2 = 0;
+    KVQ_HD static bool fast_values(const CodecArgs& a) { return a.group_log2 >= 5; }
+    /// The B fragments of the weights for the 32 channels pc + 32 r ..: pw[vs][h] = {p s, p s} of the tokens of
+    /// code_bfrags' b[vs][h], from the weights as fp16 pairs in the same order (ph).
+    template <int C>
+    KVQ_HD static void fast_weights(const uint8_t* const* prm, const CodecArgs& a, int lane, int pc, int r,
+                                    const uint32_t (&ph)[C / 16][2], uint32_t (&pw)[C / 16][2]) {
+      uint4 run[1];
+      run_halves<C>(prm[0], a.groups, lane & 3, (pc + 32 * r) >> a.group_log2, run);
+KVQ_UNROLL
+      for (int vs = 0; vs < C / 16; ++vs)
+KVQ_UNROLL
+        for (int h = 0; h < 2; ++h) pw[vs][h] = h2_mul(ph[vs][h], token_pair(run[0], vs, h));
+    }
+
+   private:
+    /// The scales of the tokens token_at(vs, 2h), token_at(vs, 2h + 1) from the lane's run of 8.
+    KVQ_HD static uint32_t token_pair(const uint4& run, int vs, int h) {
+      return half_pair(run, run, token_at(vs, 2 * h), token_at(vs, 2 * h + 1));
     }
   };
 };

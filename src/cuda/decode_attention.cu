@@ -334,10 +334,15 @@ using namespace detail;
 
 namespace {
 
-// Whether the kernel takes the int keys' integer path: int4/int8 keys under KVQ_ATTENTION=fast (the default; the
-// CPU's switch, read at each plan), else the exact fp16 path.
-bool integer_path(const Codec& k) {
-  return int_group_params(k).has_value() && kvq::detail::active_precision() == kvq::detail::Precision::fast;
+bool fast_precision() { return kvq::detail::active_precision() == kvq::detail::Precision::fast; }
+
+// Whether the kernel takes a fast path under KVQ_ATTENTION=fast (the default; the CPU's switch, read at each plan):
+// the integer scores of int4/int8 keys, or the fast value path of int4 values in groups of 32 or 64 channels
+// (their fast_values); else the exact fp16 kernel.
+bool fast_path(const Codec& k, const Codec& v) {
+  const auto vp = int_group_params(v);
+  const bool fast_values = vp && vp->bits == 4 && vp->group >= 32;
+  return fast_precision() && (int_group_params(k).has_value() || fast_values);
 }
 
 }  // namespace
@@ -350,9 +355,9 @@ std::string DevicePlan::kernel(const KVCache& cache, int layer) {
             " has no kernel (64, 128 or 256)");
   KVQ_CHECK(find_kernel(k, v).has_value(), "CUDA decode attention: no kernel for key codec '", k.spec().str(),
             "' with value codec '", v.spec().str(), "' (", pair_list(), ")");
-  const bool fast = integer_path(k);
+  const bool fast = fast_path(k, v);
   if (const auto ip = int_group_params(k); ip && ip->bits == 4 && ip->group == 16)
-    KVQ_CHECK(fast, "CUDA decode attention: key codec '", k.spec().str(),
+    KVQ_CHECK(fast_precision(), "CUDA decode attention: key codec '", k.spec().str(),
               "' (groups of 16 channels) has only the fast kernel (integer scores); KVQ_ATTENTION=exact asks for the "
               "exact one, which needs groups of 32 or 64");
   return "cuda_" + k.spec().name + "_" + v.spec().name + (fast ? "_fast" : "");
@@ -445,9 +450,9 @@ void DevicePlan::Impl::choose_kernel(const KVCache& cache, int layer, int n_q_he
   value_table = upload(codec_table(vc, false), "the value codec's table");
   a.key.table = key_table.get();
   a.value.table = value_table.get();
-  kernel = (*find_kernel(kc, vc))(d, a.key, a.value, integer_path(kc));
+  kernel = (*find_kernel(kc, vc))(d, a.key, a.value, fast_precision());
   KVQ_CHECK(kernel.fn != nullptr, "CUDA decode attention: no instantiation for d = ", d, " (", kernel_name, ")");
-  KVQ_CHECK(kernel.fast == integer_path(kc), "CUDA decode attention: ", kernel_name, " has no integer path");
+  KVQ_CHECK(kernel.fast == fast_path(kc, vc), "CUDA decode attention: ", kernel_name, " has no fast path");
   KVQ_CHECK(T % kernel.chunk == 0, "CUDA decode attention: pages of ", T, " tokens are not whole chunks of ",
             kernel.chunk, " (", kernel_name, ")");
 

@@ -104,6 +104,22 @@ KVQ_HD constexpr bool has_int_scores() {
   else return false;
 }
 
+/// Whether value traits V have the fast value path (int4 values: V::kFastValues; V::fast_values(args) says for
+/// which of their groups).
+template <class V>
+KVQ_HD constexpr bool has_fast_values() {
+  if constexpr (requires { V::kFastValues; }) return V::kFastValues;
+  else return false;
+}
+
+/// log2 of the factor of the softmax weights: 12 (small weights keep fp16's precision as hi + lo), or the fast value
+/// path's V::kFastWeightLog2.
+template <class V, bool kFastValues>
+KVQ_HD constexpr int weight_log2() {
+  if constexpr (kFastValues) return V::kFastWeightLog2;
+  else return 12;
+}
+
 /// The compile-time shape of one pair's kernel at head dimension D (kInt: the int keys' integer path).
 template <class K, class V, int D, bool kInt = false>
 struct SplitShape {
@@ -249,8 +265,11 @@ __device__ __forceinline__ void int_scores(const uint4* itab, const uint4* kcode
 
 /// Softmax update: the chunk's scores times `factor` (kScaled; the integer path's row scale), the running maximum
 /// and sum (base 2; a row's maximum shared by its 4 lanes), o rescaled where the maximum moved, and the weights
-/// p (times 2^12, so that small ones keep fp16's precision) of the lane's C / 4 tokens: p[jj], p[C/8 + jj].
-template <int C, int NJ, bool kScaled>
+/// p (times 2^kWeightLog2: 2^12, so that small ones keep fp16's precision as hi + lo; 1 on the fast value path) of
+/// the lane's C / 4 tokens: p[jj], p[C/8 + jj]. o holds rows n, n + 8 of C fragments (query row n), or with
+/// kTransposed (accumulate_values_fast) columns 2i, 2i + 1 (query rows 2i, 2i + 1, whose factors come from lanes
+/// 8i and 8i + 4).
+template <int C, int NJ, bool kScaled, int kWeightLog2, bool kTransposed>
 __device__ __forceinline__ void softmax_update(const float (&sc)[C / 8][2], float factor, float& m_run, float& l_run,
                                                float (&o)[NJ][4], float (&p)[C / 4]) {
   constexpr int NT = C / 8;
@@ -265,12 +284,18 @@ __device__ __forceinline__ void softmax_update(const float (&sc)[C / 8][2], floa
   m_run = m_new;
   l_run *= alpha;
   if (__any_sync(0xffffffffu, alpha != 1.0f)) {
+    float f[2] = {alpha, alpha};
+    if constexpr (kTransposed) {
+      const int i = threadIdx.x & 3;
+      f[0] = __shfl_sync(0xffffffffu, alpha, 8 * i);
+      f[1] = __shfl_sync(0xffffffffu, alpha, 8 * i + 4);
+    }
 #pragma unroll
     for (int j = 0; j < NJ; ++j)
 #pragma unroll
-      for (int x = 0; x < 4; ++x) o[j][x] *= alpha;
+      for (int x = 0; x < 4; ++x) o[j][x] *= f[x & 1];
   }
-  const float m_off = m_new - 12.0f;  // weights times 2^12
+  const float m_off = m_new - kWeightLog2;
 #pragma unroll
   for (int jj = 0; jj < NT; ++jj) {
     if constexpr (kScaled) {
@@ -309,6 +334,37 @@ __device__ __forceinline__ void accumulate_values(const float (&p)[C / 4], const
   }
 }
 
+/// Accumulate stage, fast (KVQ_ATTENTION=fast, the values with V::kFastValues): O^T += V^T P^T, the operands'
+/// roles exchanged so that one mma covers 16 value channels: A holds the unscaled codes of two value tiles (rows n:
+/// tile 2m, rows n + 8: tile 2m + 1; V::code_bfrags), B the weights times the values' scales as single fp16
+/// operands (V::fast_weights, per 32-channel block; no lo part: the contract's rounding, docs/METHODS.md). oT[m]
+/// holds C[channel][query row]: channels V::channel(2m, n), V::channel(2m + 1, n) of query rows 2i, 2i + 1.
+template <class V, int D, int DP, int C>
+__device__ __forceinline__ void accumulate_values_fast(const float (&p)[C / 4], const uint4* vcodes,
+                                                       const uint8_t* const* vprm, const CodecArgs& a, int lane,
+                                                       int pc, float (&oT)[DP / 16][4]) {
+  constexpr int VS = C / 16;
+  uint32_t ph[VS][2];
+#pragma unroll
+  for (int vs = 0; vs < VS; ++vs)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) ph[vs][h] = float2_to_h2(p[V::token_at(vs, 2 * h)], p[V::token_at(vs, 2 * h + 1)]);
+#pragma unroll
+  for (int r = 0; r < DP / 32; ++r) {
+    uint32_t pw[VS][2];
+    V::template fast_weights<C>(vprm, a, lane, pc, r, ph, pw);
+#pragma unroll
+    for (int m = 2 * r; m < 2 * r + 2; ++m) {
+      uint32_t b0[VS][2], b1[VS][2];
+      V::template code_bfrags<C>(vcodes, lane, 2 * m, b0);
+      V::template code_bfrags<C>(vcodes, lane, 2 * m + 1, b1);
+#pragma unroll
+      for (int vs = 0; vs < VS; ++vs)
+        mma<false>(oT[m], make_uint4(b0[vs][0], b1[vs][0], b0[vs][1], b1[vs][1]), pw[vs][0], pw[vs][1]);
+    }
+  }
+}
+
 /// The parameter bytes per chunk of the key and value codecs (their ranges together).
 template <class K, class V, int D>
 KVQ_HD uint32_t param_bytes(const CodecArgs& key, const CodecArgs& value) {
@@ -340,17 +396,20 @@ KVQ_UNROLL
 /// GS: log2 of the k16 steps per key scale group (int8/int4 keys), log2(D / 16) for the codecs without groups (whose
 /// space of more than D channels is scored in groups of D).
 /// kInt: the int keys' integer path (KVQ_ATTENTION=fast): scores by int_scores on the query's two 8-bit digits.
+/// kFastValues: the fast value path (KVQ_ATTENTION=fast, V::kFastValues): accumulate_values_fast.
 /// kWindowStart: the variant run on the one page per sequence that a sliding window starts inside (SeqPages::
 /// window_first): it skips the page's chunks wholly before the window and hides the older tokens of the chunk it
 /// starts in. Its occupancy does not matter (a page per (sequence, kv head)), so it may take every register; the
 /// split kernel itself has none to spare for the mask (docs/perf/h200.md, run 14) and never sees a partial page.
-template <class K, class V, int D, int GS, bool kWindowStart = false, bool kInt = false>
+template <class K, class V, int D, int GS, bool kWindowStart = false, bool kInt = false, bool kFastValues = false>
 __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
                                   kWindowStart ? 1 : SplitShape<K, V, D, kInt>::kMinBlocks)
     decode_split_kernel(const SplitArgs a) {
   using S = SplitShape<K, V, D, kInt>;
   constexpr int C = S::C, NT = S::NT, KS = S::KS, NJ = S::NJ, DP = S::DP;
   constexpr int kStages = S::kStages;
+  constexpr int kWeightLog2 = weight_log2<V, kFastValues>();  // the weights' factor 2^kWeightLog2
+  constexpr int kOTiles = kFastValues ? DP / 16 : NJ;                  // o: C fragments of 16 x 8
 
   extern __shared__ __align__(16) uint8_t smem[];
   uint4* qtab = reinterpret_cast<uint4*>(smem);
@@ -490,9 +549,9 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
   if constexpr (kInt) row_scale = reinterpret_cast<const float*>(qf)[lane >> 2] * (1.0f / (1 << K::kIntFactorLog2));
 
   float m_run = -INFINITY, l_run = 0;
-  float o[NJ][4];
+  float o[kOTiles][4];
 #pragma unroll
-  for (int j = 0; j < NJ; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
+  for (int j = 0; j < kOTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
 
   uint32_t phases = 0;  // bulk copies: the parity each stage's barrier completes next, one bit a stage
   for (int chunk = chunk_begin, stage = 0; chunk < chunk_end;
@@ -538,28 +597,41 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
     }
 
     float p[C / 4];
-    softmax_update<C, NJ, kInt>(sc, row_scale, m_run, l_run, o, p);
-    accumulate_values<V, D, DP, C>(p, vcodes, vprm, a.value, lane, pc, o);
+    softmax_update<C, kOTiles, kInt, kWeightLog2, kFastValues>(sc, row_scale, m_run, l_run, o, p);
+    if constexpr (kFastValues) accumulate_values_fast<V, D, DP, C>(p, vcodes, vprm, a.value, lane, pc, o);
+    else accumulate_values<V, D, DP, C>(p, vcodes, vprm, a.value, lane, pc, o);
     __syncwarp();  // every lane is done with the stage before it is refilled
   }
   if constexpr (S::kLanes) cp_async_wait<0>();
 
-  // The warp's partial state: o and l times 2^-12 (the weights' factor).
+  // The warp's partial state: o and l times 2^-kWeightLog2 (the weights' factor).
+  constexpr float kUnweight = 1.0f / (1 << kWeightLog2);
   l_run += __shfl_xor_sync(0xffffffffu, l_run, 1);
   l_run += __shfl_xor_sync(0xffffffffu, l_run, 2);
   const int n = lane >> 2, i = lane & 3;
-  if (n < a.G) {
-    const size_t row = (q_row0 + n) * a.n_splits + range;
-    float* po = a.partial_o + row * S::VD + pc;
+  const auto row_of = [&](int query) { return (q_row0 + query) * a.n_splits + range; };
+  if constexpr (kFastValues) {
+#pragma unroll
+    for (int x = 0; x < 2; ++x)  // query rows 2i, 2i + 1
+      if (2 * i + x < a.G) {
+        float* po = a.partial_o + row_of(2 * i + x) * S::VD + pc;
+#pragma unroll
+        for (int m = 0; m < kOTiles; ++m) {
+          po[V::channel(2 * m, n)] = o[m][x] * kUnweight;
+          po[V::channel(2 * m + 1, n)] = o[m][2 + x] * kUnweight;
+        }
+      }
+  } else if (n < a.G) {
+    float* po = a.partial_o + row_of(n) * S::VD + pc;
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
-      po[V::channel(j, 2 * i)] = (o[j][0] + o[j][2]) * 0x1p-12f;
-      po[V::channel(j, 2 * i + 1)] = (o[j][1] + o[j][3]) * 0x1p-12f;
+      po[V::channel(j, 2 * i)] = (o[j][0] + o[j][2]) * kUnweight;
+      po[V::channel(j, 2 * i + 1)] = (o[j][1] + o[j][3]) * kUnweight;
     }
-    if (i == 0 && pc == 0) {
-      a.partial_ml[2 * row] = m_run;
-      a.partial_ml[2 * row + 1] = l_run * 0x1p-12f;
-    }
+  }
+  if (n < a.G && i == 0 && pc == 0) {
+    a.partial_ml[2 * row_of(n)] = m_run;
+    a.partial_ml[2 * row_of(n) + 1] = l_run * kUnweight;
   }
 }
 
@@ -571,35 +643,36 @@ struct SplitKernel {
   int code_bytes = 0;   // per warp and stage
   int param_bytes = 0;  // per warp and stage, for the codecs' arguments
   int block_bytes = 0, warp_bytes = 0;
-  bool fast = false;    // the int keys' integer path (int_scores), not the exact fp16 one
+  bool fast = false;    // a fast path: the int keys' integer scores or the fast value path, not only exact fp16
 };
 
 /// The kernel for the key groups' shift; the integer path takes groups of 16 channels for int4 keys too (two
 /// masked products per k32 step), which the fp16 path cannot (a lane word feeds two of its k steps).
-template <class K, class V, int D, bool kWindowStart, bool kInt>
+template <class K, class V, int D, bool kWindowStart, bool kInt, bool kFastValues>
 const void* split_kernel_fn(int group_shift) {
   if constexpr (K::kGroups) {
     switch (group_shift) {
       case 0:
         if constexpr (kInt || K::kMinGroupShift == 0)
-          return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 0, kWindowStart, kInt>);
+          return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 0, kWindowStart, kInt, kFastValues>);
         return nullptr;
-      case 1: return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 1, kWindowStart, kInt>);
-      case 2: return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 2, kWindowStart, kInt>);
+      case 1: return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 1, kWindowStart, kInt, kFastValues>);
+      case 2: return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, 2, kWindowStart, kInt, kFastValues>);
       default: return nullptr;
     }
   } else {
-    return reinterpret_cast<const void*>(&decode_split_kernel<K, V, D, log2_of(D / 16), kWindowStart, kInt>);
+    return reinterpret_cast<const void*>(
+        &decode_split_kernel<K, V, D, log2_of(D / 16), kWindowStart, kInt, kFastValues>);
   }
 }
 
-template <class K, class V, int D, bool kInt>
+template <class K, class V, int D, bool kInt, bool kFastValues>
 SplitKernel split_kernel_at(const CodecArgs& key, const CodecArgs& value) {
   using S = SplitShape<K, V, D, kInt>;
   SplitKernel k;
-  k.fn = split_kernel_fn<K, V, D, false, kInt>(key.group_shift);
-  k.window_start_fn = split_kernel_fn<K, V, D, true, kInt>(key.group_shift);
-  k.fast = kInt;
+  k.fn = split_kernel_fn<K, V, D, false, kInt, kFastValues>(key.group_shift);
+  k.window_start_fn = split_kernel_fn<K, V, D, true, kInt, kFastValues>(key.group_shift);
+  k.fast = kInt || kFastValues;
   k.threads = S::kThreads;
   k.warps = S::kWarps;
   k.parts = S::kParts;
@@ -614,15 +687,19 @@ SplitKernel split_kernel_at(const CodecArgs& key, const CodecArgs& value) {
 
 template <class K, class V, int D>
 SplitKernel split_kernel_at(const CodecArgs& key, const CodecArgs& value, bool fast) {
-  if constexpr (has_int_scores<K>()) {
-    if (fast) return split_kernel_at<K, V, D, true>(key, value);
+  constexpr bool kInt = has_int_scores<K>();
+  if constexpr (has_fast_values<V>()) {
+    if (fast && V::fast_values(value)) return split_kernel_at<K, V, D, kInt, true>(key, value);
   }
-  return split_kernel_at<K, V, D, false>(key, value);
+  if constexpr (kInt) {
+    if (fast) return split_kernel_at<K, V, D, true, false>(key, value);
+  }
+  return split_kernel_at<K, V, D, false, false>(key, value);
 }
 
 /// The split kernel of the pair (K, V) for head dimension d (decode_pairs.cu instantiates each pair): with `fast`
-/// (KVQ_ATTENTION=fast) the integer path where the keys have one (SplitKernel::fast says which); fn is null when d
-/// or the key groups have no instantiation.
+/// (KVQ_ATTENTION=fast) the integer path where the keys have one and the fast value path where the values have one
+/// (SplitKernel::fast says whether either applies); fn is null when d or the key groups have no instantiation.
 template <class K, class V>
 SplitKernel split_kernel(int d, const CodecArgs& key, const CodecArgs& value, bool fast) {
   switch (d) {

@@ -1,5 +1,6 @@
-// The int keys' integer path of the CUDA decode kernel (KVQ_ATTENTION=fast, the default; docs/METHODS.md, "Fast
-// attention kernels" and "CUDA decode arithmetic") under the CPU's fast-kernel contract: per call, the summed
+// The fast paths of the CUDA decode kernel (KVQ_ATTENTION=fast, the default; docs/METHODS.md, "Fast attention
+// kernels" and "CUDA decode arithmetic"): the int keys' integer scores and int4 values' fp16 weights times scales,
+// under the CPU's fast-kernel contract: per call, the summed
 // relative error of the device output against the double-precision reference over the decoded cache is at most a
 // tenth of the codec's own error (that reference against the one over the original keys and values), measured on
 // the same inputs: Gaussian and key-like data with outlier channels, d = 64/128/256, GQA 1-8, fp32 windows. The
@@ -39,16 +40,21 @@ struct FastPair {
   std::string k, v, kernel;  // kernel: attention_kernel's name under KVQ_ATTENTION=fast
 };
 
-// int4/int4, int8/int8, int4 keys in groups of 16 and 64, int8 keys in groups of 16 and 64, and the default build's
-// int keys with non-int values (src/cuda/decode_pairs.cmake: int8/turbo_mse:3, int4/turbo_mse:2).
+// int4/int4, int8/int8, int4 keys in groups of 16 and 64, int8 keys in groups of 16 and 64, the default build's
+// int keys with non-int values (src/cuda/decode_pairs.cmake: int8/turbo_mse:3, int4/turbo_mse:2), int4 values in
+// groups of 64 and of 16 (the exact value path beside integer scores), and int4 values beside keys without a fast
+// path (f16, kivi:4).
 const std::vector<FastPair> kFastPairs = {{"int4", "int4", "cuda_int4_int4_fast"},
                                           {"int8", "int8", "cuda_int8_int8_fast"},
                                           {"int4:16", "int4", "cuda_int4_int4_fast"},
                                           {"int4:64", "int4:16", "cuda_int4_int4_fast"},
+                                          {"int4", "int4:64", "cuda_int4_int4_fast"},
                                           {"int8:16", "int8", "cuda_int8_int8_fast"},
                                           {"int8:64", "int4", "cuda_int8_int4_fast"},
                                           {"int8", "turbo_mse:3", "cuda_int8_turbo_mse_fast"},
-                                          {"int4", "turbo_mse:2", "cuda_int4_turbo_mse_fast"}};
+                                          {"int4", "turbo_mse:2", "cuda_int4_turbo_mse_fast"},
+                                          {"f16", "int4", "cuda_f16_int4_fast"},
+                                          {"kivi:4", "int4", "cuda_kivi_int4_fast"}};
 
 TEST(CudaFastDecode, ErrorIsAtMostATenthOfTheCodecsOwn) {
   KVQ_REQUIRE_GPU();
@@ -100,8 +106,8 @@ TEST(CudaFastDecode, QueriesTooSmallToScaleGiveTheExactOutput) {
 }
 
 // KVQ_ATTENTION selects the path as on the CPU: exact runs the fp16 kernel (named without _fast) and keeps the
-// exact tests' 1e-3 bound; int4 keys in groups of 16 have only the integer path, so exact refuses them by name; an unknown value
-// is an error.
+// exact tests' 1e-3 bound; int4 keys in groups of 16 have only the integer path, so exact refuses them by name; a
+// pair with neither int keys nor int4 values in groups of 32 or more has no fast path; an unknown value is an error.
 TEST(CudaFastDecode, ExactSelectsTheExactPath) {
   KVQ_REQUIRE_GPU();
   const Shape shape{128, 64, 0, 1, 4, {500}, true};
@@ -128,8 +134,13 @@ TEST(CudaFastDecode, ExactSelectsTheExactPath) {
     const KVCache dev16 = sc16.cache.to(Device::cuda());
     EXPECT_THROW(attention_kernel(dev16, 1), Error);
     EXPECT_THROW(DecodePlan(dev16, 1, sc16.ids, shape.H * shape.G), Error);
-    const test::Scenario other = test::build(shape, "f16", "int4", 8);  // no integer path: the same name either way
+    const test::Scenario other = test::build(shape, "f16", "int4", 8);
     EXPECT_EQ(attention_kernel(other.cache.to(Device::cuda()), 1), "cuda_f16_int4");
+  }
+  {
+    const EnvOverride env("KVQ_ATTENTION", "fast");
+    const test::Scenario none = test::build(shape, "f16", "int4:16", 9);  // neither fast path applies
+    EXPECT_EQ(attention_kernel(none.cache.to(Device::cuda()), 1), "cuda_f16_int4");
   }
   const EnvOverride unknown("KVQ_ATTENTION", "loose");
   EXPECT_THROW(attention_kernel(dev, 1), Error);

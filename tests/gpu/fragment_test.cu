@@ -455,6 +455,76 @@ void check_values(const Block& b, int T, uint64_t seed) {
     }
 }
 
+// The fast value path (accumulate_values_fast) for every chunk and part, 8 rows of random weights p <= 1 (the fast
+// path's weights carry no 2^12): A from two tiles' unscaled codes, B the weights times the scales as fp16, against
+// sum_t p_t y_tc. Bound: each weight rounded twice to fp16 (p, then p s: 2^-10 relative, or 2^-25 absolute below
+// fp16's normal range) times the code it meets (at most 8 s for int4).
+template <class V, int D, int C>
+void check_fast_values(const Block& b, int T, uint64_t seed) {
+  constexpr int VD = value_space<V, D>(), DP = value_part<V, D>(), kParts = VD / DP, VS = C / 16;
+  static_assert(V::kFastWeightLog2 == 0, "weights p <= 1");
+  ASSERT_TRUE(V::fast_values(b.args));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  for (int cc = 0; cc < T / C; ++cc)
+    for (int part = 0; part < kParts; ++part) {
+      SCOPED_TRACE("fast values, chunk " + std::to_string(cc) + " part " + std::to_string(part));
+      const int pc = part * DP;
+      Stage st;
+      value_stage<V, D, DP, C>(b, cc, pc, st);
+      float p[8][C];
+      for (auto& row : p)
+        for (float& x : row) x = unit(rng) * (unit(rng) < 0.25f ? 1e-6f : 1.0f);  // some below fp16's normals
+      double o[DP / 16][32][4] = {};
+      for (int r = 0; r < DP / 32; ++r) {
+        uint32_t pw[32][VS][2];
+        for (int lane = 0; lane < 32; ++lane) {
+          const int g = lane >> 2, i = lane & 3;
+          uint32_t ph[VS][2];
+          for (int vs = 0; vs < VS; ++vs)
+            for (int h = 0; h < 2; ++h)
+              ph[vs][h] = float2_to_h2(p[g][C / 4 * i + V::token_at(vs, 2 * h)],
+                                       p[g][C / 4 * i + V::token_at(vs, 2 * h + 1)]);
+          V::template fast_weights<C>(st.prm, b.args, lane, pc, r, ph, pw[lane]);
+        }
+        for (int m = 2 * r; m < 2 * r + 2; ++m) {
+          uint32_t c0[32][VS][2], c1[32][VS][2];
+          for (int lane = 0; lane < 32; ++lane) {
+            V::template code_bfrags<C>(st.codes.data(), lane, 2 * m, c0[lane]);
+            V::template code_bfrags<C>(st.codes.data(), lane, 2 * m + 1, c1[lane]);
+          }
+          for (int vs = 0; vs < VS; ++vs) {
+            uint4 a[32];
+            uint32_t b0[32], b1[32];
+            for (int lane = 0; lane < 32; ++lane) {
+              a[lane] = make_uint4(c0[lane][vs][0], c1[lane][vs][0], c0[lane][vs][1], c1[lane][vs][1]);
+              b0[lane] = pw[lane][vs][0];
+              b1[lane] = pw[lane][vs][1];
+            }
+            emulate_mma<false>(a, b0, b1, o[m]);
+          }
+        }
+      }
+      double worst = 0;
+      for (int lane = 0; lane < 32; ++lane) {
+        const int n = lane >> 2, i = lane & 3;
+        for (int m = 0; m < DP / 16; ++m)
+          for (int x = 0; x < 4; ++x) {
+            const int row = 2 * i + (x & 1), c = pc + V::channel(2 * m + (x >> 1), n);
+            double want = 0, size = 0;
+            for (int t = 0; t < C; ++t) {
+              const double term = p[row][t] * static_cast<double>(b.y[static_cast<size_t>(C * cc + t) * VD + c]);
+              want += term;
+              size += std::fabs(term);
+            }
+            const double bound = (0x1p-10 + 1e-6) * size + C * 0x1p-25 * 8 * 64 + 1e-30;  // 64: scales below 64
+            worst = std::max(worst, std::fabs(o[m][lane][x] - want) / bound);
+          }
+      }
+      EXPECT_LE(worst, 1.0);
+    }
+}
+
 // Every element of every key B fragment (hi + lo for the kSplitB traits) against the codec's decode: element *
 // factor(t) must be y[t][channel(ks, k)] of the lane's token to `rel` of itself (plus `abs`).
 template <class K, int D, int C, class Factor>
@@ -569,6 +639,22 @@ TEST(CudaFragments, IntPairsMatchTheCodec) {
   check_every_dim<IntTraits<4>>("int4:64", seed + 1);
   check_every_dim<IntTraits<8>>("int8", seed + 2);
   check_every_dim<IntTraits<8>>("int8:16", seed + 3);
+}
+
+TEST(CudaFragments, IntValuesFastPathMatchesTheCodec) {
+  KVQ_FRESH_SEED();
+  const auto at = [&]<int D>(const std::string& spec, uint64_t s) {
+    for (int T : {64, 128}) {
+      SCOPED_TRACE(spec + " fast values d=" + std::to_string(D) + " T=" + std::to_string(T));
+      check_fast_values<IntTraits<4>::Value, D, 32>(encode(spec, D, T, false, s + static_cast<uint64_t>(T)), T, s);
+    }
+  };
+  for (const std::string spec : {"int4", "int4:64"}) {
+    at.template operator()<64>(spec, seed);
+    at.template operator()<128>(spec, seed + 100);
+    at.template operator()<256>(spec, seed + 200);
+  }
+  EXPECT_FALSE(IntTraits<4>::Value::fast_values(encode("int4:16", 128, 64, false, seed).args));
 }
 
 TEST(CudaFragments, IntKeysIntegerPathMatchesTheCodec) {
