@@ -1,6 +1,7 @@
 """The codec pair, head dimension and key group shift of a mangled decode_split_kernel name (sass_stats.py and
-ptxas-report.sh), e.g. 'int4/turbo_mse:2 d=128 g=1', with ' fast' for the int keys' integer path (KVQ_ATTENTION=fast)
-and ' window-start' for the sliding window's variant; None for other kernels."""
+ptxas-report.sh), e.g. 'int4/turbo_mse:2 d=128 g=1', with ' fast' for the int keys' integer path (KVQ_ATTENTION=fast),
+' fast-values' for the int4 values' fast path and ' window-start' for the sliding window's variant; None for other
+kernels."""
 import re
 
 _TRAITS = r"(Float|Int|Kivi|TurboMse|TurboProd|TurboRvq|Qjl|VecInfer)TraitsIL[bi](\d+)E(?:Li(\d+)E)?E"
@@ -16,7 +17,7 @@ def _codec(family, arg, arg2=None):
 
 
 def pair_label(name):
-    m = re.search(_TRAITS + r"3KeyE(\w*?)5ValueELi(\d+)ELi(\d+)ELb([01])E(?:Lb([01])E)?", name)
+    m = re.search(_TRAITS + r"3KeyE(\w*?)5ValueELi(\d+)ELi(\d+)ELb([01])E(?:Lb([01])E)?(?:Lb([01])E)?", name)
     if not m:
         return None
     key = _codec(m.group(1), m.group(2), m.group(3))
@@ -26,4 +27,4 @@ def pair_label(name):
     arg = re.search(r"S\w*_IL[bi](\d+)EE$", m.group(4))
     value = _codec(v.group(1), v.group(2), v.group(3)) if v else _codec(m.group(1), arg.group(1)) if arg else key
     return (f"{key}/{value} d={m.group(5)} g={m.group(6)}" + (" fast" if m.group(8) == "1" else "") +
-            (" window-start" if m.group(7) == "1" else ""))
+            (" fast-values" if m.group(9) == "1" else "") + (" window-start" if m.group(7) == "1" else ""))
