@@ -500,7 +500,7 @@ KVQ_UNROLL
       const int n = lane >> 2;
       uint4 run[1];
       run_halves<C>(prm[0], a.groups, lane & 3, (pc + 32 * (j >> 2) + 16 * (n >> 2)) >> a.group_log2, run);
-      code_bfrags<C>(codes, lane, j, b);
+      code_bfrags<C>(codes, a, lane, j, b);
 KVQ_UNROLL
       for (int vs = 0; vs < C / 16; ++vs)
 KVQ_UNROLL
@@ -508,7 +508,7 @@ KVQ_UNROLL
     }
     /// The codes of tile j as exact fp16, unscaled: b[vs][h] holds the lane's tokens token_at(vs, 2h), (vs, 2h + 1).
     template <int C>
-    KVQ_HD static void code_bfrags(const uint4* codes, int lane, int j, uint32_t (&b)[C / 16][2]) {
+    KVQ_HD static void code_bfrags(const uint4* codes, const CodecArgs&, int lane, int j, uint32_t (&b)[C / 16][2]) {
       const int r = j >> 2, e = j & 3;
 KVQ_UNROLL
       for (int vs = 0; vs < C / 16; ++vs) {
@@ -526,10 +526,10 @@ KVQ_UNROLL
 
     // The fast path (KVQ_ATTENTION=fast; decode_kernel.cuh, accumulate_values_fast): int4 values in groups of 32 or
     // 64 channels, whose 32-channel blocks share a scale per token, take the scales into the weights (one fp16
-    // product p s per token and block) and their codes unscaled. The weights come without the kernel's 2^12
-    // (kFastWeightLog2 = 0): p <= 1, so p s stays below fp16's maximum for every fp16 scale. int8 values keep the
-    // exact path: the weights' fp16 rounding (2^-10) is not a tenth of int8's own error.
-    static constexpr bool kFastValues = kBits == 4;
+    // product p s per token and block: kFastBlockScales) and their codes unscaled. The weights come without the
+    // kernel's 2^12 (kFastWeightLog2 = 0): p <= 1, so p s stays below fp16's maximum for every fp16 scale. int8
+    // values keep the exact path: the weights' fp16 rounding (2^-10) is not a tenth of int8's own error.
+    static constexpr bool kFastValues = kBits == 4, kFastBlockScales = true;
     static constexpr int kFastWeightLog2 = 0;
     KVQ_HD static bool fast_values(const CodecArgs& a) { return a.group_log2 >= 5; }
     /// The B fragments of the weights for the 32 channels pc + 32 r ..: pw[vs][h] = {p s, p s} of the tokens of
@@ -770,11 +770,20 @@ KVQ_UNROLL
     template <int D, int DP, int C>
     KVQ_HD static void bfrags(const uint4* codes, const uint8_t* const*, const CodecArgs& a, int lane, int j, int,
                               uint32_t (&b)[C / 16][2]) {
+      code_bfrags<C>(codes, a, lane, j, b);
+    }
+    template <int C>
+    KVQ_HD static void code_bfrags(const uint4* codes, const CodecArgs& a, int lane, int j, uint32_t (&b)[C / 16][2]) {
       const int r = j >> 2, e = j & 3;
       const uint32_t nib = nibbles(codes[32 * P * r + lane], codes[32 * (P * r + P - 1) + lane], e, lane);
       lookup<kBits>(nib, a.table_hi, b[0][0], b[0][1]);
       lookup<kBits>(nib >> 16, a.table_hi, b[1][0], b[1][1]);
     }
+    // The fast path (decode_kernel.cuh, accumulate_values_fast): the weights p times the token's norm (times 2^-12,
+    // value_weights) as one fp16 operand, no lo part: p 2^12 norm 2^-12 <= norm, below fp16's maximum.
+    static constexpr bool kFastValues = true, kFastBlockScales = false;
+    static constexpr int kFastWeightLog2 = 12;
+    KVQ_HD static bool fast_values(const CodecArgs&) { return true; }
   };
 };
 

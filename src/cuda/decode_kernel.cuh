@@ -336,28 +336,39 @@ __device__ __forceinline__ void accumulate_values(const float (&p)[C / 4], const
 
 /// Accumulate stage, fast (KVQ_ATTENTION=fast, the values with V::kFastValues): O^T += V^T P^T, the operands'
 /// roles exchanged so that one mma covers 16 value channels: A holds the unscaled codes of two value tiles (rows n:
-/// tile 2m, rows n + 8: tile 2m + 1; V::code_bfrags), B the weights times the values' scales as single fp16
-/// operands (V::fast_weights, per 32-channel block; no lo part: the contract's rounding, docs/METHODS.md). oT[m]
-/// holds C[channel][query row]: channels V::channel(2m, n), V::channel(2m + 1, n) of query rows 2i, 2i + 1.
+/// tile 2m, rows n + 8: tile 2m + 1; V::code_bfrags), B the weights times the values' per-token factors
+/// (value_weights) as single fp16 operands, times the scales of each 32-channel block where the values have them
+/// (V::kFastBlockScales: V::fast_weights); no lo part: the contract's rounding, docs/METHODS.md. oT[m] holds
+/// C[channel][query row]: channels V::channel(2m, n), V::channel(2m + 1, n) of query rows 2i, 2i + 1.
 template <class V, int D, int DP, int C>
 __device__ __forceinline__ void accumulate_values_fast(const float (&p)[C / 4], const uint4* vcodes,
                                                        const uint8_t* const* vprm, const CodecArgs& a, int lane,
                                                        int pc, float (&oT)[DP / 16][4]) {
   constexpr int VS = C / 16;
+  float w[C / 4];
+  value_weights<V, D, C>(vprm, lane, pc, w);
   uint32_t ph[VS][2];
 #pragma unroll
   for (int vs = 0; vs < VS; ++vs)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) ph[vs][h] = float2_to_h2(p[V::token_at(vs, 2 * h)], p[V::token_at(vs, 2 * h + 1)]);
+    for (int h = 0; h < 2; ++h) {
+      const int t0 = V::token_at(vs, 2 * h), t1 = V::token_at(vs, 2 * h + 1);
+      ph[vs][h] = float2_to_h2(p[t0] * w[t0], p[t1] * w[t1]);
+    }
 #pragma unroll
   for (int r = 0; r < DP / 32; ++r) {
     uint32_t pw[VS][2];
-    V::template fast_weights<C>(vprm, a, lane, pc, r, ph, pw);
+    if constexpr (V::kFastBlockScales) {
+      V::template fast_weights<C>(vprm, a, lane, pc, r, ph, pw);
+    } else {
+#pragma unroll
+      for (int vs = 0; vs < VS; ++vs) pw[vs][0] = ph[vs][0], pw[vs][1] = ph[vs][1];
+    }
 #pragma unroll
     for (int m = 2 * r; m < 2 * r + 2; ++m) {
       uint32_t b0[VS][2], b1[VS][2];
-      V::template code_bfrags<C>(vcodes, lane, 2 * m, b0);
-      V::template code_bfrags<C>(vcodes, lane, 2 * m + 1, b1);
+      V::template code_bfrags<C>(vcodes, a, lane, 2 * m, b0);
+      V::template code_bfrags<C>(vcodes, a, lane, 2 * m + 1, b1);
 #pragma unroll
       for (int vs = 0; vs < VS; ++vs)
         mma<false>(oT[m], make_uint4(b0[vs][0], b1[vs][0], b0[vs][1], b1[vs][1]), pw[vs][0], pw[vs][1]);

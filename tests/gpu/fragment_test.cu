@@ -455,17 +455,18 @@ void check_values(const Block& b, int T, uint64_t seed) {
     }
 }
 
-// The fast value path (accumulate_values_fast) for every chunk and part, 8 rows of random weights p <= 1 (the fast
-// path's weights carry no 2^12): A from two tiles' unscaled codes, B the weights times the scales as fp16, against
-// sum_t p_t y_tc. Bound: each weight rounded twice to fp16 (p, then p s: 2^-10 relative, or 2^-25 absolute below
-// fp16's normal range) times the code it meets (at most 8 s for int4).
+// The fast value path (accumulate_values_fast) for every chunk and part, 8 rows of random weights p (times
+// 2^kFastWeightLog2, as the kernel has them; a quarter of them tiny): A from two tiles' unscaled codes, B the weights
+// times the per-token factors and block scales as fp16, against sum_t p_t y_tc. Bound: each weight rounded at most
+// twice to fp16 (p w, then p w s: 2^-10 relative, or 2^-25 absolute below fp16's normal range, times the largest
+// A element).
 template <class V, int D, int C>
 void check_fast_values(const Block& b, int T, uint64_t seed) {
   constexpr int VD = value_space<V, D>(), DP = value_part<V, D>(), kParts = VD / DP, VS = C / 16;
-  static_assert(V::kFastWeightLog2 == 0, "weights p <= 1");
   ASSERT_TRUE(V::fast_values(b.args));
   std::mt19937 rng(static_cast<uint32_t>(seed));
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  const float top = static_cast<float>(1 << V::kFastWeightLog2);
   for (int cc = 0; cc < T / C; ++cc)
     for (int part = 0; part < kParts; ++part) {
       SCOPED_TRACE("fast values, chunk " + std::to_string(cc) + " part " + std::to_string(part));
@@ -474,30 +475,40 @@ void check_fast_values(const Block& b, int T, uint64_t seed) {
       value_stage<V, D, DP, C>(b, cc, pc, st);
       float p[8][C];
       for (auto& row : p)
-        for (float& x : row) x = unit(rng) * (unit(rng) < 0.25f ? 1e-6f : 1.0f);  // some below fp16's normals
-      double o[DP / 16][32][4] = {};
+        for (float& x : row) x = top * unit(rng) * (unit(rng) < 0.25f ? 1e-6f : 1.0f);  // some below fp16's normals
+      double o[DP / 16][32][4] = {}, amax = 0;
       for (int r = 0; r < DP / 32; ++r) {
         uint32_t pw[32][VS][2];
         for (int lane = 0; lane < 32; ++lane) {
           const int g = lane >> 2, i = lane & 3;
+          float w[C / 4];
+          value_weights<V, D, C>(st.prm, lane, pc, w);
           uint32_t ph[VS][2];
           for (int vs = 0; vs < VS; ++vs)
-            for (int h = 0; h < 2; ++h)
-              ph[vs][h] = float2_to_h2(p[g][C / 4 * i + V::token_at(vs, 2 * h)],
-                                       p[g][C / 4 * i + V::token_at(vs, 2 * h + 1)]);
-          V::template fast_weights<C>(st.prm, b.args, lane, pc, r, ph, pw[lane]);
+            for (int h = 0; h < 2; ++h) {
+              const int t0 = V::token_at(vs, 2 * h), t1 = V::token_at(vs, 2 * h + 1);
+              ph[vs][h] = float2_to_h2(p[g][C / 4 * i + t0] * w[t0], p[g][C / 4 * i + t1] * w[t1]);
+            }
+          if constexpr (V::kFastBlockScales) {
+            V::template fast_weights<C>(st.prm, b.args, lane, pc, r, ph, pw[lane]);
+          } else {
+            for (int vs = 0; vs < VS; ++vs) pw[lane][vs][0] = ph[vs][0], pw[lane][vs][1] = ph[vs][1];
+          }
         }
         for (int m = 2 * r; m < 2 * r + 2; ++m) {
           uint32_t c0[32][VS][2], c1[32][VS][2];
           for (int lane = 0; lane < 32; ++lane) {
-            V::template code_bfrags<C>(st.codes.data(), lane, 2 * m, c0[lane]);
-            V::template code_bfrags<C>(st.codes.data(), lane, 2 * m + 1, c1[lane]);
+            V::template code_bfrags<C>(st.codes.data(), b.args, lane, 2 * m, c0[lane]);
+            V::template code_bfrags<C>(st.codes.data(), b.args, lane, 2 * m + 1, c1[lane]);
           }
           for (int vs = 0; vs < VS; ++vs) {
             uint4 a[32];
             uint32_t b0[32], b1[32];
             for (int lane = 0; lane < 32; ++lane) {
               a[lane] = make_uint4(c0[lane][vs][0], c1[lane][vs][0], c0[lane][vs][1], c1[lane][vs][1]);
+              for (int h = 0; h < 2; ++h)
+                for (const uint32_t word : {c0[lane][vs][0], c0[lane][vs][1], c1[lane][vs][0], c1[lane][vs][1]})
+                  amax = std::max(amax, std::fabs(operand<false>(word, h)));
               b0[lane] = pw[lane][vs][0];
               b1[lane] = pw[lane][vs][1];
             }
@@ -517,7 +528,7 @@ void check_fast_values(const Block& b, int T, uint64_t seed) {
               want += term;
               size += std::fabs(term);
             }
-            const double bound = (0x1p-10 + 1e-6) * size + C * 0x1p-25 * 8 * 64 + 1e-30;  // 64: scales below 64
+            const double bound = (0x1p-10 + 1e-6) * size + C * 0x1p-25 * amax + 1e-30;
             worst = std::max(worst, std::fabs(o[m][lane][x] - want) / bound);
           }
       }
@@ -655,6 +666,21 @@ TEST(CudaFragments, IntValuesFastPathMatchesTheCodec) {
     at.template operator()<256>(spec, seed + 200);
   }
   EXPECT_FALSE(IntTraits<4>::Value::fast_values(encode("int4:16", 128, 64, false, seed).args));
+}
+
+TEST(CudaFragments, TurboMseValuesFastPathMatchesTheCodec) {
+  KVQ_FRESH_SEED();
+  const auto at = [&]<class V, int D>(const std::string& spec, uint64_t s) {
+    for (int T : {64, 128}) {
+      SCOPED_TRACE(spec + " fast values d=" + std::to_string(D) + " T=" + std::to_string(T));
+      check_fast_values<V, D, 32>(encode(spec, D, T, false, s + static_cast<uint64_t>(T)), T, s);
+    }
+  };
+  at.template operator()<TurboMseTraits<1>::Value, 128>("turbo_mse:1", seed);
+  at.template operator()<TurboMseTraits<2>::Value, 64>("turbo_mse:2", seed + 1);
+  at.template operator()<TurboMseTraits<3>::Value, 128>("turbo_mse:3", seed + 2);
+  at.template operator()<TurboMseTraits<3>::Value, 256>("turbo_mse:3", seed + 3);
+  at.template operator()<TurboMseTraits<4>::Value, 128>("turbo_mse:4", seed + 4);
 }
 
 TEST(CudaFragments, IntKeysIntegerPathMatchesTheCodec) {
