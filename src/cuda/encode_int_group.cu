@@ -15,6 +15,7 @@ namespace kvq::cuda::detail {
 namespace {
 
 struct IntEnc {
+  static constexpr int kBlocksPerSM = 4;
   RotationView rot;
   const float* lambda = nullptr;
   int lb = 2, lg = 5, qmax = 7;  // log2 of the code bits and of the group size

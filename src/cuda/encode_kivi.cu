@@ -12,6 +12,7 @@ namespace kvq::cuda::detail {
 namespace {
 
 struct KiviEnc {
+  static constexpr int kBlocksPerSM = 5;
   int lb = 1, lg = 5, levels = 3;  // log2 of the code bits and of the value group size; 2^b - 1
   bool key = true;
   uint32_t mins_offset = 0, scales_offset = 0;

@@ -15,6 +15,7 @@ namespace kvq::cuda::detail {
 namespace {
 
 struct TurboMseEnc {
+  static constexpr int kBlocksPerSM = 4;
   TurboMseStage stage;
   bool key = true;
   int code_words = 0;  // 32-bit words of the codes section
