@@ -48,33 +48,6 @@ __device__ __forceinline__ void put_half(uint32_t* block, uint32_t byte, uint16_
   reinterpret_cast<uint16_t*>(block)[byte / 2] = bits;
 }
 
-/// The codes section of an IntGroup or Kivi block (lane tiles of 2^lb-bit codes: keys tokens in lanes, values
-/// channels in lanes), each 32-bit word built by one thread from code(t, c, x[t][c]) in lane_tile_word's order (a
-/// warp's reads of the [T][d] tile fall in distinct banks); padding tokens stay 0.
-template <class Code>
-__device__ void pack_lane_tile_words(bool key, int lb, int T, int d, int code_words, const float* x, uint32_t* block,
-                                     const Code& code) {
-  const FastDiv row_tiles = FastDiv::of(key ? d >> (5 - lb) : d >> 4);
-  for (int i = threadIdx.x; i < code_words; i += blockDim.x) {
-    const int w = lane_tile_word(key, row_tiles, i);
-    uint32_t word = 0;
-    int t = 0, c = 0;
-    lane_tile_element(key, lb, row_tiles, w, 0, &t, &c);
-    if (key) {  // the word's 32 >> lb channels of token t, contiguous in the tile
-      if (t < T) {  // else padding tokens
-        for (int j = 0; j < (32 >> lb); j += 4) {
-          const float4 v = *reinterpret_cast<const float4*>(x + t * d + c + j);
-          word |= code(t, c + j, v.x) << (j << lb) | code(t, c + j + 1, v.y) << ((j + 1) << lb) |
-                  code(t, c + j + 2, v.z) << ((j + 2) << lb) | code(t, c + j + 3, v.w) << ((j + 3) << lb);
-        }
-      }
-    } else {  // the word's tokens t + j of channel c
-      for (int j = 0; j < (32 >> lb) && t + j < T; ++j) word |= code(t + j, c, x[(t + j) * d + c]) << (j << lb);
-    }
-    block[w] = word;
-  }
-}
-
 /// Shared memory an Enc's scratch takes, rounded to whole float4 so that the block behind it is 16-byte aligned.
 template <class Enc>
 __host__ __device__ size_t scratch_quads(const Enc& enc, int T, int d) {
