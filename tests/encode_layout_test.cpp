@@ -34,7 +34,6 @@ TEST(EncodeLayout, LaneTilesMatchIntGroupAndKivi) {
         for (const bool key : {true, false}) {
           const layout::IntGroup l{d, T, bits, 16, key};
           const int lb = log2_of(bits), id = static_cast<int>(d);
-          const FastDiv row_tiles = FastDiv::of(key ? id >> (5 - lb) : id >> 4);
           for (size_t t = 0; t < l.code_tokens(); ++t)
             for (size_t c = 0; c < d; ++c) {
               const int it = static_cast<int>(t), ic = static_cast<int>(c);
@@ -42,12 +41,6 @@ TEST(EncodeLayout, LaneTilesMatchIntGroupAndKivi) {
               ASSERT_EQ(p.byte, l.code_byte(t, c));
               ASSERT_EQ(p.shift, l.code_shift(t, c));
               ASSERT_EQ(p.width, bits);
-              // and back: the word's element is this token and channel
-              int t2 = -1, c2 = -1;
-              lane_tile_element(key, lb, row_tiles, static_cast<int>(p.byte / 4),
-                                static_cast<int>((8 * (p.byte % 4) + p.shift) >> lb), &t2, &c2);
-              ASSERT_EQ(t2, it);
-              ASSERT_EQ(c2, ic);
               if (c % 16 == 0 && t < T) {
                 ASSERT_EQ(l.scales_offset() + int_scale_byte(static_cast<int>(d / 16), it, ic / 16),
                           l.scale_byte(t, c / 16));
@@ -83,25 +76,25 @@ TEST(EncodeLayout, LaneCodesMatchTurboMse) {
         }
 }
 
-// The encoders' order of code words is a permutation, and for keys consecutive items take consecutive channel
-// groups of one token.
-TEST(EncodeLayout, LaneTileWordOrderIsAPermutation) {
-  for (const int row_tiles : {1, 2, 3, 4, 6, 8, 12, 16, 32, 64})
-    for (const bool key : {true, false}) {
-      const FastDiv rt = FastDiv::of(row_tiles);
-      const int words = 16 * row_tiles * 8;  // 8 groups of 16 tokens
-      std::vector<int> hits(static_cast<size_t>(words), 0);
-      for (int i = 0; i < words; ++i) {
-        const int w = lane_tile_word(key, rt, i);
-        ASSERT_GE(w, 0);
-        ASSERT_LT(w, words);
-        ++hits[static_cast<size_t>(w)];
-        if (key && i % row_tiles != 0) {  // the next channel tile of the same token: the same lane
-          ASSERT_EQ(w, lane_tile_word(key, rt, i - 1) + 16);
-        }
+// The int and kivi encoders' code words (lane_tile_items.cuh): a key word holds the 32 >> lb consecutive channels
+// of one token from a channel that is a multiple of 32 >> lb, a value word the 32 >> lb consecutive tokens of one
+// channel from such a token, element e at bit e 2^lb.
+TEST(EncodeLayout, LaneTileWordsHoldConsecutiveChannelsOrTokens) {
+  for (const int d : {16, 48, 64, 128, 256})
+    for (const int lb : {1, 2, 3})
+      for (const bool key : {true, false}) {
+        const int W = 32 >> lb;
+        for (int t = 0; t < 128; t += key ? 1 : W)
+          for (int c = 0; c < d; c += key ? W : 1) {
+            const CodePlace first = lane_tile_place(key, d, lb, t, c);
+            ASSERT_EQ(first.byte % 4, 0u);
+            for (int e = 0; e < W; ++e) {
+              const CodePlace p = lane_tile_place(key, d, lb, key ? t : t + e, key ? c + e : c);
+              ASSERT_EQ(p.byte / 4, first.byte / 4);
+              ASSERT_EQ(8 * (p.byte % 4) + p.shift, static_cast<uint32_t>(e << lb));
+            }
+          }
       }
-      for (const int h : hits) ASSERT_EQ(h, 1);
-    }
 }
 
 // Every field of every code word (lane_codes_word / lane_codes_field, what the turbo_mse encoder builds a word from)

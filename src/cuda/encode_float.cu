@@ -11,6 +11,7 @@ namespace {
 enum class Width { f32, f16, bf16 };
 
 struct FloatEnc {
+  static constexpr int kBlocksPerSM = 4;  // as many as fit in shared memory at T = 64, d = 128
   Width width = Width::f16;
   __host__ __device__ size_t scratch_floats(int, int) const { return 0; }
   __device__ void encode(const EncodeContext& ctx, float* x, float*, uint32_t* block) const {

@@ -1,68 +1,110 @@
 // The append kernel of int8 and int4 (src/codec/int_group.cpp): rotate, divide by the trained per-channel lambda,
 // then per token and group an fp16 absmax scale (nearest, up where the nearest would leave a code past qmax + 1/2)
-// and codes round(x / s) clamped to +-qmax in the 64-byte lane tiles of layout::IntGroup, each 32-bit lane built
-// by one thread. Bit-exact with the CPU encoder under the Hadamard rotation; other rotations differ in float order
-// (dense matrix).
+// and codes round(x / s) clamped to +-qmax in the 64-byte lane tiles of layout::IntGroup. After the rotation (a
+// barrier) a warp takes an item of tokens x whole groups (lane_tile_items.cuh) through lambda, scales, codes and
+// code words with no block barrier. Bit-exact with the CPU encoder under the Hadamard rotation; other rotations
+// differ in float order (dense matrix).
 #include <memory>
 
 #include "codec/block_layout.hpp"
 #include "codec/int_group.hpp"
 #include "cuda/device_half.cuh"
 #include "cuda/encode_kernel.cuh"
+#include "cuda/lane_tile_items.cuh"
 #include "cuda/rotate_device.cuh"
 
 namespace kvq::cuda::detail {
 namespace {
 
 struct IntEnc {
+  static constexpr int kBlocksPerSM = 4;
   RotationView rot;
   const float* lambda = nullptr;
   int lb = 2, lg = 5, qmax = 7;  // log2 of the code bits and of the group size
   bool key = true;
   uint32_t scales_offset = 0;
-  int code_words = 0;  // 32-bit words of the codes section
 
-  // The dense rotation's spare tile, then the group scales as floats.
+  // The dense rotation's spare tile, then each warp's item: a scale per (token, group).
   __host__ __device__ size_t scratch_floats(int T, int d) const {
-    return (rot.hadamard() ? 0 : static_cast<size_t>(T) * d) + static_cast<size_t>(T) * (d >> lg);
+    return (rot.hadamard() ? 0 : static_cast<size_t>(T) * d) + static_cast<size_t>(kItemPairs) * (kEncodeThreads / 32);
+  }
+
+  // group_scale of int_group.cpp: the fp16 scale of a group whose largest |x''| is amax.
+  __device__ uint16_t group_scale(float amax) const {
+    const double exact = __ddiv_rn(static_cast<double>(amax), static_cast<double>(qmax));
+    const uint16_t h = to_f16_bits(__double2float_rn(exact));
+    return static_cast<double>(amax) <= __dmul_rn(qmax + 0.5, static_cast<double>(f16_bits_to_float(h)))
+               ? h
+               : f16_bits_round_up(exact);
+  }
+
+  // The code of x'' in a group of scale s, masked to its 2^lb bits.
+  __device__ uint32_t code(float v, float s) const {
+    const float lim = static_cast<float>(qmax);
+    const int q = s > 0 ? static_cast<int>(fminf(fmaxf(rintf(__fdiv_rn(v, s)), -lim), lim)) : 0;
+    return static_cast<uint32_t>(q) & ((1u << (1 << lb)) - 1);
   }
 
   __device__ void encode(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {
-    const int T = ctx.T, d = ctx.d, G = 1 << lg, groups = d >> lg;
+    const int T = ctx.T, d = ctx.d, G = 1 << lg, groups = d >> lg, S = G > 32 ? G : 32, P = 32 >> lb;
+    const int per_span = S >> lg, lane = static_cast<int>(threadIdx.x) & 31;
     rotate_rows(rot, x, scratch, T, d, ctx.dd);
-    float* scales = scratch + (rot.hadamard() ? 0 : T * d);
-    for (int i = threadIdx.x; i < T * d; i += blockDim.x) x[i] = __fdiv_rn(x[i], lambda[ctx.dd.mod(i)]);
-    __syncthreads();
-    const FastDiv gd = FastDiv::of(groups);
-    for (int k = threadIdx.x; k < T * groups; k += blockDim.x) {  // group_scale of int_group.cpp
-      const int t = gd.div(k), g = gd.mod(k);
-      const float* v = x + t * d + g * G;
-      // Each lane starts at another element: the groups of a warp start in one shared-memory bank, and the
-      // maximum of the magnitudes does not depend on the order.
-      const int start = static_cast<int>(threadIdx.x) & 31;
-      float amax = 0;
-      for (int i = 0; i < G; ++i) amax = fmaxf(amax, fabsf(v[(i + start) & (G - 1)]));
-      const double exact = __ddiv_rn(static_cast<double>(amax), static_cast<double>(qmax));
-      uint16_t h = to_f16_bits(__double2float_rn(exact));
-      if (!(static_cast<double>(amax) <= __dmul_rn(qmax + 0.5, static_cast<double>(f16_bits_to_float(h)))))
-        h = f16_bits_round_up(exact);
-      float s = f16_bits_to_float(h);
-      if (!isfinite(s)) {
-        ctx.report(t, g * G);
-        s = 0;
+    float* scales = scratch + (rot.hadamard() ? 0 : T * d) + kItemPairs * (static_cast<int>(threadIdx.x) >> 5);
+    const ItemQuad q = ItemQuad::of(S, lane);
+    for_each_lane_tile_item(T, d, P, S, [&](int t0, int c0) {
+      const int c = c0 + q.c;
+      // x'' = x' / lambda in place, and each (token, group)'s largest |x''| (the maximum does not depend on the
+      // order) into its pair's slot.
+      const float4 lam = c < d ? *reinterpret_cast<const float4*>(lambda + c) : float4{1, 1, 1, 1};
+      for (int r = 0; r < P; r += q.tokens_per_round) {
+        float amax = 0;
+        if (c < d) {
+          float4* at = reinterpret_cast<float4*>(x + (t0 + r + q.p) * d + c);
+          float4 v = *at;
+          v = {__fdiv_rn(v.x, lam.x), __fdiv_rn(v.y, lam.y), __fdiv_rn(v.z, lam.z), __fdiv_rn(v.w, lam.w)};
+          *at = v;
+          amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+        }
+        for (int m = 1; m < G / 4; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullWarp, amax, m));
+        if ((lane & (G / 4 - 1)) == 0) scales[(r + q.p) * per_span + q.c / G] = amax;
       }
-      scales[k] = s;
-      put_half(block, scales_offset + int_scale_byte(groups, t, g), h);
-    }
-    __syncthreads();
-    const uint32_t mask = (1u << (1 << lb)) - 1;
-    const float lim = static_cast<float>(qmax);
-    auto code = [&](int t, int c, float v) {
-      const float s = scales[t * groups + (c >> lg)];
-      const int q = s > 0 ? static_cast<int>(fminf(fmaxf(rintf(__fdiv_rn(v, s)), -lim), lim)) : 0;
-      return static_cast<uint32_t>(q) & mask;
-    };
-    pack_lane_tile_words(key, lb, T, d, code_words, x, block, code);
+      __syncwarp();
+      // Lane i: the scale of pair i (token i / per_span, group i % per_span of the span).
+      if (lane < P * per_span) {
+        const int t = t0 + lane / per_span, gc = c0 + lane % per_span * G;
+        if (gc < d) {
+          const uint16_t h = group_scale(scales[lane]);
+          float s = f16_bits_to_float(h);
+          if (!isfinite(s)) {
+            ctx.report(t, gc);
+            s = 0;
+          }
+          scales[lane] = s;
+          put_half(block, scales_offset + int_scale_byte(groups, t, gc >> lg), h);
+        }
+      }
+      __syncwarp();
+      if (key) {
+        for (int r = 0; r < P; r += q.tokens_per_round) {
+          const int p = r + q.p;
+          uint32_t codes = 0;
+          if (c < d) {
+            const float s = scales[p * per_span + q.c / G];
+            const float4 v = *reinterpret_cast<const float4*>(x + (t0 + p) * d + c);
+            codes = code(v.x, s) | code(v.y, s) << (1 << lb) | code(v.z, s) << (2 << lb) | code(v.w, s) << (3 << lb);
+          }
+          store_key_quad_word(block, d, lb, lane, t0 + p, c, codes);
+        }
+      } else {
+        for (int j = lane; j < S && c0 + j < d; j += 32) {
+          uint32_t word = 0;
+          for (int p = 0; p < P; ++p)
+            word |= code(x[(t0 + p) * d + c0 + j], scales[p * per_span + (j >> lg)]) << (p << lb);
+          store_value_word(block, d, lb, t0, c0 + j, word);
+        }
+      }
+      __syncwarp();  // the next item reuses the scales
+    });
   }
 };
 
@@ -84,7 +126,6 @@ class IntGroupEncoder final : public EncoderOf<IntEnc> {
     enc_.qmax = p.bits == 8 ? 127 : 7;
     enc_.key = key;
     enc_.scales_offset = static_cast<uint32_t>(l.scales_offset());
-    enc_.code_words = static_cast<int>(l.code_tokens() * d * l.bits / 32);
   }
 
  private:

@@ -1,15 +1,16 @@
 // The append kernel family: one thread block encodes one page's block of one kv head. A launch covers the new pages
 // of every sequence of a batch: the page's entry (EncodePage) names its sequence's stream and its first token. The
-// block gathers the page's T tokens of that head from the stream (the fp32 window, then the fresh tokens, centered
-// where the cache centers keys) into shared memory, noting the first NaN or Inf among the fresh ones (the only pass
-// over them), lets the codec (`Enc`) rotate, normalize, quantize and pack them into a zeroed copy of the block in
-// shared memory, and stores the block into the pool with coalesced 32-bit stores.
+// block copies the page's T tokens of that head from the stream (the fp32 window, then the fresh tokens) into shared
+// memory, all in flight at once (cp.async, no registers held), centers them where the cache centers keys and notes
+// the first NaN or Inf among the fresh ones, lets the codec (`Enc`) rotate, normalize, quantize and pack them into a
+// zeroed copy of the block in shared memory, and stores the block into the pool with coalesced stores.
 //
-// An Enc provides `size_t scratch_floats(int T, int d) const` (shared memory it needs beyond the tile) and
+// An Enc provides `static constexpr int kBlocksPerSM` (the blocks of kEncodeThreads per SM its registers must
+// allow: __launch_bounds__), `size_t scratch_floats(int T, int d) const` (shared memory it needs beyond the tile) and
 // `__device__ void encode(const EncodeContext&, float* tile, float* scratch, uint32_t* block) const`, called by
-// every thread of the block; it writes whole 32-bit words of codes (one thread per word: no atomics, as every
-// encoder here does), 16-bit fields with put_half, or fields with put_bits (shared-memory atomics, where several
-// threads fill the bytes of one word), and reports values it cannot store with EncodeContext::report.
+// every thread of the block; it writes whole 32-bit words of codes (one writer per word, no atomics), 16-bit fields
+// with put_half, or fields with put_bits (shared-memory atomics, where several threads fill the bytes of one word),
+// and reports values it cannot store with EncodeContext::report.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -47,46 +48,25 @@ __device__ __forceinline__ void put_half(uint32_t* block, uint32_t byte, uint16_
   reinterpret_cast<uint16_t*>(block)[byte / 2] = bits;
 }
 
-/// The codes section of an IntGroup or Kivi block (lane tiles of 2^lb-bit codes: keys tokens in lanes, values
-/// channels in lanes), each 32-bit word built by one thread from code(t, c, x[t][c]) in lane_tile_word's order (a
-/// warp's reads of the [T][d] tile fall in distinct banks); padding tokens stay 0.
-template <class Code>
-__device__ void pack_lane_tile_words(bool key, int lb, int T, int d, int code_words, const float* x, uint32_t* block,
-                                     const Code& code) {
-  const FastDiv row_tiles = FastDiv::of(key ? d >> (5 - lb) : d >> 4);
-  for (int i = threadIdx.x; i < code_words; i += blockDim.x) {
-    const int w = lane_tile_word(key, row_tiles, i);
-    uint32_t word = 0;
-    int t = 0, c = 0;
-    lane_tile_element(key, lb, row_tiles, w, 0, &t, &c);
-    if (key) {  // the word's 32 >> lb channels of token t, contiguous in the tile
-      if (t < T) {  // else padding tokens
-        for (int j = 0; j < (32 >> lb); j += 4) {
-          const float4 v = *reinterpret_cast<const float4*>(x + t * d + c + j);
-          word |= code(t, c + j, v.x) << (j << lb) | code(t, c + j + 1, v.y) << ((j + 1) << lb) |
-                  code(t, c + j + 2, v.z) << ((j + 2) << lb) | code(t, c + j + 3, v.w) << ((j + 3) << lb);
-        }
-      }
-    } else {  // the word's tokens t + j of channel c
-      for (int j = 0; j < (32 >> lb) && t + j < T; ++j) word |= code(t + j, c, x[(t + j) * d + c]) << (j << lb);
-    }
-    block[w] = word;
-  }
-}
-
 /// Shared memory an Enc's scratch takes, rounded to whole float4 so that the block behind it is 16-byte aligned.
 template <class Enc>
 __host__ __device__ size_t scratch_quads(const Enc& enc, int T, int d) {
   return (enc.scratch_floats(T, d) + 3) / 4;
 }
 
-// Loads in flight per thread while gathering a page (the gather's memory parallelism).
-constexpr int kLoadsInFlight = 8;
+/// Copies 16 bytes from global to shared memory without passing through registers (cp.async; .cg: around L1, as
+/// the tokens are read once).
+__device__ __forceinline__ void copy_async16(void* smem, const void* gmem) {
+  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+/// Waits for the calling thread's cp.async copies; they are then visible to it (to others after a barrier).
+__device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 // blockIdx.z picks the role: keys and values of one codec kind share a launch. The parameters stay in the
 // parameter space (__grid_constant__), addressed by reference.
 template <class Enc>
-__global__ void __launch_bounds__(kEncodeThreads)
+__global__ void __launch_bounds__(kEncodeThreads, Enc::kBlocksPerSM)
     encode_pages_kernel(const __grid_constant__ EncodeRole r0, const __grid_constant__ EncodeRole r1,
                         const __grid_constant__ Enc e0, const __grid_constant__ Enc e1) {
   extern __shared__ float4 shared4[];
@@ -104,39 +84,32 @@ __global__ void __launch_bounds__(kEncodeThreads)
   float* scratch = tile + T * d;
   uint32_t* block = reinterpret_cast<uint32_t*>(shared4 + T * d / 4 + scratch_quads(enc, T, d));
   const int words = static_cast<int>((role.dst.block_bytes + 3) / 4);
+  const int quads = T * d / 4;
+  // Where fresh token idx (>= used) of this stream starts in fresh_base, in floats.
+  auto fresh_at = [&](int idx) { return ((stream.fresh_first + static_cast<size_t>(idx - used)) * src.H + h) * d; };
+  // The whole tile in flight at once, held by no registers; then each thread checks and centers the quads it
+  // copied (visible to it after its wait), and the barrier publishes them.
+  for (int i = threadIdx.x; i < quads; i += blockDim.x) {
+    const int t = dd.div(4 * i), c = dd.mod(4 * i), idx = first + t;
+    const float* row = idx < used ? stream.window + (static_cast<size_t>(h) * src.slots + idx) * d
+                                  : src.fresh_base + fresh_at(idx);
+    copy_async16(shared4 + i, row + c);
+  }
   for (int i = threadIdx.x; i < words; i += blockDim.x) block[i] = 0;
-  const int quads = T * d / 4, step = kLoadsInFlight * kEncodeThreads;
-  for (int base = threadIdx.x; base < quads; base += step) {
-    float4 v[kLoadsInFlight];
-    const float* at[kLoadsInFlight];
-#pragma unroll
-    for (int k = 0; k < kLoadsInFlight; ++k) {  // every load issued before any is used
-      const int i = base + k * kEncodeThreads;
-      if (i >= quads) break;
-      const int t = dd.div(4 * i), c = dd.mod(4 * i), idx = first + t;
-      at[k] = (idx < used ? stream.window + (static_cast<size_t>(h) * src.slots + idx) * d
-                          : src.fresh_base + ((stream.fresh_first + static_cast<size_t>(idx - used)) * src.H + h) * d) +
-              c;
-      v[k] = *reinterpret_cast<const float4*>(at[k]);
+  copy_async_wait_all();
+  for (int i = threadIdx.x; i < quads; i += blockDim.x) {
+    const int t = dd.div(4 * i), c = dd.mod(4 * i);
+    const bool in_window = first + t < used;
+    const bool centered = stream.offset != nullptr && (!in_window || stream.center_window);
+    if (in_window && !centered) continue;
+    float4 x = shared4[i];
+    if (!in_window && !(isfinite(x.x) && isfinite(x.y) && isfinite(x.z) && isfinite(x.w))) {
+      const int j = isfinite(x.x) ? isfinite(x.y) ? isfinite(x.z) ? 3 : 2 : 1 : 0;
+      atomicMin(role.nonfinite, static_cast<unsigned long long>(fresh_at(first + t) + c + j));
     }
-#pragma unroll
-    for (int k = 0; k < kLoadsInFlight; ++k) {
-      const int i = base + k * kEncodeThreads;
-      if (i >= quads) break;
-      const int t = dd.div(4 * i), c = dd.mod(4 * i);
-      const bool in_window = first + t < used;
-      float4 x = v[k];
-      if (!in_window && !(isfinite(x.x) && isfinite(x.y) && isfinite(x.z) && isfinite(x.w))) {
-        const float e[4] = {x.x, x.y, x.z, x.w};
-        int j = 0;
-        while (isfinite(e[j])) ++j;
-        atomicMin(role.nonfinite, static_cast<unsigned long long>(at[k] + j - src.fresh_base));
-      }
-      if (stream.offset != nullptr && (!in_window || stream.center_window)) {
-        const float4 mu = *reinterpret_cast<const float4*>(stream.offset + h * d + c);
-        x = {__fsub_rn(x.x, mu.x), __fsub_rn(x.y, mu.y), __fsub_rn(x.z, mu.z), __fsub_rn(x.w, mu.w)};
-      }
-      reinterpret_cast<float4*>(tile)[i] = x;
+    if (centered) {
+      const float4 mu = *reinterpret_cast<const float4*>(stream.offset + h * d + c);
+      shared4[i] = {__fsub_rn(x.x, mu.x), __fsub_rn(x.y, mu.y), __fsub_rn(x.z, mu.z), __fsub_rn(x.w, mu.w)};
     }
   }
   __syncthreads();

@@ -1,25 +1,29 @@
 // The append kernel of kivi:2 and kivi:4 (src/codec/kivi.cpp): no rotation; keys take one range per channel over
 // the page's tokens, values one per token and group of G channels. A range [lo, hi] is stored as m = lo rounded
-// down to fp16 and s = the smallest fp16 >= (hi - m) / (2^b - 1), codes round((x - m) / s), each 32-bit lane of
-// codes built by one thread. Bit-exact with the CPU encoder.
+// down to fp16 and s = the smallest fp16 >= (hi - m) / (2^b - 1), codes round((x - m) / s). Keys: a thread per
+// channel's range, a barrier, then a warp per item of tokens x channels (lane_tile_items.cuh) builds its code words;
+// values: a warp per item through ranges, codes and code words with no block barrier. Bit-exact with the CPU
+// encoder (its order of comparisons, which picks the sign of a zero minimum or maximum).
+#include <initializer_list>
 #include <memory>
 
 #include "codec/kivi.hpp"
 #include "cuda/device_half.cuh"
 #include "cuda/encode_kernel.cuh"
+#include "cuda/lane_tile_items.cuh"
 
 namespace kvq::cuda::detail {
 namespace {
 
 struct KiviEnc {
+  static constexpr int kBlocksPerSM = 5;
   int lb = 1, lg = 5, levels = 3;  // log2 of the code bits and of the value group size; 2^b - 1
   bool key = true;
   uint32_t mins_offset = 0, scales_offset = 0;
-  int code_words = 0;
 
-  // The ranges' (m, s) as floats: keys d of each, values T x d/G.
-  __host__ __device__ size_t scratch_floats(int T, int d) const {
-    return 2 * static_cast<size_t>(key ? d : T * (d >> lg));
+  // The ranges' (m, s): keys d of each; values each warp's item, kItemPairs of each.
+  __host__ __device__ size_t scratch_floats(int, int d) const {
+    return 2 * static_cast<size_t>(key ? d : kItemPairs * (kEncodeThreads / 32));
   }
 
   // Stores range p (outward fp16 rounding); false where fp16 cannot hold it.
@@ -34,45 +38,104 @@ struct KiviEnc {
     return isfinite(m) && isfinite(s);
   }
 
+  __device__ uint32_t code(float v, float m, float s) const {
+    if (s == 0) return 0u;  // a constant range: every value equals m
+    return static_cast<uint32_t>(fminf(fmaxf(rintf(__fdiv_rn(__fsub_rn(v, m), s)), 0.0f), static_cast<float>(levels)));
+  }
+
   __device__ void encode(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {
-    const int T = ctx.T, d = ctx.d, G = 1 << lg, groups = d >> lg;
-    const int ranges = key ? d : T * groups;
-    float* mins = scratch;
-    float* steps = scratch + ranges;
-    const FastDiv gd = FastDiv::of(groups);
-    for (int r = threadIdx.x; r < ranges; r += blockDim.x) {
-      // keys: channel r over the page's tokens; values: token t, group g
-      const int t = key ? 0 : gd.div(r), c = key ? r : gd.mod(r) * G;
-      const int n = key ? T : G, stride = key ? d : 1;
-      const float* v = x + t * d + c;
-      // In the CPU's order (the sign of a zero minimum depends on it), values with each lane one step behind the
-      // previous: the groups of a warp start in one shared-memory bank, so in step s lane l reads element s - l.
-      const int lag = key ? 0 : static_cast<int>(threadIdx.x) & 31;
-      float lo = 0, hi = 0;
-      for (int step = 0; step < n + lag; ++step) {
-        const int i = step - lag;
-        if (i < 0) continue;
-        const float e = v[i * stride];
-        lo = i == 0 ? e : fminf(lo, e);
-        hi = i == 0 ? e : fmaxf(hi, e);
+    const int T = ctx.T, d = ctx.d, G = 1 << lg, S = key ? 32 : G > 32 ? G : 32, P = 32 >> lb;
+    const int per_span = key ? 1 : S >> lg, lane = static_cast<int>(threadIdx.x) & 31;
+    // keys: mins[c], steps[c]; values: the warp's item pairs
+    float* mins = scratch + (key ? 0 : 2 * kItemPairs * (static_cast<int>(threadIdx.x) >> 5));
+    float* steps = mins + (key ? d : kItemPairs);
+    if (key) {
+      for (int c = static_cast<int>(threadIdx.x); c < d; c += static_cast<int>(blockDim.x)) {
+        // Channel c over the page's tokens in std::min / std::max's order: the first of equal values stays.
+        float lo = x[c], hi = lo;
+        for (int t = 1; t < T; ++t) {
+          const float e = x[t * d + c];
+          lo = e < lo ? e : lo;
+          hi = hi < e ? e : hi;
+        }
+        float m = 0, s = 0;
+        if (!store_range(block, c, lo, hi, m, s)) {
+          ctx.report(0, c);
+          m = s = 0;
+        }
+        mins[c] = m;
+        steps[c] = s;
       }
-      float m = 0, s = 0;
-      if (!store_range(block, key ? c : kivi_param(false, d, lg, t, c), lo, hi, m, s)) {
-        ctx.report(t, c);
-        m = s = 0;
-      }
-      mins[r] = m;
-      steps[r] = s;
+      __syncthreads();
     }
-    __syncthreads();
-    const float top = static_cast<float>(levels);
-    auto code = [&](int t, int c, float v) {
-      const int r = key ? c : t * groups + (c >> lg);
-      const float s = steps[r];
-      if (s == 0) return 0u;  // a constant range: every value equals m
-      return static_cast<uint32_t>(fminf(fmaxf(rintf(__fdiv_rn(__fsub_rn(v, mins[r]), s)), 0.0f), top));
-    };
-    pack_lane_tile_words(key, lb, T, d, code_words, x, block, code);
+    const ItemQuad q = ItemQuad::of(S, lane);
+    for_each_lane_tile_item(T, d, P, S, [&](int t0, int c0) {
+      const int c = c0 + q.c;
+      if (!key) {
+        // Each (token, group)'s range in std::minmax_element's order (the first of equal minima, the last of equal
+        // maxima): a lane's quad in order, then its group's lanes, lower channels first.
+        for (int r = 0; r < P; r += q.tokens_per_round) {
+          float lo = 0, hi = 0;
+          if (c < d) {
+            const float4 v = *reinterpret_cast<const float4*>(x + (t0 + r + q.p) * d + c);
+            lo = hi = v.x;
+            for (const float e : {v.y, v.z, v.w}) {
+              lo = e < lo ? e : lo;
+              hi = e < hi ? hi : e;
+            }
+          }
+          for (int m = 1; m < G / 4; m <<= 1) {
+            const float other_lo = __shfl_xor_sync(kFullWarp, lo, m), other_hi = __shfl_xor_sync(kFullWarp, hi, m);
+            const bool upper = (lane & m) != 0;  // this lane's channels follow the other's
+            const float lo_a = upper ? other_lo : lo, lo_b = upper ? lo : other_lo;
+            const float hi_a = upper ? other_hi : hi, hi_b = upper ? hi : other_hi;
+            lo = lo_b < lo_a ? lo_b : lo_a;
+            hi = hi_b < hi_a ? hi_a : hi_b;
+          }
+          if ((lane & (G / 4 - 1)) == 0) {
+            mins[(r + q.p) * per_span + q.c / G] = lo;
+            steps[(r + q.p) * per_span + q.c / G] = hi;
+          }
+        }
+        __syncwarp();
+        // Lane i: the (m, s) of pair i (token i / per_span, group i % per_span of the span), over its (lo, hi).
+        if (lane < P * per_span) {
+          const int t = t0 + lane / per_span, gc = c0 + lane % per_span * G;
+          if (gc < d) {
+            float m = 0, s = 0;
+            if (!store_range(block, kivi_param(false, d, lg, t, gc), mins[lane], steps[lane], m, s)) {
+              ctx.report(t, gc);
+              m = s = 0;
+            }
+            mins[lane] = m;
+            steps[lane] = s;
+          }
+        }
+        __syncwarp();
+        for (int j = lane; j < S && c0 + j < d; j += 32) {
+          uint32_t word = 0;
+          for (int p = 0; p < P; ++p) {
+            const int k = p * per_span + (j >> lg);
+            word |= code(x[(t0 + p) * d + c0 + j], mins[k], steps[k]) << (p << lb);
+          }
+          store_value_word(block, d, lb, t0, c0 + j, word);
+        }
+        __syncwarp();  // the next item reuses the pairs
+        return;
+      }
+      const float4 m4 = c < d ? *reinterpret_cast<const float4*>(mins + c) : float4{};
+      const float4 s4 = c < d ? *reinterpret_cast<const float4*>(steps + c) : float4{};
+      for (int r = 0; r < P; r += q.tokens_per_round) {
+        const int t = t0 + r + q.p;
+        uint32_t codes = 0;
+        if (c < d) {
+          const float4 v = *reinterpret_cast<const float4*>(x + t * d + c);
+          codes = code(v.x, m4.x, s4.x) | code(v.y, m4.y, s4.y) << (1 << lb) | code(v.z, m4.z, s4.z) << (2 << lb) |
+                  code(v.w, m4.w, s4.w) << (3 << lb);
+        }
+        store_key_quad_word(block, d, lb, lane, t, c, codes);
+      }
+    });
   }
 };
 
@@ -87,7 +150,6 @@ class KiviEncoder final : public EncoderOf<KiviEnc> {
     enc_.key = l.key;
     enc_.mins_offset = static_cast<uint32_t>(l.mins_offset());
     enc_.scales_offset = static_cast<uint32_t>(l.scales_offset());
-    enc_.code_words = static_cast<int>(l.code_tokens() * l.d * l.bits / 32);
   }
 };
 

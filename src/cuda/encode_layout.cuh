@@ -45,29 +45,6 @@ KVQ_ENCODE_HD CodePlace lane_tile_place(bool key, int d, int lb, int t, int c) {
   return {static_cast<uint32_t>(byte), static_cast<uint32_t>(shift), static_cast<uint32_t>(bits)};
 }
 
-/// The inverse for whole 32-bit words: element j (bits j 2^lb ..) of code word w is token *t, channel *c.
-/// `row_tiles` is FastDiv::of(d >> (5 - lb)) for keys, FastDiv::of(d >> 4) for values.
-KVQ_ENCODE_HD void lane_tile_element(bool key, int lb, const FastDiv& row_tiles, int w, int j, int* t, int* c) {
-  const int le = 5 - lb, tile = w >> 4, lane = w & 15, a = row_tiles.div(tile), k = row_tiles.mod(tile);
-  if (key) {
-    *t = 16 * a + lane;
-    *c = (k << le) + j;
-  } else {
-    *t = (a << le) + j;
-    *c = 16 * k + lane;
-  }
-}
-
-/// The code word thread-work item i builds (a permutation of the words): values in order, their lanes being
-/// channels, so consecutive items read consecutive channels of the [T][d] tile; keys with the words of one token
-/// of a 16-token group consecutive (item ((a 16 + lane) row_tiles + k) takes word 16 (a row_tiles + k) + lane), so
-/// consecutive items read different channels of one token, not one channel of 16 tokens in one shared-memory bank.
-KVQ_ENCODE_HD int lane_tile_word(bool key, const FastDiv& row_tiles, int i) {
-  if (!key) return i;
-  const int k = row_tiles.mod(i), rest = row_tiles.div(i), lane = rest & 15, a = rest >> 4;
-  return 16 * (a * row_tiles.n + k) + lane;
-}
-
 /// layout::IntGroup::scale_byte relative to the scales section: token t, group g of `groups` per token.
 KVQ_ENCODE_HD uint32_t int_scale_byte(int groups, int t, int g) {
   return static_cast<uint32_t>(2 * (((t >> 4) * groups + g) * 16 + (t & 15)));

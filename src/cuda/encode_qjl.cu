@@ -16,6 +16,7 @@ namespace kvq::cuda::detail {
 namespace {
 
 struct QjlEnc {
+  static constexpr int kBlocksPerSM = 2;  // the sketch rows in double take more registers
   SketchView sketch;
   uint32_t norms_offset = 0;
 

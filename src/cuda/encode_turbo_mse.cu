@@ -15,6 +15,7 @@ namespace kvq::cuda::detail {
 namespace {
 
 struct TurboMseEnc {
+  static constexpr int kBlocksPerSM = 4;
   TurboMseStage stage;
   bool key = true;
   int code_words = 0;  // 32-bit words of the codes section
@@ -42,9 +43,22 @@ struct TurboMseEnc {
     for (int i = threadIdx.x; i < T * d; i += blockDim.x)
       indices[ctx.dd.div(i) * pitch + ctx.dd.mod(i)] = static_cast<uint8_t>(stage.book.index(x[i]));
     __syncthreads();
+    switch (stage.book.bits) {
+      case 1: pack_words<1>(T, d, indices, block); break;
+      case 2: pack_words<2>(T, d, indices, block); break;
+      case 3: pack_words<3>(T, d, indices, block); break;
+      default: pack_words<4>(T, d, indices, block); break;
+    }
+  }
+
+  // Each code word from the indices, one thread per word; the bit width a constant, so that a word's field
+  // positions are too.
+  template <int Bits>
+  __device__ void pack_words(int T, int d, const uint8_t* indices, uint32_t* block) const {
+    const int pitch = index_pitch(d);
     const auto index_of = [&](int t, int c) { return static_cast<uint32_t>(indices[t * pitch + c]); };
     for (int w = threadIdx.x; w < code_words; w += blockDim.x)
-      block[w] = lane_codes_pack_word(key, d, T, stage.book.bits, w, index_of);  // one thread per word
+      block[w] = lane_codes_pack_word(key, d, T, Bits, w, index_of);
   }
 };
 

@@ -25,6 +25,7 @@ namespace {
 constexpr int kMaxMseLevels = 8;  // turbo_prod:4: a 3-bit MSE stage
 
 struct TurboProdEnc {
+  static constexpr int kBlocksPerSM = 2;  // the sketch rows in double take more registers
   TurboMseStage mse;  // b - 1 bits
   InverseRotationView unrot;
   float centroids[kMaxMseLevels] = {};

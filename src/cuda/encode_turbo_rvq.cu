@@ -20,6 +20,7 @@ namespace {
 constexpr int kMaxStageLevels = 16;  // 4 bits per stage
 
 struct TurboRvqEnc {
+  static constexpr int kBlocksPerSM = 4;
   TurboMseStage stage1;
   float stage1_levels[kMaxStageLevels] = {};
   LevelBoundaries stage2;

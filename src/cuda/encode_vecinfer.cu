@@ -28,6 +28,7 @@ constexpr int kCodebookTile = 256;  // centroids per streamed tile (K = 2^c >= 2
 constexpr double kMaxGamma = 2.0;   // as vecinfer.cpp
 
 struct VecInferEnc {
+  static constexpr int kBlocksPerSM = 3;  // the running argmins take more registers
   RotationView rot;
   InverseRotationView unrot;
   const float* lambda = nullptr;          ///< d smoothing factors

@@ -61,15 +61,14 @@ __device__ void hadamard_rows(const RotationView& r, float* x, int rows, int d) 
 __device__ inline void rotate_rows(const RotationView& r, float* x, float* spare, int rows, int d,
                                    const FastDiv& dd) {
   const int n = rows * d;
-  if (r.hadamard()) {  // d is a power of two, at most 1024 (a page of T >= 64 tokens fits in shared memory)
+  if (r.hadamard()) {  // d is a power of two, at most 512 (launch_encode refuses a page of T >= 64 x d = 1024)
     switch (d >> 5) {
       case 0:
       case 1: hadamard_rows<1>(r, x, rows, d); break;
       case 2: hadamard_rows<2>(r, x, rows, d); break;
       case 4: hadamard_rows<4>(r, x, rows, d); break;
       case 8: hadamard_rows<8>(r, x, rows, d); break;
-      case 16: hadamard_rows<16>(r, x, rows, d); break;
-      default: hadamard_rows<32>(r, x, rows, d); break;
+      default: hadamard_rows<16>(r, x, rows, d); break;
     }
     __syncthreads();
     return;

@@ -1,12 +1,13 @@
 // The append kernels (KVCache::append_device) against the CPU encoders: every codec with a device encoder,
-// fresh Gaussian and key-like (outlier) tokens, one-token appends and prefill chunks that cross page boundaries,
-// centered keys. Pages are compared byte for byte where the device follows the CPU's float order (f32, f16, bf16,
-// kivi, qjl, and int8/int4/turbo_mse/turbo_prod/turbo_rvq/vecinfer under the default Hadamard rotation: "Bytes"
-// tests); under a dense rotation (srft, householder) the differing codes are counted and the reconstruction error
-// must be within 1% of the CPU's ("Error" test). Windows must be equal exactly. Errors leave the cache unchanged.
-// Batched appends (append_device_batch: many sequences of different lengths in one call) equal one CPU append per
-// sequence, and an error anywhere in a batch leaves every sequence unchanged. The device cache copied back to the
-// host (to(Device::cpu())) equals the CPU cache that took the same appends.
+// fresh Gaussian and key-like (outlier) tokens (kivi also zeros of both signs as range ends), one-token appends
+// and prefill chunks that cross page boundaries, centered keys. Pages are compared byte for byte where the device
+// follows the CPU's float order (f32, f16, bf16, kivi, qjl, and int8/int4/turbo_mse/turbo_prod/turbo_rvq/vecinfer
+// under the default Hadamard rotation: "Bytes" tests); under a dense rotation (srft, householder) the differing
+// codes are counted and the reconstruction error must be within 1% of the CPU's ("Error" test). Windows must be
+// equal exactly. Errors leave the cache unchanged. Batched appends (append_device_batch: many sequences of
+// different lengths in one call) equal one CPU append per sequence, and an error anywhere in a batch leaves every
+// sequence unchanged. The device cache copied back to the host (to(Device::cpu())) equals the CPU cache that took
+// the same appends.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -178,19 +179,25 @@ void expect_same_pages(const KVCache& host, const KVCache& dev, SeqId hs, SeqId 
                 << page_byte_place(host, first % P) << ": cpu 0x" << std::hex << want << ", device 0x" << have;
 }
 
-// Bit-exact codecs: every page byte and window float equal after the same appends.
+// Bit-exact codecs: every page byte and window float equal after the same appends of tokens t.
 void expect_same_bytes(const std::string& spec, const AppendShape& s, uint64_t seed, const std::vector<size_t>& chunks,
-                       size_t n_tokens) {
+                       const test::Tokens& t) {
   SCOPED_TRACE(spec + " d=" + std::to_string(s.d) + " T=" + std::to_string(s.T) + " R=" + std::to_string(s.R) +
                (s.key_like ? " key-like" : " gaussian") + (s.center ? " centered" : ""));
   const CacheConfig cfg = config_of(s, spec, spec, seed);
   KVCache host = trained_cache(cfg, seed);
   KVCache dev = host.to(Device::cuda());
   const SeqId hs = host.add_sequence(), ds = dev.add_sequence();
-  const test::Tokens t = test::make_tokens(cfg, n_tokens, seed + 7, s.key_like);
   append_both(host, dev, hs, ds, t, chunks);
   expect_same_pages(host, dev, hs, ds);
   expect_same_window(host, dev, hs, ds);
+}
+
+// The same on n_tokens of test::make_tokens.
+void expect_same_bytes(const std::string& spec, const AppendShape& s, uint64_t seed, const std::vector<size_t>& chunks,
+                       size_t n_tokens) {
+  const CacheConfig cfg = config_of(s, spec, spec, seed);
+  expect_same_bytes(spec, s, seed, chunks, test::make_tokens(cfg, n_tokens, seed + 7, s.key_like));
 }
 
 const std::vector<std::string> kExactSpecs = {
@@ -237,6 +244,31 @@ TEST(CudaAppend, CenteredKeysBytes) {
     s.R = 64;
     expect_same_bytes(spec, s, seed + 1, {10, 1, 100}, 400);  // the first page's tokens partly in the window
   }
+}
+
+// kivi's ranges where the order of comparisons decides the bytes: zeros of both signs as the minimum or maximum of
+// a value group or a key channel (the CPU keeps the first of equal minima and the last of equal maxima of a value
+// group, the first of equal values of a key channel). Tokens [0, 300) have channels of one sign (key channels
+// one-signed over a page), tokens [300, 600) rows of one sign (value groups one-signed); a fifth of the values are
+// zeros of a random sign.
+TEST(CudaAppend, KiviZerosOfBothSignsBytes) {
+  KVQ_REQUIRE_GPU();
+  KVQ_FRESH_SEED();
+  AppendShape s;
+  s.key_like = false;
+  const size_t n = 600, H = static_cast<size_t>(s.H), d = static_cast<size_t>(s.d);
+  test::Tokens t = test::make_tokens(config_of(s, "kivi:2", "kivi:2", seed), n, seed + 7, false);
+  Rng rng(seed + 9);
+  for (std::vector<float>* x : {&t.keys, &t.values})
+    for (size_t i = 0; i < x->size(); ++i) {
+      const size_t token = i / (H * d), c = i % d;
+      const bool positive = token < 300 ? c % 2 == 0 : token % 2 == 0;
+      float& v = (*x)[i];
+      v = positive ? std::fabs(v) : -std::fabs(v);
+      if (rng.next_u64() % 5 == 0) v = rng.next_u64() % 2 == 0 ? 0.0f : -0.0f;
+    }
+  for (const std::string& spec : std::vector<std::string>{"kivi:2", "kivi:4", "kivi:2,g=16", "kivi:4,g=128"})
+    expect_same_bytes(spec, s, seed, {1, 37, 200, 1, 64}, t);
 }
 
 // Tokens whose smoothed, rotated sub-vectors lie (up to the rounding of the round trip) midway between two
