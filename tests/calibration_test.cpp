@@ -63,9 +63,8 @@ TEST(CodecAllocation, MatchesBruteForce) {
   test::expect_error([] { choose_min_loss({{{32, 0.0}}, {{16, 1.0}}}, 40); }, "below the cheapest");
 }
 
-// Per-layer codecs that are the same in every layer are the uniform cache: the same seeds, the same figures.
-TEST(PerLayerCodecs, SameInEveryLayerIsTheUniformCache) {
-  KVQ_FRESH_SEED();
+// measure_perplexity of the synthetic model on 160 random tokens, one window, the caches against f16.
+PerplexityResult synthetic_perplexity(uint64_t seed, std::vector<KVCacheSpec> caches) {
   const SyntheticLlama m(seed);
   const test::ByteTokenizer tok;
   Rng rng(seed + 1);
@@ -73,12 +72,18 @@ TEST(PerLayerCodecs, SameInEveryLayerIsTheUniformCache) {
   PerplexityOptions o;
   o.window = 160, o.threads = 2;
   o.reference = KVCacheSpec{"f16", "f16"};
+  o.caches = std::move(caches);
+  return measure_perplexity(m.model(), tok, tokens, o);
+}
+
+// Per-layer codecs that are the same in every layer are the uniform cache: the same seeds, the same figures.
+TEST(PerLayerCodecs, SameInEveryLayerIsTheUniformCache) {
+  KVQ_FRESH_SEED();
   KVCacheSpec per_layer;
   per_layer.layer_codecs.assign(SyntheticLlama::kLayers, LayerCodecs{"int4", "turbo_mse:3"});
   KVCacheSpec mixed;
   mixed.layer_codecs = {LayerCodecs{"int8", "kivi:2"}, LayerCodecs{"int4", "f16"}};
-  o.caches = {KVCacheSpec{"int4", "turbo_mse:3"}, per_layer, mixed};
-  const PerplexityResult r = measure_perplexity(m.model(), tok, tokens, o);
+  const PerplexityResult r = synthetic_perplexity(seed, {KVCacheSpec{"int4", "turbo_mse:3"}, per_layer, mixed});
   EXPECT_EQ(r.caches[1].kld, r.caches[0].kld);
   EXPECT_EQ(r.caches[1].ppl, r.caches[0].ppl);
   EXPECT_GT(r.caches[2].kld, 0.0);
@@ -91,13 +96,6 @@ TEST(PerLayerCodecs, SameInEveryLayerIsTheUniformCache) {
 // centered alone is that layer of the centered cache and the others of the plain one.
 TEST(PerLayerCodecs, CenteringInEveryLayerIsTheCenteredCache) {
   KVQ_FRESH_SEED();
-  const SyntheticLlama m(seed);
-  const test::ByteTokenizer tok;
-  Rng rng(seed + 1);
-  const std::vector<int> tokens = test::random_tokens(rng, 160);
-  PerplexityOptions o;
-  o.window = 160, o.threads = 2;
-  o.reference = KVCacheSpec{"f16", "f16"};
   KVCacheSpec uniform{"int4", "turbo_mse:3"};
   uniform.center_keys = true;
   KVCacheSpec per_layer;
@@ -106,8 +104,8 @@ TEST(PerLayerCodecs, CenteringInEveryLayerIsTheCenteredCache) {
   first_only.layer_codecs.back().center_keys = false;
   KVCacheSpec every_by_spec = first_only;  // the spec's center_keys centers every layer
   every_by_spec.center_keys = true;
-  o.caches = {uniform, per_layer, first_only, every_by_spec, KVCacheSpec{"int4", "turbo_mse:3"}};
-  const PerplexityResult r = measure_perplexity(m.model(), tok, tokens, o);
+  const PerplexityResult r =
+      synthetic_perplexity(seed, {uniform, per_layer, first_only, every_by_spec, KVCacheSpec{"int4", "turbo_mse:3"}});
   EXPECT_EQ(r.caches[1].kld, r.caches[0].kld);
   EXPECT_EQ(r.caches[3].kld, r.caches[0].kld);
   EXPECT_NE(r.caches[2].kld, r.caches[0].kld);

@@ -44,8 +44,9 @@ struct LayerSensitivity {
 /// codec's is predicted as the anchor's times the ratio of their local errors: the mean squared distance of the
 /// residual stream leaving layer l (that layer alone run, from the reference's stream) from the reference's, for
 /// the same role (centered keys: the anchor's plain keys). Each layer then costs two passes of the layers after it
-/// and one layer's pass per codec and role, instead of one pass of the layers after it per codec and role. A prediction: check it against the measured
-/// figures (kvq calibrate reports the chosen allocation's measured KL divergence).
+/// and one layer's pass per codec and role, instead of one pass of the layers after it per codec and role. A
+/// prediction: check it against the measured figures (kvq calibrate reports the chosen allocation's measured KL
+/// divergence).
 LayerSensitivity measure_layer_sensitivity(const LlamaModel& model, const Tokenizer& tokenizer,
                                            std::span<const int> tokens, const std::vector<std::string>& codecs,
                                            const PerplexityOptions& options, const KVCacheSpec& cache,
