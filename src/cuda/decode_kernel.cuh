@@ -104,8 +104,8 @@ KVQ_HD constexpr bool has_int_scores() {
   else return false;
 }
 
-/// Whether value traits V have the fast value path (int4 values: V::kFastValues; V::fast_values(args) says for
-/// which of their groups).
+/// Whether value traits V have the fast value path (int4 and turbo_mse values: V::kFastValues; V::fast_values(args)
+/// says for which of their groups).
 template <class V>
 KVQ_HD constexpr bool has_fast_values() {
   if constexpr (requires { V::kFastValues; }) return V::kFastValues;
@@ -420,7 +420,7 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
   constexpr int C = S::C, NT = S::NT, KS = S::KS, NJ = S::NJ, DP = S::DP;
   constexpr int kStages = S::kStages;
   constexpr int kWeightLog2 = weight_log2<V, kFastValues>();  // the weights' factor 2^kWeightLog2
-  constexpr int kOTiles = kFastValues ? DP / 16 : NJ;                  // o: C fragments of 16 x 8
+  constexpr int kOTiles = kFastValues ? DP / 16 : NJ;          // o: C fragments of 16 x 8
 
   extern __shared__ __align__(16) uint8_t smem[];
   uint4* qtab = reinterpret_cast<uint4*>(smem);
