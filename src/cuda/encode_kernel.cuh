@@ -22,6 +22,7 @@
 #include "cuda/cuda_check.cuh"
 #include "cuda/device_encoder.hpp"
 #include "cuda/encode_layout.cuh"
+#include "cuda/fragment_ops.cuh"
 
 namespace kvq::cuda::detail {
 
@@ -54,14 +55,6 @@ __host__ __device__ size_t scratch_quads(const Enc& enc, int T, int d) {
   return (enc.scratch_floats(T, d) + 3) / 4;
 }
 
-/// Copies 16 bytes from global to shared memory without passing through registers (cp.async; .cg: around L1, as
-/// the tokens are read once).
-__device__ __forceinline__ void copy_async16(void* smem, const void* gmem) {
-  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-/// Waits for the calling thread's cp.async copies; they are then visible to it (to others after a barrier).
-__device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 // blockIdx.z picks the role: keys and values of one codec kind share a launch. The parameters stay in the
 // parameter space (__grid_constant__), addressed by reference.
@@ -93,10 +86,11 @@ __global__ void __launch_bounds__(kEncodeThreads, Enc::kBlocksPerSM)
     const int t = dd.div(4 * i), c = dd.mod(4 * i), idx = first + t;
     const float* row = idx < used ? stream.window + (static_cast<size_t>(h) * src.slots + idx) * d
                                   : src.fresh_base + fresh_at(idx);
-    copy_async16(shared4 + i, row + c);
+    cp_async16_cg(shared4 + i, row + c);
   }
   for (int i = threadIdx.x; i < words; i += blockDim.x) block[i] = 0;
-  copy_async_wait_all();
+  cp_async_commit();
+  cp_async_wait<0>();
   for (int i = threadIdx.x; i < quads; i += blockDim.x) {
     const int t = dd.div(4 * i), c = dd.mod(4 * i);
     const bool in_window = first + t < used;
