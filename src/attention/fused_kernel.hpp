@@ -593,7 +593,7 @@ void values_f16_split_sweep(const KernelArgs& a, const float* pp, const uint8_t*
 
 template <class V, int NQ>
 void values_f16_split(const KernelArgs& a, const float* p, const uint8_t* block, Prefetch<V>& pf, float* o) {
-  constexpr int W = V::W, VS = value_vectors<V, NQ>() < 2 ? 2 : value_vectors<V, NQ>();
+  constexpr int W = V::W, VS = value_vectors<V, NQ>() < 2 ? 2 : value_vectors<V, NQ>() / 2 * 2;  // even
   const int d = a.d, T = a.T;
   alignas(64) float pp[NQ * kMaxTokens];
   for (int i = 0; i < NQ; ++i)
@@ -999,12 +999,15 @@ void attend(const KernelArgs& a) {
     const uint8_t* page = a.pool + a.page_bytes * a.pages[j];
     const uint8_t* next = j + 1 < a.n_pages ? a.pool + a.page_bytes * a.pages[j + 1] : nullptr;
     const size_t base = a.first_token + j * T;
-    // Passes of kMaxQ, 4, 2, 1 queries; the first prefetches the next page, the others find this one cached.
+    // Passes of kMaxQ, 4, 3, 2, 1 queries; the first prefetches the next page, the others find this one cached.
+    // A pass of 3 serves a GQA group of 3 (SmolLM2) in one sweep: each code is decoded once, not in passes of 2 and 1.
     int i0 = 0;
     for (; i0 + V::kMaxQ <= a.n_q; i0 += V::kMaxQ, next = nullptr)
       page_pass<V, K, VF, V::kMaxQ, KeyDigits, Bf16Values>(a, prep, i0, base, page, next);
     if (V::kMaxQ > 4 && i0 + 4 <= a.n_q)
       page_pass<V, K, VF, 4, KeyDigits, Bf16Values>(a, prep, i0, base, page, next), i0 += 4, next = nullptr;
+    if (i0 + 3 <= a.n_q)
+      page_pass<V, K, VF, 3, KeyDigits, Bf16Values>(a, prep, i0, base, page, next), i0 += 3, next = nullptr;
     if (i0 + 2 <= a.n_q)
       page_pass<V, K, VF, 2, KeyDigits, Bf16Values>(a, prep, i0, base, page, next), i0 += 2, next = nullptr;
     if (i0 < a.n_q) page_pass<V, K, VF, 1, KeyDigits, Bf16Values>(a, prep, i0, base, page, next);
