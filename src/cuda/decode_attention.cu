@@ -660,17 +660,17 @@ void DevicePlan::run(const float* q_dev, float* out_dev, size_t n_floats, void* 
   if (p.n_seqs == 0) return;
   KVQ_CHECK(q_dev != nullptr && out_dev != nullptr, "CUDA decode attention: null query or output");
   use_device(p.device);
-  for (const void* x : {static_cast<const void*>(q_dev), static_cast<const void*>(out_dev)}) {
-    cudaPointerAttributes at{};
-    KVQ_CHECK(cudaPointerGetAttributes(&at, x) == cudaSuccess &&
-                  (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged) && at.device == p.device,
-              "CUDA decode attention: ", x == q_dev ? "q" : "out", " is not memory of the cache's device cuda:",
-              p.device);
-  }
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   const std::lock_guard<std::mutex> lock(p.mutex);
   const bool repeat = q_dev == p.last_q && out_dev == p.last_out;
-  if (!repeat) {  // a first call with these arrays: plain launches
+  if (!repeat) {  // a first call with these arrays: checked, then plain launches
+    for (const void* x : {static_cast<const void*>(q_dev), static_cast<const void*>(out_dev)}) {
+      cudaPointerAttributes at{};
+      KVQ_CHECK(cudaPointerGetAttributes(&at, x) == cudaSuccess &&
+                    (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged) && at.device == p.device,
+                "CUDA decode attention: ", x == q_dev ? "q" : "out", " is not memory of the cache's device cuda:",
+                p.device);
+    }
     if (p.graph) KVQ_CUDA_CHECK(cudaGraphExecDestroy(p.graph));
     p.graph = nullptr;
     p.last_q = q_dev;
