@@ -12,7 +12,7 @@
 # key codec with every value codec (src/cuda/decode_pairs.cmake); KVQ_MEMCHECK_FILTER and KVQ_RACECHECK_FILTER pick
 # the sanitized tests (racecheck by default the decode tests and the append test in reduced shapes: the other
 # append tests take over 7 minutes under it, run 13), KVQ_SANITIZE=0 skips them; KVQ_NCU="batch ctx codec kernel-regex[;...]" adds an ncu profile of one launch of each
-# pair's split kernel (ncu-<codec>.txt; the regex matches the mangled name, e.g. "32 32768 int4 IntTraitsILi4EE3Key").
+# pair's split kernel (ncu-<n>-<codec>-<batch>x<ctx>.txt; the regex matches the mangled name, e.g. "32 32768 int4 IntTraitsILi4EE3Key").
 # The split kernels' SASS opcode counts go to sass.txt (bench/gpu/sass_stats.py).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -64,7 +64,8 @@ echo "kvq-gpu: SDPA timing done at $(( $(date +%s) - start )) s"
 
 if [ -n "${KVQ_NCU:-}" ] && command -v ncu >/dev/null; then
   IFS=';' read -ra profiles <<<"$KVQ_NCU"
-  for profile in "${profiles[@]}"; do
+  for n in "${!profiles[@]}"; do
+    profile=${profiles[$n]}
     read -r nb nc ncodec nregex <<<"$profile"
     timeout 240 ncu --clock-control none --kernel-name-base mangled -k "regex:$nregex" --launch-skip 5 \
       --launch-count 1 \
@@ -73,7 +74,7 @@ if [ -n "${KVQ_NCU:-}" ] && command -v ncu >/dev/null; then
       --section SchedulerStats --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,\
 lts__t_sectors_srcunit_tex_op_read.sum,lts__t_requests_srcunit_tex_op_read.sum,dram__bytes_read.sum" \
       build/cuda-device/kvq bench attention --device cuda --batch "$nb" --ctx "$nc" --k "$ncodec" --v "$ncodec" \
-      --reps 10 >"$OUT/ncu-${ncodec%%:*}.txt" 2>&1 || echo "kvq-gpu: ncu $ncodec failed"
+      --reps 10 >"$OUT/ncu-$n-${ncodec%%:*}-${nb}x$nc.txt" 2>&1 || echo "kvq-gpu: ncu $ncodec failed"
   done
   echo "kvq-gpu: ncu done at $(( $(date +%s) - start )) s"
 fi

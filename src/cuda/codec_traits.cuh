@@ -45,6 +45,10 @@ struct CodecArgs {
   /// the same for levels 8-15 (read by b = 4 alone: the nibbles of b <= 3 stay below 8)
   /// (exact: the codecs round their levels to fp16 precision, FloatCodebook)
   uint32_t table_hi[8] = {};
+  /// turbo_mse keys' integer path: the 16 nibble levels as signed bytes l_j ~ level_j / level_unit (byte j % 4 of
+  /// word j / 4; |level_j - level_unit l_j| <= level_unit / 2, level_unit = max_j |level_j| / 127)
+  uint32_t levels_i8[4] = {};
+  float level_unit = 0;
 };
 
 /// The slot of a codec's table (CodecArgs::table) in shared memory among the pointers `prm` the traits receive
@@ -168,6 +172,14 @@ template <int kBits>
 KVQ_HD void lookup(uint32_t nib, const uint32_t (&t)[8], uint32_t& p01, uint32_t& p23) {
   if constexpr (kBits == 4) lookup16(nib, t, p01, p23);
   else lookup4(nib, t, p01, p23);
+}
+/// The signed-byte levels (CodecArgs::levels_i8) of the low 4 nibbles of nib: byte j = l[nibble j]; below 8 one
+/// permute, for indices 0..15 both halves and the upper one where nibble j's bit 3 is set (as lookup16).
+template <int kBits>
+KVQ_HD uint32_t lookup_i8(uint32_t nib, const uint32_t (&l)[4]) {
+  if constexpr (kBits < 4) return prmt(l[0], l[1], nib & 0xffffu);
+  const uint32_t sel = nib & 0x7777u, upper = ((nib >> 1) & 0x4444u) | 0x3210u;
+  return prmt(prmt(l[0], l[1], sel), prmt(l[2], l[3], sel), upper);
 }
 
 /// The channel of the value column `col` of value tile j for the codecs with channels-in-lanes tiles of 16
@@ -422,7 +434,7 @@ struct IntTraits {
     }
     /// The signed-byte B fragments of k32 step ks for the chunk's C / 8 tiles (tile 4h + x: word x of piece h).
     template <int D, int C>
-    KVQ_HD static void int_bfrags(const uint4* codes, int ks, int lane, uint32_t (&b)[C / 8][2]) {
+    KVQ_HD static void int_bfrags(const uint4* codes, int ks, const CodecArgs&, int lane, uint32_t (&b)[C / 8][2]) {
 KVQ_UNROLL
       for (int h = 0; h < C / 32; ++h) {
         if constexpr (kBits == 4) {
@@ -726,6 +738,49 @@ struct TurboMseTraits {
       uint4 nr[C / 32];
       run_halves<C>(prm[0], 1, lane & 3, 0, nr);
       scale_tiles<C>(nr, 0x1p-12f, acc, s);
+    }
+
+    // The integer path (KVQ_ATTENTION=fast; decode_kernel.cuh, int_scores): k steps of 32 channels by
+    // mma.m16n8k32 on signed bytes, the query as two 8-bit digits, the codes' levels as signed bytes l_j
+    // (CodecArgs::levels_i8: one byte permute per 4 codes where b <= 3, against two fp16 ones per 2 codes) and
+    // the token's norm times level_unit after all k steps.
+    static constexpr bool kIntScores = true;
+    static constexpr int kIntFactorLog2 = 0;
+    /// The channel of k (0..31) in k32 step ks: lane i's nibble word holds channels 32 ks + 8i .. 8i + 7, its
+    /// low half at k = 4i + j, its high half at 16 + 4i + j.
+    template <int D>
+    KVQ_HD static constexpr int channel32(int ks, int k) {
+      return 32 * ks + 8 * ((k & 15) >> 2) + 4 * (k >> 4) + (k & 3);
+    }
+    /// The signed-byte B fragments of k32 step ks for the chunk's C / 8 tiles (tile 4h + x: word x of piece h).
+    template <int D, int C>
+    KVQ_HD static void int_bfrags(const uint4* codes, int ks, const CodecArgs& a, int lane,
+                                  uint32_t (&b)[C / 8][2]) {
+KVQ_UNROLL
+      for (int h = 0; h < C / 32; ++h) {
+        const int slot = (ks * (C / 32) + h) * P;
+        const uint4 low = codes[32 * slot + lane], bit = codes[32 * (slot + P - 1) + lane];
+KVQ_UNROLL
+        for (int x = 0; x < 4; ++x) {
+          const uint32_t nib = nibbles(low, bit, x, lane);
+          b[4 * h + x][0] = lookup_i8<kBits>(nib, a.levels_i8);
+          b[4 * h + x][1] = lookup_i8<kBits>(nib >> 16, a.levels_i8);
+        }
+      }
+    }
+    /// Adds the integer tiles to the scores: per token 256 P0 + P1 (the query's two digits) joined in int32
+    /// (|.| <= 256 x 127 x 127 x 257 < 2^31), times the token's fp16 norm times level_unit.
+    template <int D, int C>
+    KVQ_HD static void scale_int_group(const uint8_t* const* prm, const CodecArgs& a, int lane, int,
+                                       const int (&acc)[C / 8][4], float (&s)[C / 8][2]) {
+      uint4 nr[C / 32];
+      run_halves<C>(prm[0], 1, lane & 3, 0, nr);
+KVQ_UNROLL
+      for (int jj = 0; jj < C / 8; ++jj) {
+        s[jj][0] = fmaf(run_at(nr, jj) * a.level_unit, static_cast<float>(acc[jj][0] * 256 + acc[jj][2]), s[jj][0]);
+        s[jj][1] = fmaf(run_at(nr, C / 8 + jj) * a.level_unit, static_cast<float>(acc[jj][1] * 256 + acc[jj][3]),
+                        s[jj][1]);
+      }
     }
 
    private:

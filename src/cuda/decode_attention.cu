@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <numbers>
 #include <mutex>
 #include <optional>
+#include <string_view>
 
 #include "attention/precision.hpp"
 #include "codec/block_layout.hpp"
@@ -20,6 +22,7 @@
 #include "cuda/cuda_check.cuh"
 #include "cuda/decode_kernel.cuh"
 #include "cuda/decode_pairs.hpp"
+#include "cuda/dependent_launch.cuh"
 #include "cuda/device_memory.hpp"
 #include "cuda/window_start.hpp"
 #include "cache/cuda_backend.hpp"
@@ -65,9 +68,18 @@ __global__ void map_queries_kernel(const float* q, const float* map_t, int n_q_h
   extern __shared__ float row[];
   const int M = blockDim.x, c = threadIdx.x;
   const size_t head = static_cast<size_t>(blockIdx.y) * n_q_heads + blockIdx.x;
+  wait_for_prior_kernel();
   for (int j = c; j < D; j += M) row[j] = q[head * D + j];
   __syncthreads();
   q_space[head * M + c] = map_column(map_t, M, c, row, D);
+}
+
+// KVQ_CUDA_DEPENDENT_LAUNCH=0 launches the kernels one after the other (to time what dependent launches save).
+bool dependent_launch_allowed() {
+  const char* env = std::getenv("KVQ_CUDA_DEPENDENT_LAUNCH");
+  if (env == nullptr || std::string_view(env) == "1") return true;
+  KVQ_CHECK(std::string_view(env) == "0", "KVQ_CUDA_DEPENDENT_LAUNCH=", env, ": use 0 or 1");
+  return false;
 }
 
 constexpr int kWindowChunk = 64;
@@ -84,6 +96,7 @@ __global__ void merge_kernel(const MergeArgs a) {
   float* sc = qv + D;         // [kWindowChunk]
   const int qh = blockIdx.x, s = blockIdx.y;
   const size_t row0 = (static_cast<size_t>(s) * a.n_q_heads + qh) * a.n_splits;
+  wait_for_prior_kernel();
 
   float m = -INFINITY;
   for (int i = c; i < a.n_splits; i += D) m = fmaxf(m, a.partial_ml[2 * (row0 + i)]);
@@ -242,6 +255,18 @@ static void level_tables(const Codec& c, const float* levels, uint32_t (&hi)[8])
   }
 }
 
+// The integer path's levels (CodecArgs::levels_i8): l_j = round(level_j / u), u = max_j |level_j| / 127.
+static void signed_byte_levels(const float* levels, CodecArgs& a) {
+  float amax = 0;
+  for (int e = 0; e < 16; ++e) amax = std::max(amax, std::fabs(levels[e]));
+  a.level_unit = amax > 0 ? amax / 127.0f : 1.0f;
+  for (int e = 0; e < 16; ++e) {
+    const long l = std::lrint(levels[e] / a.level_unit);
+    KVQ_CHECK(l >= -127 && l <= 127, "CUDA decode attention: a level beyond the signed bytes' range");
+    a.levels_i8[e / 4] |= (static_cast<uint32_t>(l) & 0xffu) << (8 * (e % 4));
+  }
+}
+
 std::vector<uint32_t> codec_table(const Codec& c, bool key) {
   if (const auto tr = turbo_rvq_params(c)) {  // the two stages' level tables (CodecArgs::table_hi's layout)
     std::vector<uint32_t> table;
@@ -303,6 +328,7 @@ CodecArgs host_codec_args(const Codec& c, bool key) {
   } else if (const auto tm = turbo_mse_params(c)) {
     a.sec0 = static_cast<uint32_t>(tm->layout.norms_offset());
     level_tables(c, tm->nibble_levels, a.table_hi);
+    if (key) signed_byte_levels(tm->nibble_levels, a);
   } else if (const auto tp = turbo_prod_params(c)) {
     a.sec0 = static_cast<uint32_t>(tp->layout.mse().norms_offset());
     a.sec1 = static_cast<uint32_t>(tp->layout.signs_offset());
@@ -337,12 +363,13 @@ namespace {
 bool fast_precision() { return kvq::detail::active_precision() == kvq::detail::Precision::fast; }
 
 // Whether the kernel takes a fast path under KVQ_ATTENTION=fast (the default; the CPU's switch, read at each plan):
-// the integer scores of int4/int8 keys, or the fast value path of int4 values in groups of 32 or 64 channels and of
-// turbo_mse values (the traits' fast_values); else the exact fp16 kernel.
+// the integer scores of int4/int8 and turbo_mse keys, or the fast value path of int4 values in groups of 32 or 64
+// channels and of turbo_mse values (the traits' fast_values); else the exact fp16 kernel.
 bool fast_path(const Codec& k, const Codec& v) {
   const auto vp = int_group_params(v);
   const bool fast_values = (vp && vp->bits == 4 && vp->group >= 32) || turbo_mse_params(v).has_value();
-  return fast_precision() && (int_group_params(k).has_value() || fast_values);
+  const bool int_scores = int_group_params(k).has_value() || turbo_mse_params(k).has_value();
+  return fast_precision() && (int_scores || fast_values);
 }
 
 }  // namespace
@@ -369,6 +396,7 @@ struct DevicePlan::Impl {
   std::string kernel_name;
   SplitKernel kernel;
   int blocks_per_sm = 0, sms = 0;
+  bool dependent_launch = false;  // compute capability 9.0 or later: kernels launched as dependents
   dim3 grid;
   SplitArgs split{};
   // The pages sliding windows start inside, through the kernel's window-start variant (false: no launch).
@@ -397,31 +425,38 @@ struct DevicePlan::Impl {
   void shape(const KVCache& cache, int max_pages, const DecodeTables& tables, const AttentionOptions& options,
              float scale);
 
-  // The three kernels of one call (four with the window-start variant), enqueued on `stream`.
+  // The three kernels of one call (four with the window-start variant), enqueued on `stream`, each after the first
+  // a dependent launch of the one before it (and the first of the kernel that wrote q).
   void enqueue(const float* q_dev, float* out_dev, cudaStream_t stream) const {
     const dim3 rows(static_cast<unsigned>(n_q_heads), static_cast<unsigned>(n_seqs));
     SplitArgs a = split;
     a.q_space = q_dev;
     if (key_map) {
-      map_queries_kernel<<<rows, key_space, d * sizeof(float), stream>>>(q_dev, key_map.get(), n_q_heads, d,
-                                                                          q_space.get());
-      KVQ_CUDA_CHECK(cudaGetLastError());
+      const float* map = key_map.get();
+      float* space = q_space.get();
+      int heads = n_q_heads, dim = d;
+      void* map_args[] = {&q_dev, &map, &heads, &dim, &space};
+      KVQ_CUDA_CHECK(launch_dependent(reinterpret_cast<const void*>(&map_queries_kernel), rows,
+                                      dim3(static_cast<unsigned>(key_space)), d * sizeof(float), stream, map_args,
+                                      dependent_launch));
       a.q_space = q_space.get();
     }
+    const dim3 threads(static_cast<unsigned>(kernel.threads));
     void* args[] = {&a};
-    KVQ_CUDA_CHECK(cudaLaunchKernel(kernel.fn, grid, dim3(static_cast<unsigned>(kernel.threads)), args, smem, stream));
+    KVQ_CUDA_CHECK(launch_dependent(kernel.fn, grid, threads, smem, stream, args, dependent_launch));
     if (window_start) {
       SplitArgs w = window_start_args;
       w.q_space = a.q_space;
       void* w_args[] = {&w};
-      KVQ_CUDA_CHECK(cudaLaunchKernel(kernel.window_start_fn, window_start_grid,
-                                      dim3(static_cast<unsigned>(kernel.threads)), w_args, smem, stream));
+      KVQ_CUDA_CHECK(
+          launch_dependent(kernel.window_start_fn, window_start_grid, threads, smem, stream, w_args, dependent_launch));
     }
     MergeArgs m = merge;
     m.q = q_dev;
     m.out = out_dev;
-    merge_kernel<<<rows, d, merge_smem(d, value_space), stream>>>(m);
-    KVQ_CUDA_CHECK(cudaGetLastError());
+    void* m_args[] = {&m};
+    KVQ_CUDA_CHECK(launch_dependent(reinterpret_cast<const void*>(&merge_kernel), rows, dim3(static_cast<unsigned>(d)),
+                                    merge_smem(d, value_space), stream, m_args, dependent_launch));
   }
 };
 
@@ -478,6 +513,9 @@ void DevicePlan::Impl::choose_kernel(const KVCache& cache, int layer, int n_q_he
   int smem_limit = 0;
   KVQ_CUDA_CHECK(cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   KVQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int major = 0;
+  KVQ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  dependent_launch = major >= 9 && dependent_launch_allowed();
   const SplitKernel& k = kernel;
   a.stage_bytes = k.code_bytes + k.param_bytes;
   const size_t warp_bytes = static_cast<size_t>(k.warp_bytes) + static_cast<size_t>(k.stages) * a.stage_bytes;
@@ -622,17 +660,17 @@ void DevicePlan::run(const float* q_dev, float* out_dev, size_t n_floats, void* 
   if (p.n_seqs == 0) return;
   KVQ_CHECK(q_dev != nullptr && out_dev != nullptr, "CUDA decode attention: null query or output");
   use_device(p.device);
-  for (const void* x : {static_cast<const void*>(q_dev), static_cast<const void*>(out_dev)}) {
-    cudaPointerAttributes at{};
-    KVQ_CHECK(cudaPointerGetAttributes(&at, x) == cudaSuccess &&
-                  (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged) && at.device == p.device,
-              "CUDA decode attention: ", x == q_dev ? "q" : "out", " is not memory of the cache's device cuda:",
-              p.device);
-  }
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   const std::lock_guard<std::mutex> lock(p.mutex);
   const bool repeat = q_dev == p.last_q && out_dev == p.last_out;
-  if (!repeat) {  // a first call with these arrays: plain launches
+  if (!repeat) {  // a first call with these arrays: checked, then plain launches
+    for (const void* x : {static_cast<const void*>(q_dev), static_cast<const void*>(out_dev)}) {
+      cudaPointerAttributes at{};
+      KVQ_CHECK(cudaPointerGetAttributes(&at, x) == cudaSuccess &&
+                    (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged) && at.device == p.device,
+                "CUDA decode attention: ", x == q_dev ? "q" : "out", " is not memory of the cache's device cuda:",
+                p.device);
+    }
     if (p.graph) KVQ_CUDA_CHECK(cudaGraphExecDestroy(p.graph));
     p.graph = nullptr;
     p.last_q = q_dev;

@@ -23,6 +23,7 @@
 #include "cuda/codec_traits.cuh"
 #include "cuda/cuda_check.cuh"
 #include "cuda/decode_tables.hpp"
+#include "cuda/dependent_launch.cuh"
 #include "cuda/fragment_ops.cuh"
 #include "attention/query_digits.hpp"
 
@@ -97,7 +98,7 @@ KVQ_HD void key_bfrags_lo(const uint4* codes, const uint8_t* const* prm, int ks,
 }
 
 
-/// Whether key traits K have the integer path (int8/int4 keys: K::kIntScores).
+/// Whether key traits K have the integer path (int8/int4 and turbo_mse keys: K::kIntScores).
 template <class K>
 KVQ_HD constexpr bool has_int_scores() {
   if constexpr (requires { K::kIntScores; }) return K::kIntScores;
@@ -246,7 +247,7 @@ __device__ __forceinline__ void int_scores(const uint4* itab, const uint4* kcode
 #pragma unroll
   for (int ks = 0; ks < KS32; ++ks) {
     uint32_t b[NT][2];
-    K::template int_bfrags<D, C>(kcodes, ks, lane, b);
+    K::template int_bfrags<D, C>(kcodes, ks, a, lane, b);
 #pragma unroll
     for (int h = 0; h < kSub; ++h) {
       const uint4 af = itab[32 * (kSub * ks + h) + lane];
@@ -443,7 +444,9 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
       for (int st = 0; st < kStages; ++st) mbar_init(bars + 2 * st);
       mbar_init_fence();
     }
+    __syncthreads();  // every warp's barriers initialized before any is armed
   }
+  wait_for_prior_kernel();  // launched as a dependent: the queries, tables and pages are read below
 
   const SeqPages sp = a.seqs[s];
   const int r0 = range * a.chunks_per_warp;
@@ -614,6 +617,7 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
     __syncwarp();  // every lane is done with the stage before it is refilled
   }
   if constexpr (S::kLanes) cp_async_wait<0>();
+  allow_next_kernel();  // the merge may be scheduled; it waits for this kernel's end before reading
 
   // The warp's partial state: o and l times 2^-kWeightLog2 (the weights' factor).
   constexpr float kUnweight = 1.0f / (1 << kWeightLog2);

@@ -281,10 +281,11 @@ void check_keys(const Block& b, int T, uint64_t seed) {
 
 // The int keys' integer path (KVQ_ATTENTION=fast): the digit table, the signed-byte B fragments through an emulated
 // mma.m16n8k32, the groups joined and scaled as the kernel does, times the row's factor; against sum_c x_c y_tc
-// within the query's rounding (|x_c - S (256 D0 + D1)| <= S / 2) plus fp32 rounding. Rows of very different sizes,
-// and one too small for a normal S (its scores zero). An int32 overflow or a wrong channel, group or token shows.
+// within the query's rounding (|x_c - S (256 D0 + D1)| <= S / 2), the levels' rounding where the codes enter as
+// signed-byte levels (turbo_mse: |y - y'| <= level_rel |y|) and fp32 rounding. Rows of very different sizes, and one
+// too small for a normal S (its scores zero). An int32 overflow or a wrong channel, group or token shows.
 template <class K, int D>
-void check_int_keys(const Block& b, int T, uint64_t seed) {
+void check_int_keys(const Block& b, int T, uint64_t seed, double level_rel = 0) {
   constexpr int C = 32, NT = C / 8, KD = D, KS32 = KD / 32;
   const int gshift = b.args.group_shift, kSub = gshift == 0 ? 2 : 1;
   const int group_steps = gshift == 0 ? 1 : 1 << (gshift - 1);  // k32 steps per group
@@ -321,7 +322,7 @@ void check_int_keys(const Block& b, int T, uint64_t seed) {
     int64_t acc[NT][32][4] = {};
     for (int ks = 0; ks < KS32; ++ks) {
       uint32_t bf[32][NT][2];
-      for (int lane = 0; lane < 32; ++lane) K::template int_bfrags<D, C>(st.codes.data(), ks, lane, bf[lane]);
+      for (int lane = 0; lane < 32; ++lane) K::template int_bfrags<D, C>(st.codes.data(), ks, b.args, lane, bf[lane]);
       for (int h = 0; h < kSub; ++h) {
         if (kSub == 2 || ks % group_steps == 0)
           for (auto& tile : acc)
@@ -367,7 +368,8 @@ void check_int_keys(const Block& b, int T, uint64_t seed) {
           }
           const double got = static_cast<double>(sc[lane][jj][x]) * factor;
           // S / 2 per channel (plus the fp32 rounding of q / S: 2^-9 S), and fp32 rounding
-          const double bound = (g == 7 ? std::fabs(want) : (0.5 + 0x1p-9) * qscale[g] * rounding) + 1e-5 * size + 1e-30;
+          const double bound = (g == 7 ? std::fabs(want) : (0.5 + 0x1p-9) * qscale[g] * rounding) +
+                               (level_rel + 1e-5) * size + 1e-30;
           worst = std::max(worst, std::fabs(got - want) / bound);
           if (g == 7) EXPECT_EQ(sc[lane][jj][x], 0.0f) << "a query too small to scale scores zero";
         }
@@ -376,12 +378,27 @@ void check_int_keys(const Block& b, int T, uint64_t seed) {
   }
 }
 
+// The largest relative rounding of a turbo_mse codec's levels as signed bytes (CodecArgs::levels_i8), 0 otherwise.
+double signed_byte_level_rounding(const Block& b) {
+  const auto tm = turbo_mse_params(*b.codec);
+  if (!tm) return 0;
+  double worst = 0;
+  for (int e = 0; e < 16; ++e) {
+    const double level = tm->nibble_levels[e];
+    const auto l = static_cast<int8_t>(b.args.levels_i8[e / 4] >> (8 * (e % 4)));
+    if (level != 0) worst = std::max(worst, std::fabs(level - b.args.level_unit * l) / std::fabs(level));
+    else EXPECT_EQ(l, 0);
+  }
+  return worst;
+}
+
 template <class K>
 void check_every_dim_int_keys(const std::string& spec, uint64_t seed) {
   const auto at = [&]<int D>(uint64_t s) {
     for (int T : {64, 128}) {
       SCOPED_TRACE(spec + " integer keys d=" + std::to_string(D) + " T=" + std::to_string(T));
-      check_int_keys<K, D>(encode(spec, D, T, true, s + static_cast<uint64_t>(T)), T, s + 11);
+      const Block b = encode(spec, D, T, true, s + static_cast<uint64_t>(T));
+      check_int_keys<K, D>(b, T, s + 11, signed_byte_level_rounding(b));
     }
   };
   at.template operator()<64>(seed);
@@ -691,6 +708,14 @@ TEST(CudaFragments, IntKeysIntegerPathMatchesTheCodec) {
   check_every_dim_int_keys<IntTraits<8>::Key>("int8", seed + 3);
   check_every_dim_int_keys<IntTraits<8>::Key>("int8:16", seed + 4);
   check_every_dim_int_keys<IntTraits<8>::Key>("int8:64", seed + 5);
+}
+
+TEST(CudaFragments, TurboMseKeysIntegerPathMatchesTheCodec) {
+  KVQ_FRESH_SEED();
+  check_every_dim_int_keys<TurboMseTraits<1>::Key>("turbo_mse:1", seed);
+  check_every_dim_int_keys<TurboMseTraits<2>::Key>("turbo_mse:2", seed + 1);
+  check_every_dim_int_keys<TurboMseTraits<3>::Key>("turbo_mse:3", seed + 2);
+  check_every_dim_int_keys<TurboMseTraits<4>::Key>("turbo_mse:4", seed + 3);
 }
 
 TEST(CudaFragments, KiviPairsMatchTheCodec) {
