@@ -444,7 +444,9 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
       for (int st = 0; st < kStages; ++st) mbar_init(bars + 2 * st);
       mbar_init_fence();
     }
-    __syncthreads();  // every warp's barriers initialized before any is armed
+    // Every warp's barriers initialized before any is armed: without this barrier racecheck reported the init
+    // and the first arm as a hazard where two warps share a range (d = 256; docs/perf/h200.md, runs 19-20).
+    __syncthreads();
   }
   wait_for_prior_kernel();  // launched as a dependent: the queries, tables and pages are read below
 

@@ -1,6 +1,6 @@
 // The fast paths of the CUDA decode kernel (KVQ_ATTENTION=fast, the default; docs/METHODS.md, "Fast attention
-// kernels" and "CUDA decode arithmetic"): the int keys' integer scores and the fast value path (int4 and turbo_mse
-// values: single fp16 weights times the values' factors), under the CPU's fast-kernel contract: per call, the summed
+// kernels" and "CUDA decode arithmetic"): the integer scores of int and turbo_mse keys and the fast value path (int4
+// and turbo_mse values: single fp16 weights times the values' factors), under the CPU's fast-kernel contract: per call, the summed
 // relative error of the device output against the double-precision reference over the decoded cache is at most a
 // tenth of the codec's own error (that reference against the one over the original keys and values), measured on
 // the same inputs: Gaussian and key-like data with outlier channels, d = 64/128/256, GQA 1-8, fp32 windows. The
@@ -43,7 +43,7 @@ struct FastPair {
 // int4/int4, int8/int8, int4 keys in groups of 16 and 64, int8 keys in groups of 16 and 64, the default build's
 // int keys with non-int values (src/cuda/decode_pairs.cmake: int8/turbo_mse:3, int4/turbo_mse:2), int4 values in
 // groups of 64 and of 16 (the exact value path beside integer scores), int4 values beside keys without a fast
-// path (f16, kivi:4), and turbo_mse values (turbo_mse:2 and :3 with themselves, turbo_mse:4 / turbo_mse:2).
+// path (f16, kivi:4), and turbo_mse keys and values (turbo_mse:2 and :3 with themselves, turbo_mse:4 / turbo_mse:2).
 const std::vector<FastPair> kFastPairs = {{"int4", "int4", "cuda_int4_int4_fast"},
                                           {"int8", "int8", "cuda_int8_int8_fast"},
                                           {"int4:16", "int4", "cuda_int4_int4_fast"},
@@ -110,8 +110,8 @@ TEST(CudaFastDecode, QueriesTooSmallToScaleGiveTheExactOutput) {
 
 // KVQ_ATTENTION selects the path as on the CPU: exact runs the fp16 kernel (named without _fast) and keeps the
 // exact tests' 1e-3 bound; int4 keys in groups of 16 have only the integer path, so exact refuses them by name; a
-// pair with neither int keys nor fast values (int4 in groups of 32 or more, turbo_mse) has no fast path; an unknown
-// value is an error.
+// pair with neither integer scores nor fast values (f16 keys, int4 values in groups of 16) has no fast path; an
+// unknown value is an error.
 TEST(CudaFastDecode, ExactSelectsTheExactPath) {
   KVQ_REQUIRE_GPU();
   const Shape shape{128, 64, 0, 1, 4, {500}, true};
