@@ -20,6 +20,18 @@ unset KVQ_ATTENTION  # the default kernels (the tests choose their own)
 OUT=${OUT:-build/gpu-out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/run.log") 2>&1
+# A device call returns at most 8 files: the logs go back as one archive beside run.log and the JSON files, packed
+# also when the call is stopped early (a TERM waits for the running step, each step having its own timeout).
+pack_logs() {
+  local logs=() f
+  shopt -s nullglob
+  for f in "$OUT"/{build.log,sass.txt} "$OUT"/sanitizer-*.log "$OUT"/ncu-*.txt; do
+    if [ -f "$f" ]; then logs+=("${f##*/}"); fi
+  done
+  if [ ${#logs[@]} -gt 0 ]; then tar czf "$OUT/logs.tar.gz" -C "$OUT" --remove-files -- "${logs[@]}"; fi
+}
+trap pack_logs EXIT
+trap 'echo "kvq-gpu: stopped"; exit 124' TERM INT
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader || true
 start=$(date +%s)
 all_pairs=OFF
@@ -94,6 +106,3 @@ if [ "${KVQ_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
 fi
 echo "kvq-gpu: done in $(( $(date +%s) - start )) s"
 python3 bench/gpu/summarize.py "$OUT"
-# A device call returns at most 8 files: the logs go back as one archive beside run.log and the JSON files.
-(cd "$OUT" && shopt -s nullglob && logs=(build.log sass.txt sanitizer-*.log ncu-*.txt) &&
-  [ ${#logs[@]} -gt 0 ] && tar czf logs.tar.gz --remove-files -- "${logs[@]}")
