@@ -113,9 +113,12 @@ TEST(FastAttentionKernels, PrefillErrorIsAtMostATenthOfTheCodecsOwn) {
   const Shape shape{128, 64, 0, 2, 4, {700}, true};
   const size_t L = shape.lengths[0], d = static_cast<size_t>(shape.d), hq = static_cast<size_t>(shape.H * shape.G);
   const EnvOverride fast("KVQ_ATTENTION", "fast");
-  for (const char* codec : {"int4", "int8"}) {
-    SCOPED_TRACE(codec);
-    const Scenario sc = build(shape, codec, codec, seed);
+  const std::vector<FastPair> pairs{{"int4", "int4", "fused_int4_int4"},
+                                    {"int8", "int8", "fused_int8_int8"},
+                                    {"turbo_mse:3", "turbo_mse:3", "fused_turbo_mse_turbo_mse"}};
+  for (const FastPair& pair : pairs) {
+    SCOPED_TRACE(pair.k);
+    const Scenario sc = build(shape, pair.k, pair.v, seed);
     std::vector<Tokens> decoded, original;
     for (int h = 0; h < shape.H; ++h) {
       decoded.push_back(decoded_head(sc.cache, sc.ids[0], 1, h));
@@ -136,8 +139,7 @@ TEST(FastAttentionKernels, PrefillErrorIsAtMostATenthOfTheCodecsOwn) {
         for (Isa isa : simd_isas()) {
           SCOPED_TRACE(detail::isa_name(isa));
           const EnvOverride env("KVQ_ISA", detail::isa_name(isa));
-          const std::string kernel = std::string("fused_") + codec + "_" + codec;
-          EXPECT_EQ(attention_kernel(sc.cache, 1), fast_kernel_name(isa, kernel));
+          EXPECT_EQ(attention_kernel(sc.cache, 1), fast_kernel_name(isa, pair.kernel));
           std::vector<float> out(q.size(), NAN);
           prefill_attention(sc.cache, 1, sc.ids[0], start, chunk, q, out);
           const double kernel_error = summed_distance(out, ref_decoded.out, ref_original.out, d);
