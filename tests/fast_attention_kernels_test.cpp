@@ -27,9 +27,10 @@ using namespace test;  // the shared helpers of attention_test_util.hpp
 using detail::Isa;
 
 // The kernel that runs for the pair (kernel: its name without the ISA) under KVQ_ATTENTION=fast and KVQ_ISA = isa:
-// avx512bf16's fast kernels take int4 values with int or f16 keys, avx512vnni's int4, int8 and turbo_mse keys, avx2's
-// int4 and turbo_mse keys; a pair without one on its instruction set runs the next narrower one's (avx512bf16's exact
-// kernels are avx512vnni's, avx512vnni's f16 and turbo_mse keys avx512's).
+// avx512bf16's fast kernels take int4 values with int or f16 keys, avx512vnni's int4, int8 and turbo_mse:1..3 keys,
+// avx2's int4 and turbo_mse:1..3 keys (the pairs below have no turbo_mse:4 keys); a pair without one on its
+// instruction set runs the next narrower one's (avx512bf16's exact kernels are avx512vnni's, avx512vnni's f16 and
+// turbo_mse keys avx512's).
 std::string fast_kernel_name(Isa isa, const std::string& kernel) {
   const bool int_keys = kernel.rfind("fused_int", 0) == 0, f16_keys = kernel.rfind("fused_f16", 0) == 0;
   const bool turbo_keys = kernel.rfind("fused_turbo_mse", 0) == 0;
@@ -69,7 +70,7 @@ TEST(FastAttentionKernels, ErrorIsAtMostATenthOfTheCodecsOwnOnEveryIsa) {
                                     {"f16", "int4", "fused_f16_int4"},
                                     {"turbo_mse:2", "turbo_mse:2", "fused_turbo_mse_turbo_mse"},
                                     {"turbo_mse:3", "turbo_mse:3", "fused_turbo_mse_turbo_mse"},
-                                    {"turbo_mse:4", "int4", "fused_turbo_mse_int4"},
+                                    {"turbo_mse:2", "int4", "fused_turbo_mse_int4"},
                                     {"turbo_mse:3", "f16", "fused_turbo_mse_f16"}};
   const std::vector<Shape> shapes{{128, 64, 0, 2, 4, {1000, 65}, true},
                                   {128, 64, 0, 1, 8, {2000}, false},
@@ -172,15 +173,15 @@ TEST(FastAttentionKernels, TurboLevelsRoundToBytesWithinHalfAUnit) {
 }
 
 // The extreme products of the turbo_mse keys' integer scores: keys whose first 8 channels take the largest level
-// (byte 255 or 1) and a query whose digits there are the most negative low digit (-64 in AVX2's 7-bit digits, where
-// a pair of products reaches 2 x 255 x -64 = -32640 of int16's -32768; 8-bit digits would saturate it). The scores
-// are then exact but for the other channels' level rounding (at most unit / 2 x the query's 1 in channel 8, a score
-// error of 1e-3 here), so the output stays within 2e-3 of the decoded cache's.
+// (byte 255 or 1) and a query whose digits there are the most negative low digit (-32 in AVX2's 6-bit digits, where
+// the four products that vpmaddubsw's pairs sum in int16 reach 4 x 255 x -32 = -32640 of -32768; 7-bit digits would
+// saturate). The scores are then exact but for the other channels' level rounding (at most unit / 2 x the query's 6
+// in channel 8, a score error of 1e-3 here), so the output stays within 2e-3 of the decoded cache's.
 TEST(FastAttentionKernels, TurboKeysExtremeProductsStayExact) {
   const int d = 64;
   const Shape shape{d, 64, 0, 1, 1, {128}, false};
   const EnvOverride fast("KVQ_ATTENTION", "fast");
-  for (int bits = 2; bits <= 4; ++bits) {
+  for (int bits = 1; bits <= 3; ++bits) {
     const std::string codec = "turbo_mse:" + std::to_string(bits) + ",rot=identity";
     SCOPED_TRACE(codec);
     const CacheConfig cfg = config_for(shape, codec, "f16", 3);
@@ -192,8 +193,8 @@ TEST(FastAttentionKernels, TurboKeysExtremeProductsStayExact) {
     sc.tokens.push_back(t);
     append_range(sc.cache, sc.ids[0], 1, t, 0, 128);
     std::vector<float> q(d, 0.0f);
-    for (int c = 0; c < 8; ++c) q[c] = -6.0f * 8000 / 8064;  // q / S = -8000: digits -62, -64 (7-bit)
-    q[8] = 6.0f;                                             // the largest: S = 6 / 8064
+    for (int c = 0; c < 8; ++c) q[c] = -6.0f * 1952 / 1984;  // q / S = -1952: digits -30, -32 (6-bit)
+    q[8] = 6.0f;                                             // the largest: S = 6 / 1984
     const Reference ref = reference_decode(sc, q, 1, true);
     for (Isa isa : simd_isas()) {
       SCOPED_TRACE(detail::isa_name(isa));
@@ -202,6 +203,15 @@ TEST(FastAttentionKernels, TurboKeysExtremeProductsStayExact) {
       EXPECT_LE(worst(decode(sc, q, nullptr), ref.out, ref, d, 2e-3, true), 1.0);
     }
   }
+}
+
+// turbo_mse:4 keys have no fast kernel: their level bytes would take up to a tenth of the codec's own error.
+TEST(FastAttentionKernels, TurboMse4KeysRunTheExactKernel) {
+  const Shape shape{128, 64, 0, 1, 4, {100}, false};
+  const Scenario sc = build(shape, "turbo_mse:4", "turbo_mse:4", 5);
+  const EnvOverride fast("KVQ_ATTENTION", "fast");
+  const std::string name = attention_kernel(sc.cache, 1);
+  EXPECT_FALSE(is_fast(name)) << name;
 }
 
 TEST(FastAttentionKernels, QueriesTooSmallToScaleGiveTheExactOutput) {

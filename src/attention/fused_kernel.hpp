@@ -538,10 +538,11 @@ void key_scores_int_vnni(const KernelArgs& a, const VnniQueries& vq, int i0, con
 
 // turbo_mse keys by integer dot products (the fast kernels; docs/METHODS.md): the levels as unsigned bytes l_j + 128
 // (KernelArgs::key_level_bytes, looked up by each code's nibble in a byte shuffle; level_j ~ unit l_j), the query as
-// two digits of V::kLevelDigitBits bits (base B), per token s = norm unit S (B P0 + P1 - 128 sum_c (B D0_c + D1_c)),
-// P_k = sum_c (l_c + 128) D_k,c. Exact in int32: |sum_c l_c (B D0_c + D1_c)| <= 127 x 32512 x 512 < 2^31 (d up to
-// kMaxDim), so the wraps of the offset form cancel. The digits take int4's channel order: a nibble lane's even
-// nibbles (channels 8v + 0, 2, 4, 6 of a chunk) are its low nibbles.
+// two digits of V::kLevelDigitBits bits (base B: 256 on AVX512-VNNI, 64 on AVX2, whose int16 sums bound the digits),
+// per token s = norm unit S (B P0 + P1 - 128 sum_c (B D0_c + D1_c)), P_k = sum_c (l_c + 128) D_k,c. Exact in int32:
+// |sum_c l_c (B D0_c + D1_c)| <= 127 x 32512 x 512 < 2^31 (d up to kMaxDim), so the wraps of the offset form
+// cancel. The digits take int4's channel order: a nibble lane's even nibbles (channels 8v + 0, 2, 4, 6 of a chunk)
+// are its low nibbles.
 template <class V, BlockFormat K, int KeyDigits>
 constexpr bool turbo_int_scores() {
   return V::kVnni && is_turbo(K) && KeyDigits == 2;
@@ -572,7 +573,7 @@ void key_scores_turbo_int(const KernelArgs& a, const VnniQueries& vq, int i0, co
         for (int i = 0; i < NQ; ++i)
           for (int h = 0; h < 2; ++h) {
             const int8_t* dh = qd + (2 * i + h) * 8;
-            acc[i][h] = V::dpbusd(V::dpbusd(acc[i][h], even, dh), odd, dh + 4);
+            acc[i][h] = V::dpbusd2(acc[i][h], even, dh, odd, dh + 4);
           }
       }
     }

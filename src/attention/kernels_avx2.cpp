@@ -153,13 +153,10 @@ struct Avx2Dot : Avx2 {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
   }
 
-  // turbo_mse keys (key_scores_turbo_int): level bytes up to 255 against 7-bit query digits in [-64, 63], so that a
-  // pair of products stays within int16 (|2 x 255 x 64| = 32640 <= 32767) and is widened before the next pair's:
-  // 8-bit digits would reach 2 x 255 x 128 = 65280 and saturate. The 16 level bytes in both 128-bit lanes.
-  static constexpr int kLevelDigitBits = 7;
-  static I dpbusd(I acc, I u8, const int8_t* s8x4) {
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u8, broadcast4(s8x4)), _mm256_set1_epi16(1)));
-  }
+  // turbo_mse keys (key_scores_turbo_int): level bytes up to 255 against 6-bit query digits in [-32, 31], so that
+  // dpbusd2's two pairs of products sum within int16 (|4 x 255 x 32| = 32640 <= 32767); 8-bit digits would reach
+  // 2 x 255 x 128 = 65280 in one pair and saturate. The 16 level bytes in both 128-bit lanes.
+  static constexpr int kLevelDigitBits = 6;
   static I load_bytes16(const uint8_t* p) {
     return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
@@ -179,7 +176,7 @@ namespace avx2 {
 KernelFn fused_kernel(BlockFormat key, BlockFormat value) { return fused_kernel_for<Avx2>(key, value); }
 
 // int4 keys with two digits per query, as AVX512-VNNI's (int8 codes as unsigned bytes would saturate vpmaddubsw's
-// int16 pairs); turbo_mse keys with two 7-bit digits (Avx2Dot::kLevelDigitBits).
+// int16 pairs); turbo_mse:1..3 keys with two 6-bit digits (Avx2Dot::kLevelDigitBits), as AVX512-VNNI's.
 KernelFn fast_kernel(BlockFormat key, BlockFormat value) {
   using F = BlockFormat;
   switch (key) {
@@ -191,8 +188,6 @@ KernelFn fast_kernel(BlockFormat key, BlockFormat value) {
       return fused_kernel_with_keys<Avx2Dot, F::turbo2, 2>(value);
     case F::turbo3:
       return fused_kernel_with_keys<Avx2Dot, F::turbo3, 2>(value);
-    case F::turbo4:
-      return fused_kernel_with_keys<Avx2Dot, F::turbo4, 2>(value);
     default:
       return nullptr;
   }
