@@ -63,7 +63,9 @@ namespace {
 //   kVnni: int keys by integer dot products, with dpbusd(acc, u8 lanes, 4 s8 broadcast from memory) (int8 keys),
 //   dpbusd2(acc, u0, s0, u1, s1): the two at once (int4 keys: codes below 16), xor_i, and_i, srl4 and sll8 (32-bit
 //   lanes shifted), add_i, sub_i (an int32 broadcast from memory) and cvt (int32 -> fp32). AVX512-VNNI has them as
-//   instructions; AVX2's fast kernel for int4 keys by vpmaddubsw and vpmaddwd (kernels_avx2.cpp).
+//   instructions; AVX2's fast kernel for int4 keys by vpmaddubsw and vpmaddwd (kernels_avx2.cpp). For turbo_mse keys
+//   also kLevelDigitBits (the query digits' width that its dpbusd2 keeps exact against bytes up to 255),
+//   load_bytes16(p) (16 bytes in every 128-bit lane) and shuffle_bytes(table, x) (each byte's entry by its low 4 bits).
 //   Bf16Values (AVX512-BF16 only): tile_pairs(x) (16 tokens in values_int4_bf16's pair order), to_bf16(lo, hi) (32
 //   bf16, rounded to nearest), store_i, bf16_ones(), dpbf16(acc, a, b) and dpbf16_1(acc, a, one pair broadcast from
 //   memory): acc + per lane the two products of its bf16 pair; and_xor(x, mask, flip) = (x & mask) ^ flip.
@@ -941,8 +943,8 @@ void softmax_row(const KernelArgs& a, int seen, float* s, float& m, float& l, fl
   l += V::hsum(sum);
 }
 
-// What a run prepares once: VNNI query digits (int keys, turbo_mse keys in the fast kernels), or the split f16 path's queries (f16 keys) and whether
-// the value accumulators are in split order (f16 values).
+// What a run prepares once: VNNI query digits (int keys, turbo_mse keys in the fast kernels), or the split f16
+// path's queries (f16 keys) and whether the value accumulators are in split order (f16 values).
 struct RunPrep {
   VnniQueries vq{};
   const float* split_queries = nullptr;

@@ -1,7 +1,6 @@
 // The fused kernels for AVX-512 with VNNI: int8 and int4 keys scored by 8-bit integer dot products
 // (fused_kernel.hpp), exact and fast, and turbo_mse:1..3 keys in the fast kernels; the other phases as in
-// kernels_avx512.cpp. This file alone is compiled with
-// those flags.
+// kernels_avx512.cpp. This file alone is compiled with those flags.
 #include "attention/kernel_args.hpp"
 
 #if defined(__x86_64__)
