@@ -14,6 +14,8 @@
 
 #include "attention/isa.hpp"
 #include "attention_test_util.hpp"
+#include "codec/signed_byte_levels.hpp"
+#include "codec/turbo_mse.hpp"
 #include "env_override.hpp"
 #include "kvq/error.hpp"
 #include "test_seed.hpp"
@@ -25,16 +27,18 @@ using namespace test;  // the shared helpers of attention_test_util.hpp
 using detail::Isa;
 
 // The kernel that runs for the pair (kernel: its name without the ISA) under KVQ_ATTENTION=fast and KVQ_ISA = isa:
-// avx512bf16's fast kernels take int4 values with int or f16 keys, avx512vnni's int4 and int8 keys, avx2's int4 keys;
-// a pair without one on its instruction set runs the next narrower one's (avx512bf16's exact kernels are
-// avx512vnni's, avx512vnni's f16 keys avx512's).
+// avx512bf16's fast kernels take int4 values with int or f16 keys, avx512vnni's int4, int8 and turbo_mse:1..3 keys,
+// avx2's int4 and turbo_mse:1..3 keys (the pairs below have no turbo_mse:4 keys); a pair without one on its
+// instruction set runs the next narrower one's (avx512bf16's exact kernels are avx512vnni's, avx512vnni's f16 and
+// turbo_mse keys avx512's).
 std::string fast_kernel_name(Isa isa, const std::string& kernel) {
   const bool int_keys = kernel.rfind("fused_int", 0) == 0, f16_keys = kernel.rfind("fused_f16", 0) == 0;
+  const bool turbo_keys = kernel.rfind("fused_turbo_mse", 0) == 0;
   const bool int4_values = kernel.size() > 5 && kernel.compare(kernel.size() - 5, 5, "_int4") == 0;
   if (isa == Isa::avx512bf16 && !(int4_values && (int_keys || f16_keys))) isa = Isa::avx512vnni;
-  if (isa == Isa::avx512vnni && !int_keys) isa = Isa::avx512;
-  const bool fast = isa == Isa::avx512bf16 || (isa == Isa::avx512vnni && int_keys) ||
-                    (isa == Isa::avx2 && kernel.rfind("fused_int4", 0) == 0);
+  if (isa == Isa::avx512vnni && !(int_keys || turbo_keys)) isa = Isa::avx512;
+  const bool fast = isa == Isa::avx512bf16 || (isa == Isa::avx512vnni && (int_keys || turbo_keys)) ||
+                    (isa == Isa::avx2 && (kernel.rfind("fused_int4", 0) == 0 || turbo_keys));
   return kernel + "_" + detail::isa_name(isa) + (fast ? "_fast" : "");
 }
 
@@ -63,7 +67,11 @@ TEST(FastAttentionKernels, ErrorIsAtMostATenthOfTheCodecsOwnOnEveryIsa) {
                                     {"int8:64", "int4:16", "fused_int8_int4"},
                                     {"int4:64,rot=identity", "int8:16", "fused_int4_int8"},
                                     {"int4", "kivi:2", "fused_int4_kivi"},
-                                    {"f16", "int4", "fused_f16_int4"}};
+                                    {"f16", "int4", "fused_f16_int4"},
+                                    {"turbo_mse:2", "turbo_mse:2", "fused_turbo_mse_turbo_mse"},
+                                    {"turbo_mse:3", "turbo_mse:3", "fused_turbo_mse_turbo_mse"},
+                                    {"turbo_mse:2", "int4", "fused_turbo_mse_int4"},
+                                    {"turbo_mse:3", "f16", "fused_turbo_mse_f16"}};
   const std::vector<Shape> shapes{{128, 64, 0, 2, 4, {1000, 65}, true},
                                   {128, 64, 0, 1, 8, {2000}, false},
                                   {64, 128, 128, 2, 3, {700}, true},
@@ -106,9 +114,12 @@ TEST(FastAttentionKernels, PrefillErrorIsAtMostATenthOfTheCodecsOwn) {
   const Shape shape{128, 64, 0, 2, 4, {700}, true};
   const size_t L = shape.lengths[0], d = static_cast<size_t>(shape.d), hq = static_cast<size_t>(shape.H * shape.G);
   const EnvOverride fast("KVQ_ATTENTION", "fast");
-  for (const char* codec : {"int4", "int8"}) {
-    SCOPED_TRACE(codec);
-    const Scenario sc = build(shape, codec, codec, seed);
+  const std::vector<FastPair> pairs{{"int4", "int4", "fused_int4_int4"},
+                                    {"int8", "int8", "fused_int8_int8"},
+                                    {"turbo_mse:3", "turbo_mse:3", "fused_turbo_mse_turbo_mse"}};
+  for (const FastPair& pair : pairs) {
+    SCOPED_TRACE(pair.k);
+    const Scenario sc = build(shape, pair.k, pair.v, seed);
     std::vector<Tokens> decoded, original;
     for (int h = 0; h < shape.H; ++h) {
       decoded.push_back(decoded_head(sc.cache, sc.ids[0], 1, h));
@@ -129,8 +140,7 @@ TEST(FastAttentionKernels, PrefillErrorIsAtMostATenthOfTheCodecsOwn) {
         for (Isa isa : simd_isas()) {
           SCOPED_TRACE(detail::isa_name(isa));
           const EnvOverride env("KVQ_ISA", detail::isa_name(isa));
-          const std::string kernel = std::string("fused_") + codec + "_" + codec;
-          EXPECT_EQ(attention_kernel(sc.cache, 1), fast_kernel_name(isa, kernel));
+          EXPECT_EQ(attention_kernel(sc.cache, 1), fast_kernel_name(isa, pair.kernel));
           std::vector<float> out(q.size(), NAN);
           prefill_attention(sc.cache, 1, sc.ids[0], start, chunk, q, out);
           const double kernel_error = summed_distance(out, ref_decoded.out, ref_original.out, d);
@@ -138,6 +148,70 @@ TEST(FastAttentionKernels, PrefillErrorIsAtMostATenthOfTheCodecsOwn) {
         }
       }
   }
+}
+
+// turbo_mse keys' levels as bytes (signed_byte_levels.hpp): each within unit / 2 of unit x its byte, the largest in
+// magnitude exactly at +-127, for every bit width and head dimension the codec takes.
+TEST(FastAttentionKernels, TurboLevelsRoundToBytesWithinHalfAUnit) {
+  for (int bits = 1; bits <= 4; ++bits)
+    for (int d : {32, 64, 128, 256, 512}) {
+      SCOPED_TRACE("turbo_mse:" + std::to_string(bits) + " d=" + std::to_string(d));
+      const auto codec = make_codec("turbo_mse:" + std::to_string(bits), CodecParams{d, 64, 1, Role::key});
+      const float* levels = turbo_mse_params(*codec)->nibble_levels;
+      const SignedByteLevels b = signed_byte_levels(levels);
+      float amax = 0;
+      for (int e = 0; e < 16; ++e) amax = std::max(amax, std::fabs(levels[e]));
+      EXPECT_FLOAT_EQ(b.unit, amax / 127);
+      for (int e = 0; e < 16; ++e) {
+        EXPECT_LE(std::fabs(levels[e] - b.unit * b.l[e]), 0.5f * b.unit * (1 + 1e-6f)) << "level " << e;
+        EXPECT_LE(std::abs(b.l[e]), 127);
+        if (std::fabs(levels[e]) == amax) {
+          EXPECT_EQ(std::abs(b.l[e]), 127) << "level " << e;
+        }
+      }
+    }
+}
+
+// The extreme products of the turbo_mse keys' integer scores: keys whose first 8 channels take the largest level
+// (byte 255 or 1) and a query whose digits there are the most negative low digit (-32 in AVX2's 6-bit digits, where
+// the four products that vpmaddubsw's pairs sum in int16 reach 4 x 255 x -32 = -32640 of -32768; 7-bit digits would
+// saturate). The scores are then exact but for the other channels' level rounding (at most unit / 2 x the query's 6
+// in channel 8, a score error of 1e-3 here), so the output stays within 2e-3 of the decoded cache's.
+TEST(FastAttentionKernels, TurboKeysExtremeProductsStayExact) {
+  const int d = 64;
+  const Shape shape{d, 64, 0, 1, 1, {128}, false};
+  const EnvOverride fast("KVQ_ATTENTION", "fast");
+  for (int bits = 1; bits <= 3; ++bits) {
+    const std::string codec = "turbo_mse:" + std::to_string(bits) + ",rot=identity";
+    SCOPED_TRACE(codec);
+    const CacheConfig cfg = config_for(shape, codec, "f16", 3);
+    Scenario sc{cfg, KVCache(cfg), {}, {}};
+    Tokens t{std::vector<float>(128 * d, 0.0f), gaussian_vectors(128, d, 4)};
+    for (size_t i = 0; i < 128; ++i)
+      for (size_t c = 0; c < 8; ++c) t.keys[i * d + c] = (i % 2 ? -1.0f : 1.0f) / std::sqrt(8.0f);  // unit norm
+    sc.ids.push_back(sc.cache.add_sequence());
+    sc.tokens.push_back(t);
+    append_range(sc.cache, sc.ids[0], 1, t, 0, 128);
+    std::vector<float> q(d, 0.0f);
+    for (int c = 0; c < 8; ++c) q[c] = -6.0f * 1952 / 1984;  // q / S = -1952: digits -30, -32 (6-bit)
+    q[8] = 6.0f;                                             // the largest: S = 6 / 1984
+    const Reference ref = reference_decode(sc, q, 1, true);
+    for (Isa isa : simd_isas()) {
+      SCOPED_TRACE(detail::isa_name(isa));
+      const EnvOverride env("KVQ_ISA", detail::isa_name(isa));
+      EXPECT_EQ(attention_kernel(sc.cache, 1), fast_kernel_name(isa, "fused_turbo_mse_f16"));
+      EXPECT_LE(worst(decode(sc, q, nullptr), ref.out, ref, d, 2e-3, true), 1.0);
+    }
+  }
+}
+
+// turbo_mse:4 keys have no fast kernel: their level bytes would take up to a tenth of the codec's own error.
+TEST(FastAttentionKernels, TurboMse4KeysRunTheExactKernel) {
+  const Shape shape{128, 64, 0, 1, 4, {100}, false};
+  const Scenario sc = build(shape, "turbo_mse:4", "turbo_mse:4", 5);
+  const EnvOverride fast("KVQ_ATTENTION", "fast");
+  const std::string name = attention_kernel(sc.cache, 1);
+  EXPECT_FALSE(is_fast(name)) << name;
 }
 
 TEST(FastAttentionKernels, QueriesTooSmallToScaleGiveTheExactOutput) {

@@ -63,7 +63,9 @@ namespace {
 //   kVnni: int keys by integer dot products, with dpbusd(acc, u8 lanes, 4 s8 broadcast from memory) (int8 keys),
 //   dpbusd2(acc, u0, s0, u1, s1): the two at once (int4 keys: codes below 16), xor_i, and_i, srl4 and sll8 (32-bit
 //   lanes shifted), add_i, sub_i (an int32 broadcast from memory) and cvt (int32 -> fp32). AVX512-VNNI has them as
-//   instructions; AVX2's fast kernel for int4 keys by vpmaddubsw and vpmaddwd (kernels_avx2.cpp).
+//   instructions; AVX2's fast kernel for int4 keys by vpmaddubsw and vpmaddwd (kernels_avx2.cpp). For turbo_mse keys
+//   also kLevelDigitBits (the query digits' width that its dpbusd2 keeps exact against bytes up to 255),
+//   load_bytes16(p) (16 bytes in every 128-bit lane) and shuffle_bytes(table, x) (each byte's entry by its low 4 bits).
 //   Bf16Values (AVX512-BF16 only): tile_pairs(x) (16 tokens in values_int4_bf16's pair order), to_bf16(lo, hi) (32
 //   bf16, rounded to nearest), store_i, bf16_ones(), dpbf16(acc, a, b) and dpbf16_1(acc, a, one pair broadcast from
 //   memory): acc + per lane the two products of its bf16 pair; and_xor(x, mask, flip) = (x & mask) ^ flip.
@@ -435,19 +437,23 @@ void key_scores_qjl(const KernelArgs& a, const float* q, const uint8_t* block, P
 //   Digits = 1 or 2 (the fast kernels, docs/METHODS.md): q rounded to 2^-8 or 2^-16 of its largest element; the
 //   integer sums stay exact, so the score's only extra error is that rounding.
 //
-// Prepared queries in the kernel's scratch: digits [d/E chunks of E channels][n_q][Digits][E channels] int8 (int4:
-// the 8 channels as the 4 even, then the 4 odd; a pass's digits for one chunk sit at fixed offsets from one
-// pointer); then the offset corrections [n_q][groups][2] int32; then the scales S [n_q] float.
+// Prepared queries in the kernel's scratch: digits [d/E chunks of E channels][n_q][Digits][E channels] int8 (int4
+// and turbo_mse: the 8 channels as the 4 even, then the 4 odd; a pass's digits for one chunk sit at fixed offsets
+// from one pointer); then the offset corrections [n_q][groups][2] int32; then the scales S [n_q] float.
 struct VnniQueries {
   const int8_t* digits;
   const int32_t* corrections;
   const float* scales;
 };
 
-template <int Bits, int Digits>
-VnniQueries prepare_vnni_queries(const KernelArgs& a) {
-  constexpr int E = 32 / Bits, offset = 1 << (Bits - 1);
-  const int d = a.d, G = a.key_group, groups = d / G, n_q = a.n_q;
+// Bits: the keys' (4 for turbo_mse's level bytes, which take int4's channel order); DigitBits: each digit's
+// (query_digits.hpp); G channels per correction, offset: what the key bytes add to the signed value (int4: 8, int8
+// and turbo_mse: 128); unit: a factor of every scale (turbo_mse: the level bytes' unit).
+template <int Bits, int Digits, int DigitBits = 8>
+VnniQueries prepare_vnni_queries(const KernelArgs& a, int G, int offset, float unit = 1.0f) {
+  static_assert(Digits < 3 || DigitBits == 8, "three digits join in fp32 as 256 x P01 + P2");
+  constexpr int E = 32 / Bits;
+  const int d = a.d, groups = d / G, n_q = a.n_q;
   auto* digits = reinterpret_cast<int8_t*>(a.scratch);
   auto* corrections = reinterpret_cast<int32_t*>(a.scratch + static_cast<size_t>(n_q) * Digits * d);
   auto* scales = reinterpret_cast<float*>(corrections + static_cast<size_t>(n_q) * groups * 2);
@@ -455,20 +461,20 @@ VnniQueries prepare_vnni_queries(const KernelArgs& a) {
     const float* q = a.q + static_cast<size_t>(i) * d;
     float amax = 0;
     for (int c = 0; c < d; ++c) amax = amax > q[c] ? (amax > -q[c] ? amax : -q[c]) : q[c];
-    const float scale = digit_scale<Digits>(amax);  // 1 for a query too small to scale: zero digits
-    scales[i] = scale;
+    const float scale = digit_scale<Digits, DigitBits>(amax);  // 1 for a query too small to scale: zero digits
+    scales[i] = scale * unit;
     int32_t* corr = corrections + static_cast<size_t>(i) * groups * 2;
     for (int k = 0; k < groups * 2; ++k) corr[k] = 0;
     for (int c = 0; c < d; ++c) {
       int32_t digit[Digits];
-      query_digits<Digits>(q[c], scale, digit);
+      query_digits<Digits, DigitBits>(q[c], scale, digit);
       const int slot = Bits == 4 ? (c % 2) * 4 + (c % 8) / 2 : c % 4;  // int4: even channels, then odd
       for (int k = 0; k < Digits; ++k)
         digits[(static_cast<size_t>(c / E) * n_q + i) * Digits * E + k * E + slot] = static_cast<int8_t>(digit[k]);
       if constexpr (Digits == 1) {
         corr[(c / G) * 2] += offset * digit[0];
       } else {
-        corr[(c / G) * 2] += offset * (256 * digit[0] + digit[1]);
+        corr[(c / G) * 2] += offset * ((1 << DigitBits) * digit[0] + digit[1]);
       }
       if constexpr (Digits == 3) corr[(c / G) * 2 + 1] += offset * digit[2];
     }
@@ -528,6 +534,56 @@ void key_scores_int_vnni(const KernelArgs& a, const VnniQueries& vq, int i0, con
       }
     }
     for (int i = 0; i < NQ; ++i) V::store(s + i * T + tok, V::mul(sc[i], V::set1(vq.scales[i0 + i])));
+    pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
+  }
+}
+
+// turbo_mse keys by integer dot products (the fast kernels; docs/METHODS.md): the levels as unsigned bytes l_j + 128
+// (KernelArgs::key_level_bytes, looked up by each code's nibble in a byte shuffle; level_j ~ unit l_j), the query as
+// two digits of V::kLevelDigitBits bits (base B: 256 on AVX512-VNNI, 64 on AVX2, whose int16 sums bound the digits),
+// per token s = norm unit S (B P0 + P1 - 128 sum_c (B D0_c + D1_c)), P_k = sum_c (l_c + 128) D_k,c. Exact in int32:
+// |sum_c l_c (B D0_c + D1_c)| <= 127 x 32512 x 512 < 2^31 (d up to kMaxDim), so the wraps of the offset form
+// cancel. The digits take int4's channel order: a nibble lane's even nibbles (channels 8v + 0, 2, 4, 6 of a chunk)
+// are its low nibbles.
+template <class V, BlockFormat K, int KeyDigits>
+constexpr bool turbo_int_scores() {
+  return V::kVnni && is_turbo(K) && KeyDigits == 2;
+}
+
+template <class V, int NQ, int Bits>
+void key_scores_turbo_int(const KernelArgs& a, const VnniQueries& vq, int i0, const uint8_t* block, Prefetch<V>& pf,
+                          float* s) {
+  constexpr int W = V::W;
+  const int d = a.d, T = a.T, chunks = d / 32, n_vec = T / W;
+  const auto table = V::load_bytes16(a.key_level_bytes);
+  const uint8_t* norms = block + a.key_scales_offset;
+  const int8_t* digits = vq.digits + static_cast<size_t>(i0) * 2 * 8;
+  const size_t eight_stride = static_cast<size_t>(a.n_q) * 2 * 8;  // digits of the next 8 channels
+  const int32_t* corrections = vq.corrections + static_cast<size_t>(i0) * 2;
+  for (int vec = 0; vec < n_vec; ++vec) {
+    const int tok = vec * W;
+    const uint8_t* lanes = block + static_cast<size_t>(tok / 16) * chunks * Bits * 64 + 4 * (tok % 16);
+    typename V::I acc[NQ][2];
+    for (int i = 0; i < NQ; ++i) acc[i][0] = V::zero_i(), acc[i][1] = V::zero_i();
+    for (int k = 0; k < chunks; ++k) {
+      typename V::I n[4];
+      nibble_lanes<V, Bits>(lanes + 64 * Bits * k, n);
+      for (int v = 0; v < 4; ++v) {
+        const auto even = V::shuffle_bytes(table, V::and_i(n[v], 0x0F0F0F0Fu));
+        const auto odd = V::shuffle_bytes(table, V::and_i(V::srl4(n[v]), 0x0F0F0F0Fu));
+        const int8_t* qd = digits + static_cast<size_t>(4 * k + v) * eight_stride;
+        for (int i = 0; i < NQ; ++i)
+          for (int h = 0; h < 2; ++h) {
+            const int8_t* dh = qd + (2 * i + h) * 8;
+            acc[i][h] = V::dpbusd2(acc[i][h], even, dh, odd, dh + 4);
+          }
+      }
+    }
+    const auto norm = V::load_f16(norms + 2 * tok);
+    for (int i = 0; i < NQ; ++i) {
+      const auto p = V::sub_i(V::add_i(V::template shl<V::kLevelDigitBits>(acc[i][0]), acc[i][1]), corrections + 2 * i);
+      V::store(s + i * T + tok, V::mul(norm, V::mul(V::cvt(p), V::set1(vq.scales[i0 + i]))));
+    }
     pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
   }
 }
@@ -887,8 +943,8 @@ void softmax_row(const KernelArgs& a, int seen, float* s, float& m, float& l, fl
   l += V::hsum(sum);
 }
 
-// What a run prepares once: VNNI query digits (int keys), or the split f16 path's queries (f16 keys) and whether
-// the value accumulators are in split order (f16 values).
+// What a run prepares once: VNNI query digits (int keys, turbo_mse keys in the fast kernels), or the split f16
+// path's queries (f16 keys) and whether the value accumulators are in split order (f16 values).
 struct RunPrep {
   VnniQueries vq{};
   const float* split_queries = nullptr;
@@ -906,6 +962,8 @@ template <class V, BlockFormat K, int NQ, int KeyDigits>
   Prefetch<V> pf(block, next_page ? next_page + a.key_offset : nullptr, key_block_bytes(a, K));
   if constexpr (is_kivi(K)) {
     key_scores_kivi<V, NQ, bits_of(K)>(a, q, block, pf, s);
+  } else if constexpr (turbo_int_scores<V, K, KeyDigits>()) {
+    key_scores_turbo_int<V, NQ, turbo_bits(K)>(a, prep.vq, i0, block, pf, s);
   } else if constexpr (is_turbo(K)) {
     key_scores_turbo<V, NQ, turbo_bits(K)>(a, q, block, pf, s);
   } else if constexpr (is_prod(K)) {
@@ -979,7 +1037,10 @@ void attend(const KernelArgs& a) {
   const size_t T = static_cast<size_t>(a.T);
   const bool splits = a.d % (2 * V::W) == 0;
   RunPrep prep;
-  if constexpr (V::kVnni && is_int(K)) prep.vq = prepare_vnni_queries<bits_of(K), KeyDigits>(a);
+  if constexpr (V::kVnni && is_int(K))
+    prep.vq = prepare_vnni_queries<bits_of(K), KeyDigits>(a, a.key_group, 1 << (bits_of(K) - 1));
+  if constexpr (turbo_int_scores<V, K, KeyDigits>())
+    prep.vq = prepare_vnni_queries<4, KeyDigits, V::kLevelDigitBits>(a, a.d, 128, a.key_level_unit);
   if constexpr (K == BlockFormat::f16) {
     const size_t n = static_cast<size_t>(a.n_q) * a.d;
     float qmax = 0;

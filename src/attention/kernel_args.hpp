@@ -47,6 +47,9 @@ struct KernelArgs {
   size_t key_mins_offset = 0, value_mins_offset = 0;  ///< kivi: the block's mins_offset()
   const float* key_levels = nullptr;    ///< turbo keys: the 16 nibble levels (TurboMseParams::nibble_levels)
   const float* value_levels = nullptr;  ///< turbo values: the same
+  /// turbo_mse keys in the fast kernels: the levels as unsigned bytes l_j + 128 and their unit (signed_byte_levels.hpp)
+  const uint8_t* key_level_bytes = nullptr;
+  float key_level_unit = 0;
   int key_space = 0;    ///< floats per query row: d, d + m (turbo_prod: [R q | S q]) or m (qjl: S q)
   int value_space = 0;  ///< floats per output row: d, or d + m (turbo_prod: [R o | S o])
   /// turbo_prod, qjl: the sign tiles' offset (layout::SignTiles), the residual norms' offset, sqrt(pi/2) / m

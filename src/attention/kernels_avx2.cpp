@@ -153,6 +153,15 @@ struct Avx2Dot : Avx2 {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
   }
 
+  // turbo_mse keys (key_scores_turbo_int): level bytes up to 255 against 6-bit query digits in [-32, 31], so that
+  // dpbusd2's two pairs of products sum within int16 (|4 x 255 x 32| = 32640 <= 32767); 8-bit digits would reach
+  // 2 x 255 x 128 = 65280 in one pair and saturate. The 16 level bytes in both 128-bit lanes.
+  static constexpr int kLevelDigitBits = 6;
+  static I load_bytes16(const uint8_t* p) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static I shuffle_bytes(I table, I idx) { return _mm256_shuffle_epi8(table, idx); }
+
  private:
   static I broadcast4(const int8_t* s8x4) {
     int32_t b;
@@ -167,9 +176,21 @@ namespace avx2 {
 KernelFn fused_kernel(BlockFormat key, BlockFormat value) { return fused_kernel_for<Avx2>(key, value); }
 
 // int4 keys with two digits per query, as AVX512-VNNI's (int8 codes as unsigned bytes would saturate vpmaddubsw's
-// int16 pairs).
+// int16 pairs); turbo_mse:1..3 keys with two 6-bit digits (Avx2Dot::kLevelDigitBits), as AVX512-VNNI's.
 KernelFn fast_kernel(BlockFormat key, BlockFormat value) {
-  return key == BlockFormat::int4 ? fused_kernel_with_keys<Avx2Dot, BlockFormat::int4, 2>(value) : nullptr;
+  using F = BlockFormat;
+  switch (key) {
+    case F::int4:
+      return fused_kernel_with_keys<Avx2Dot, F::int4, 2>(value);
+    case F::turbo1:
+      return fused_kernel_with_keys<Avx2Dot, F::turbo1, 2>(value);
+    case F::turbo2:
+      return fused_kernel_with_keys<Avx2Dot, F::turbo2, 2>(value);
+    case F::turbo3:
+      return fused_kernel_with_keys<Avx2Dot, F::turbo3, 2>(value);
+    default:
+      return nullptr;
+  }
 }
 }  // namespace avx2
 }  // namespace kvq::detail

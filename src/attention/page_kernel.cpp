@@ -3,6 +3,7 @@
 #include "codec/block_layout.hpp"
 #include "codec/int_group.hpp"
 #include "codec/kivi.hpp"
+#include "codec/signed_byte_levels.hpp"
 #include "codec/turbo_mse.hpp"
 
 namespace kvq::detail {
@@ -49,6 +50,10 @@ Format format_of(const Codec& codec, int T) {
     return {BlockFormat::qjl, nullptr, 0, l.norms_offset(), 0, nullptr, 0, 0, p->sketch_scale};
   }
   return {};
+}
+
+bool is_turbo_mse(BlockFormat f) {
+  return f == BlockFormat::turbo1 || f == BlockFormat::turbo2 || f == BlockFormat::turbo3 || f == BlockFormat::turbo4;
 }
 
 KernelFn fused_kernel(Isa isa, BlockFormat key, BlockFormat value) {
@@ -106,6 +111,11 @@ PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa i
   kernel.value_mins_offset = v.mins_offset;
   kernel.key_levels = k.levels;
   kernel.value_levels = v.levels;
+  if (is_turbo_mse(k.format)) {  // computed here, not in the kernels: their translation units take wider instructions
+    const SignedByteLevels b = signed_byte_levels(k.levels);
+    for (int e = 0; e < 16; ++e) kernel.key_level_bytes[e] = static_cast<uint8_t>(b.l[e] + 128);
+    kernel.key_level_unit = b.unit;
+  }
   kernel.key_signs_offset = k.signs_offset;
   kernel.value_signs_offset = v.signs_offset;
   kernel.key_residual_norms_offset = k.residual_norms_offset;

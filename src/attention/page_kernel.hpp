@@ -3,6 +3,8 @@
 // Scorer and accumulate.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <string>
 
 #include "attention/isa.hpp"
@@ -24,6 +26,8 @@ struct PageKernel {
   size_t key_mins_offset = 0, value_mins_offset = 0;
   const float* key_levels = nullptr;
   const float* value_levels = nullptr;
+  std::array<uint8_t, 16> key_level_bytes{};  ///< turbo_mse keys: KernelArgs::key_level_bytes
+  float key_level_unit = 0;
   size_t key_signs_offset = 0, value_signs_offset = 0;
   size_t key_residual_norms_offset = 0, value_residual_norms_offset = 0;
   float key_sketch_scale = 0, value_sketch_scale = 0;

@@ -58,6 +58,8 @@ void attend_fused(const PageRun& run) {
   a.value_mins_offset = k.value_mins_offset;
   a.key_levels = k.key_levels;
   a.value_levels = k.value_levels;
+  a.key_level_bytes = k.key_level_bytes.data();
+  a.key_level_unit = k.key_level_unit;
   a.key_space = run.key_codec->space_dim();
   a.value_space = run.value_codec->space_dim();
   a.key_signs_offset = k.key_signs_offset;

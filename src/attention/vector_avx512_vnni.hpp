@@ -30,6 +30,14 @@ struct Avx512Vnni : Avx512 {
   static I dpbusd2(I acc, I u0, const int8_t* s0, I u1, const int8_t* s1) {
     return dpbusd(dpbusd(acc, u0, s0), u1, s1);
   }
+
+  // turbo_mse keys (fused_kernel.hpp, key_scores_turbo_int): 8-bit query digits against full-range level bytes (the
+  // products sum in int32); the 16 level bytes in every 128-bit lane, looked up by each byte's low 4 bits.
+  static constexpr int kLevelDigitBits = 8;
+  static I load_bytes16(const uint8_t* p) {
+    return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static I shuffle_bytes(I table, I idx) { return _mm512_shuffle_epi8(table, idx); }
 };
 
 }  // namespace

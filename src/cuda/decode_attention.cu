@@ -16,6 +16,7 @@
 #include "codec/block_layout.hpp"
 #include "codec/int_group.hpp"
 #include "codec/kivi.hpp"
+#include "codec/signed_byte_levels.hpp"
 #include "codec/turbo_mse.hpp"
 #include "codec/vecinfer.hpp"
 #include "core/half.hpp"
@@ -255,16 +256,12 @@ static void level_tables(const Codec& c, const float* levels, uint32_t (&hi)[8])
   }
 }
 
-// The integer path's levels (CodecArgs::levels_i8): l_j = round(level_j / u), u = max_j |level_j| / 127.
-static void signed_byte_levels(const float* levels, CodecArgs& a) {
-  float amax = 0;
-  for (int e = 0; e < 16; ++e) amax = std::max(amax, std::fabs(levels[e]));
-  a.level_unit = amax > 0 ? amax / 127.0f : 1.0f;
-  for (int e = 0; e < 16; ++e) {
-    const long l = std::lrint(levels[e] / a.level_unit);
-    KVQ_CHECK(l >= -127 && l <= 127, "CUDA decode attention: a level beyond the signed bytes' range");
-    a.levels_i8[e / 4] |= (static_cast<uint32_t>(l) & 0xffu) << (8 * (e % 4));
-  }
+// The integer path's levels (CodecArgs::levels_i8), rounded as the CPU's fast kernels round them.
+static void set_byte_levels(const float* levels, CodecArgs& a) {
+  const SignedByteLevels b = signed_byte_levels(levels);
+  a.level_unit = b.unit;
+  for (int e = 0; e < 16; ++e)
+    a.levels_i8[e / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(b.l[e])) << (8 * (e % 4));
 }
 
 std::vector<uint32_t> codec_table(const Codec& c, bool key) {
@@ -328,7 +325,7 @@ CodecArgs host_codec_args(const Codec& c, bool key) {
   } else if (const auto tm = turbo_mse_params(c)) {
     a.sec0 = static_cast<uint32_t>(tm->layout.norms_offset());
     level_tables(c, tm->nibble_levels, a.table_hi);
-    if (key) signed_byte_levels(tm->nibble_levels, a);
+    if (key) set_byte_levels(tm->nibble_levels, a);
   } else if (const auto tp = turbo_prod_params(c)) {
     a.sec0 = static_cast<uint32_t>(tp->layout.mse().norms_offset());
     a.sec1 = static_cast<uint32_t>(tp->layout.signs_offset());

@@ -1,0 +1,28 @@
+// turbo_mse keys' levels as signed bytes, for the fast attention kernels' integer dot products (docs/METHODS.md,
+// "Fast attention kernels"). One rounding rule for the CPU's kernels (page_kernel.cpp hands them the bytes) and the
+// CUDA decode kernel's integer path (decode_attention.cu), so that both score a key alike.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace kvq {
+
+/// Levels L_j ~ unit l_j: unit = max_j |L_j| / 127 (1 where every level is zero), l_j = lrint(L_j / unit). So
+/// |L_j - unit l_j| <= unit / 2, every l_j lies in [-127, 127] and the largest |L_j| maps to +-127.
+struct SignedByteLevels {
+  int8_t l[16];
+  float unit;
+};
+
+/// levels: the 16 nibble levels of a LaneCodes chunk (TurboMseParams::nibble_levels).
+inline SignedByteLevels signed_byte_levels(const float* levels) {
+  SignedByteLevels b{};
+  float amax = 0;
+  for (int e = 0; e < 16; ++e) amax = std::fmax(amax, std::fabs(levels[e]));
+  b.unit = amax > 0 ? amax / 127.0f : 1.0f;
+  for (int e = 0; e < 16; ++e) b.l[e] = static_cast<int8_t>(std::lrint(levels[e] / b.unit));
+  return b;
+}
+
+}  // namespace kvq
