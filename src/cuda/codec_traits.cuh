@@ -173,14 +173,8 @@ KVQ_HD void lookup(uint32_t nib, const uint32_t (&t)[8], uint32_t& p01, uint32_t
   if constexpr (kBits == 4) lookup16(nib, t, p01, p23);
   else lookup4(nib, t, p01, p23);
 }
-/// The signed-byte levels (CodecArgs::levels_i8) of the low 4 nibbles of nib: byte j = l[nibble j]; below 8 one
-/// permute, for indices 0..15 both halves and the upper one where nibble j's bit 3 is set (as lookup16).
-template <int kBits>
-KVQ_HD uint32_t lookup_i8(uint32_t nib, const uint32_t (&l)[4]) {
-  if constexpr (kBits < 4) return prmt(l[0], l[1], nib & 0xffffu);
-  const uint32_t sel = nib & 0x7777u, upper = ((nib >> 1) & 0x4444u) | 0x3210u;
-  return prmt(prmt(l[0], l[1], sel), prmt(l[2], l[3], sel), upper);
-}
+/// The signed-byte levels (CodecArgs::levels_i8) of the low 4 nibbles of nib (each below 8): byte j = l[nibble j].
+KVQ_HD uint32_t lookup_i8(uint32_t nib, const uint32_t (&l)[4]) { return prmt(l[0], l[1], nib & 0xffffu); }
 
 /// The channel of the value column `col` of value tile j for the codecs with channels-in-lanes tiles of 16
 /// channels: 16-byte loads of 4 consecutive channels, 4 of them (e) in 4 tiles; tile j = 4r + e covers the 32
@@ -740,11 +734,13 @@ struct TurboMseTraits {
       scale_tiles<C>(nr, 0x1p-12f, acc, s);
     }
 
-    // The integer path (KVQ_ATTENTION=fast; decode_kernel.cuh, int_scores): k steps of 32 channels by
+    // The integer path (KVQ_ATTENTION=fast; decode_kernel.cuh, int_scores) for b <= 3: k steps of 32 channels by
     // mma.m16n8k32 on signed bytes, the query as two 8-bit digits, the codes' levels as signed bytes l_j
-    // (CodecArgs::levels_i8: one byte permute per 4 codes where b <= 3, against two fp16 ones per 2 codes) and
-    // the token's norm times level_unit after all k steps.
-    static constexpr bool kIntScores = true;
+    // (CodecArgs::levels_i8: one byte permute per 4 codes, against two fp16 ones per 2 codes) and the token's norm
+    // times level_unit after all k steps. 4-bit keys keep the fp16 path: their innermost level rounds to a byte of
+    // about 6, up to 8 % off, and their kernel error reached a tenth of the codec's own (the CPU's tests; the same
+    // rounding, signed_byte_levels.hpp).
+    static constexpr bool kIntScores = kBits <= 3;
     static constexpr int kIntFactorLog2 = 0;
     /// The channel of k (0..31) in k32 step ks: lane i's nibble word holds channels 32 ks + 8i .. 8i + 7, its
     /// low half at k = 4i + j, its high half at 16 + 4i + j.
@@ -756,6 +752,7 @@ struct TurboMseTraits {
     template <int D, int C>
     KVQ_HD static void int_bfrags(const uint4* codes, int ks, const CodecArgs& a, int lane,
                                   uint32_t (&b)[C / 8][2]) {
+      static_assert(kIntScores, "the integer path takes turbo_mse:1-3 keys");
 KVQ_UNROLL
       for (int h = 0; h < C / 32; ++h) {
         const int slot = (ks * (C / 32) + h) * P;
@@ -763,8 +760,8 @@ KVQ_UNROLL
 KVQ_UNROLL
         for (int x = 0; x < 4; ++x) {
           const uint32_t nib = nibbles(low, bit, x, lane);
-          b[4 * h + x][0] = lookup_i8<kBits>(nib, a.levels_i8);
-          b[4 * h + x][1] = lookup_i8<kBits>(nib >> 16, a.levels_i8);
+          b[4 * h + x][0] = lookup_i8(nib, a.levels_i8);
+          b[4 * h + x][1] = lookup_i8(nib >> 16, a.levels_i8);
         }
       }
     }

@@ -325,7 +325,7 @@ CodecArgs host_codec_args(const Codec& c, bool key) {
   } else if (const auto tm = turbo_mse_params(c)) {
     a.sec0 = static_cast<uint32_t>(tm->layout.norms_offset());
     level_tables(c, tm->nibble_levels, a.table_hi);
-    if (key) set_byte_levels(tm->nibble_levels, a);
+    if (key && tm->layout.bits <= 3) set_byte_levels(tm->nibble_levels, a);  // the integer path's (b <= 3)
   } else if (const auto tp = turbo_prod_params(c)) {
     a.sec0 = static_cast<uint32_t>(tp->layout.mse().norms_offset());
     a.sec1 = static_cast<uint32_t>(tp->layout.signs_offset());
@@ -360,12 +360,13 @@ namespace {
 bool fast_precision() { return kvq::detail::active_precision() == kvq::detail::Precision::fast; }
 
 // Whether the kernel takes a fast path under KVQ_ATTENTION=fast (the default; the CPU's switch, read at each plan):
-// the integer scores of int4/int8 and turbo_mse keys, or the fast value path of int4 values in groups of 32 or 64
+// the integer scores of int4/int8 and turbo_mse:1-3 keys, or the fast value path of int4 values in groups of 32 or 64
 // channels and of turbo_mse values (the traits' fast_values); else the exact fp16 kernel.
 bool fast_path(const Codec& k, const Codec& v) {
   const auto vp = int_group_params(v);
   const bool fast_values = (vp && vp->bits == 4 && vp->group >= 32) || turbo_mse_params(v).has_value();
-  const bool int_scores = int_group_params(k).has_value() || turbo_mse_params(k).has_value();
+  const auto kt = turbo_mse_params(k);
+  const bool int_scores = int_group_params(k).has_value() || (kt && kt->layout.bits <= 3);
   return fast_precision() && (int_scores || fast_values);
 }
 

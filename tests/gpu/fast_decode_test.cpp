@@ -43,7 +43,8 @@ struct FastPair {
 // int4/int4, int8/int8, int4 keys in groups of 16 and 64, int8 keys in groups of 16 and 64, the default build's
 // int keys with non-int values (src/cuda/decode_pairs.cmake: int8/turbo_mse:3, int4/turbo_mse:2), int4 values in
 // groups of 64 and of 16 (the exact value path beside integer scores), int4 values beside keys without a fast
-// path (f16, kivi:4), and turbo_mse keys and values (turbo_mse:2 and :3 with themselves, turbo_mse:4 / turbo_mse:2).
+// path (f16, kivi:4), and turbo_mse keys and values (turbo_mse:2 and :3 with themselves; turbo_mse:4 / turbo_mse:2,
+// whose 4-bit keys keep the fp16 path).
 const std::vector<FastPair> kFastPairs = {{"int4", "int4", "cuda_int4_int4_fast"},
                                           {"int8", "int8", "cuda_int8_int8_fast"},
                                           {"int4:16", "int4", "cuda_int4_int4_fast"},
