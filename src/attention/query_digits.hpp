@@ -8,10 +8,13 @@
 #include <cfloat>
 #include <cstdint>
 
+// Internal linkage on the host: the CPU kernels' translation units each compile these with their own instruction set
+// (kernels_avx2.cpp, kernels_avx512*.cpp), and one inline definition shared by all of them would let the linker keep
+// a copy with AVX-512 instructions for the AVX2 kernels too.
 #if defined(__CUDACC__)
 #define KVQ_DIGITS_HD __host__ __device__ __forceinline__
 #else
-#define KVQ_DIGITS_HD inline
+#define KVQ_DIGITS_HD static inline
 #endif
 
 namespace kvq::detail {
