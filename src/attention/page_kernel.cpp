@@ -52,10 +52,6 @@ Format format_of(const Codec& codec, int T) {
   return {};
 }
 
-bool is_turbo_mse(BlockFormat f) {
-  return f == BlockFormat::turbo1 || f == BlockFormat::turbo2 || f == BlockFormat::turbo3 || f == BlockFormat::turbo4;
-}
-
 KernelFn fused_kernel(Isa isa, BlockFormat key, BlockFormat value) {
   switch (isa) {
     case Isa::scalar:
@@ -111,8 +107,9 @@ PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa i
   kernel.value_mins_offset = v.mins_offset;
   kernel.key_levels = k.levels;
   kernel.value_levels = v.levels;
-  if (is_turbo_mse(k.format)) {  // computed here, not in the kernels: their translation units take wider instructions
-    const SignedByteLevels b = signed_byte_levels(k.levels);
+  // The fast kernels' level bytes, computed here, not in the kernels: their translation units take wider instructions.
+  if (const auto p = turbo_mse_params(key); p && p->layout.bits <= kByteLevelMaxBits) {
+    const SignedByteLevels b = signed_byte_levels(p->nibble_levels);
     for (int e = 0; e < 16; ++e) kernel.key_level_bytes[e] = static_cast<uint8_t>(b.l[e] + 128);
     kernel.key_level_unit = b.unit;
   }

@@ -8,6 +8,10 @@
 
 namespace kvq {
 
+/// The widest turbo_mse keys scored by their levels as bytes: at 4 bits the innermost level rounds to a byte of
+/// about 6 (up to 8 % off) and the kernels' error reached a tenth of the codec's own (docs/METHODS.md).
+inline constexpr int kByteLevelMaxBits = 3;
+
 /// Levels L_j ~ unit l_j: unit = max_j |L_j| / 127 (1 where every level is zero), l_j = lrint(L_j / unit). So
 /// |L_j - unit l_j| <= unit / 2, every l_j lies in [-127, 127] and the largest |L_j| maps to +-127.
 struct SignedByteLevels {

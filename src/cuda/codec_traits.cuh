@@ -25,6 +25,7 @@
 
 #include <cstdint>
 
+#include "codec/signed_byte_levels.hpp"
 #include "cuda/fragment_ops.cuh"
 
 namespace kvq::cuda::detail {
@@ -734,13 +735,11 @@ struct TurboMseTraits {
       scale_tiles<C>(nr, 0x1p-12f, acc, s);
     }
 
-    // The integer path (KVQ_ATTENTION=fast; decode_kernel.cuh, int_scores) for b <= 3: k steps of 32 channels by
-    // mma.m16n8k32 on signed bytes, the query as two 8-bit digits, the codes' levels as signed bytes l_j
-    // (CodecArgs::levels_i8: one byte permute per 4 codes, against two fp16 ones per 2 codes) and the token's norm
-    // times level_unit after all k steps. 4-bit keys keep the fp16 path: their innermost level rounds to a byte of
-    // about 6, up to 8 % off, and their kernel error reached a tenth of the codec's own (the CPU's tests; the same
-    // rounding, signed_byte_levels.hpp).
-    static constexpr bool kIntScores = kBits <= 3;
+    // The integer path (KVQ_ATTENTION=fast; decode_kernel.cuh, int_scores) up to kByteLevelMaxBits (4-bit keys
+    // keep the fp16 path): k steps of 32 channels by mma.m16n8k32 on signed bytes, the query as two 8-bit digits,
+    // the codes' levels as signed bytes l_j (CodecArgs::levels_i8: one byte permute per 4 codes, against two fp16
+    // ones per 2 codes) and the token's norm times level_unit after all k steps.
+    static constexpr bool kIntScores = kBits <= kByteLevelMaxBits;
     static constexpr int kIntFactorLog2 = 0;
     /// The channel of k (0..31) in k32 step ks: lane i's nibble word holds channels 32 ks + 8i .. 8i + 7, its
     /// low half at k = 4i + j, its high half at 16 + 4i + j.

@@ -325,7 +325,7 @@ CodecArgs host_codec_args(const Codec& c, bool key) {
   } else if (const auto tm = turbo_mse_params(c)) {
     a.sec0 = static_cast<uint32_t>(tm->layout.norms_offset());
     level_tables(c, tm->nibble_levels, a.table_hi);
-    if (key && tm->layout.bits <= 3) set_byte_levels(tm->nibble_levels, a);  // the integer path's (b <= 3)
+    if (key && tm->layout.bits <= kByteLevelMaxBits) set_byte_levels(tm->nibble_levels, a);  // the integer path's
   } else if (const auto tp = turbo_prod_params(c)) {
     a.sec0 = static_cast<uint32_t>(tp->layout.mse().norms_offset());
     a.sec1 = static_cast<uint32_t>(tp->layout.signs_offset());
@@ -366,7 +366,7 @@ bool fast_path(const Codec& k, const Codec& v) {
   const auto vp = int_group_params(v);
   const bool fast_values = (vp && vp->bits == 4 && vp->group >= 32) || turbo_mse_params(v).has_value();
   const auto kt = turbo_mse_params(k);
-  const bool int_scores = int_group_params(k).has_value() || (kt && kt->layout.bits <= 3);
+  const bool int_scores = int_group_params(k).has_value() || (kt && kt->layout.bits <= kByteLevelMaxBits);
   return fast_precision() && (int_scores || fast_values);
 }
 

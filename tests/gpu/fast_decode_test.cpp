@@ -109,6 +109,33 @@ TEST(CudaFastDecode, QueriesTooSmallToScaleGiveTheExactOutput) {
   }
 }
 
+// KVQ_CUDA_DEPENDENT_LAUNCH=0 launches a call's kernels one after the other, 1 (the default) as dependents: the
+// same output either way; any other value is an error naming the variable.
+TEST(CudaFastDecode, DependentLaunchesGiveTheSameOutput) {
+  KVQ_REQUIRE_GPU();
+  const Shape shape{128, 64, 0, 2, 4, {700, 90}, true};
+  const test::Scenario sc = test::build(shape, "turbo_mse:3", "int4", 13);
+  const KVCache dev = sc.cache.to(Device::cuda());
+  const auto q = test::queries(shape, sc.ids.size(), 14);
+  std::vector<float> plain, dependent;
+  {
+    const EnvOverride env("KVQ_CUDA_DEPENDENT_LAUNCH", "0");
+    plain = device_decode(dev, sc.ids, q);
+  }
+  {
+    const EnvOverride env("KVQ_CUDA_DEPENDENT_LAUNCH", "1");
+    dependent = device_decode(dev, sc.ids, q);
+  }
+  EXPECT_EQ(plain, dependent);
+  const EnvOverride bad("KVQ_CUDA_DEPENDENT_LAUNCH", "yes");
+  try {
+    device_decode(dev, sc.ids, q);
+    ADD_FAILURE() << "KVQ_CUDA_DEPENDENT_LAUNCH=yes was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("KVQ_CUDA_DEPENDENT_LAUNCH"), std::string::npos) << e.what();
+  }
+}
+
 // KVQ_ATTENTION selects the path as on the CPU: exact runs the fp16 kernel (named without _fast) and keeps the
 // exact tests' 1e-3 bound; int4 keys in groups of 16 have only the integer path, so exact refuses them by name; a
 // pair with neither integer scores nor fast values (f16 keys, int4 values in groups of 16) has no fast path; an
