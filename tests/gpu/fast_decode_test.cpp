@@ -114,7 +114,7 @@ TEST(CudaFastDecode, QueriesTooSmallToScaleGiveTheExactOutput) {
 TEST(CudaFastDecode, DependentLaunchesGiveTheSameOutput) {
   KVQ_REQUIRE_GPU();
   const Shape shape{128, 64, 0, 2, 4, {700, 90}, true};
-  const test::Scenario sc = test::build(shape, "turbo_mse:3", "int4", 13);
+  const test::Scenario sc = test::build(shape, "turbo_mse:3", "turbo_mse:3", 13);
   const KVCache dev = sc.cache.to(Device::cuda());
   const auto q = test::queries(shape, sc.ids.size(), 14);
   std::vector<float> plain, dependent;
