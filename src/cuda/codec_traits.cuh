@@ -12,7 +12,9 @@
 //
 // The codes of a chunk come as 16-byte pieces: `piece(k)` is the byte offset of this lane's k-th piece in the
 // block's first chunk (chunk cc adds cc * chunk_bytes, the codes of C tokens); the kernel streams them into the
-// lane's own shared-memory slots (slot k of lane l at codes[32 k + l], codes the stage's first slot). Per-chunk
+// lane's own shared-memory slots (slot k of lane l at codes[32 k + l], codes the stage's first slot), or, for codecs
+// whose lanes share pieces (turbo_mse), into the codec's `slots` at `copy_slot(k, l)` (a piece at offset -1 is not
+// copied: `code_slots`, `lane_slot` below). Per-chunk
 // parameters (scales, minima, norms) are `ranges` of the block copied once per warp into shared memory (prm[r]).
 // Codecs with kBulk instead take the chunk's codes whole, as they lie in the block (chunk_bytes at cc *
 // chunk_bytes), by the copy engine; their fragments read that layout.
@@ -144,14 +146,27 @@ KVQ_HD uint32_t lane_nibbles(uint32_t low_plane, uint32_t bit_plane, int v) {
   const int rot = (34 - ((v + 2) & 3)) & 31;  // 0, 31, 2, 1
   return low | (rotl(bit_plane, rot) & 0x44444444u);
 }
-/// The LaneCodes tile (of a chunk's b) holding nibble lane v's low bits (pieces of part 0), and the tiles per chunk
-/// a lane reads: 2 for b = 3 (its low tile, then the 1-bit tile b - 1), else 1.
+/// The LaneCodes tile (of a chunk's b) holding nibble lane v's low bits (b = 3 also reads the 1-bit tile b - 1).
 template <int kBits>
 KVQ_HD constexpr int lane_code_tile(int v) {
   return kBits == 4 ? v : kBits == 1 ? 0 : v >> 1;
 }
-template <int kBits>
-inline constexpr int kLaneCodeParts = kBits == 3 ? 2 : 1;
+
+/// The 16-byte shared-memory slots of a chunk's lane pieces (Shape: <D, C> for keys, <D, DP, C> for values), and the
+/// slot that a lane's piece k fills: the codec's own where its lanes share pieces (some lanes then copy nothing: a
+/// piece at offset -1), else slot 32 k + lane.
+template <class T, int... Shape>
+constexpr int code_slots() {
+  if constexpr (requires { T::template slots<Shape...>(); }) return T::template slots<Shape...>();
+  else return 32 * T::template pieces<Shape...>();
+}
+template <class T>
+inline constexpr bool kSharesPieces = requires { T::copy_slot(0, 0); };
+template <class T>
+KVQ_HD constexpr int lane_slot(int k, int lane) {
+  if constexpr (kSharesPieces<T>) return T::copy_slot(k, lane);
+  else return 32 * k + lane;
+}
 
 // Table lookup of 4 indices (the low 4 nibbles of nib, each below 8) into fp16 levels (CodecArgs::table_hi's
 // layout): {level[n0], level[n1]}, {level[n2], level[n3]}.
@@ -685,38 +700,55 @@ KVQ_UNROLL
 // ---- turbo_mse:b (TurboMse, LaneCodes; b = 1..4): y = ||x|| c[idx] ----------------------------------------------
 // Indices become fp16 levels (times 2^12) by byte-permute table lookups, exact: the codecs round their levels to
 // fp16 precision (FloatCodebook), so keys take one product per k step like the int codes. The norm (times 2^-12) scales the score tile (keys) or the
-// softmax weight (values). A lane reads nibble lane i of every 32-element chunk: kLaneCodeParts<b> pieces (its
-// low-bits tile lane_code_tile(i), then for b = 3 the 1-bit tile).
+// softmax weight (values). A lane reads nibble lane i of every 32-element chunk from its low-bits tile
+// lane_code_tile(i) and, for b = 1 and 3, the 1-bit tile.
 template <int kBits>
 struct TurboMseTraits {
   static_assert(kBits >= 1 && kBits <= 4, "turbo_mse:1..4");
-  static constexpr int P = kLaneCodeParts<kBits>;
 
-  /// The tile of a chunk's b that a lane's piece p reads (p = 0: its low bits; p = 1: the 1-bit tile, b = 3).
-  KVQ_HD static constexpr int part(int p, int lane) { return p == 0 ? lane_code_tile<kBits>(lane & 3) : kBits - 1; }
   /// Nibble lane (lane & 3) of a chunk from the words of its pieces.
   KVQ_HD static uint32_t nibbles(const uint4& low, const uint4& bit, int x, int lane) {
     return lane_nibbles<kBits>(word(low, x), word(bit, x), lane & 3);
   }
+  // The lanes of a quad n (lane = 4 n + v) read the same rows of their tiles (b = 3: each 2-bit tile for two of them,
+  // the 1-bit tile for all four), so a region of a chunk (keys: 32 channels x C tokens' 8 quads of 4 tokens; values:
+  // a pair of 16-channel tiles) holds each quad's row of each of its b tiles once, as the codes lie (128 b bytes):
+  // tile u of quad n at slot 8 u + ((n + 2 u) & 7), the rotation keeping a quarter warp's reads on distinct banks.
+  // Lane 8 u + n copies that row; lanes from 8 b on copy nothing.
+  static constexpr int kRegionSlots = 8 * kBits;
+  KVQ_HD static constexpr int tile_slot(int r, int u, int n) { return kRegionSlots * r + 8 * u + ((n + 2 * u) & 7); }
+  KVQ_HD static constexpr int region_copy_slot(int r, int lane) { return tile_slot(r, lane >> 3, lane & 7); }
+  /// Region r's slots of the lane's low-bits tile and of the 1-bit tile (read where b = 1, 3).
+  KVQ_HD static constexpr int low_slot(int r, int lane) {
+    return tile_slot(r, lane_code_tile<kBits>(lane & 3), lane >> 2);
+  }
+  KVQ_HD static constexpr int bit_slot(int r, int lane) { return tile_slot(r, kBits - 1, lane >> 2); }
 
   struct Key : TokenNormKeys {
     static constexpr bool kBf16 = false, kSplitB = false, kChunkA = false, kDense = false, kBulk = false;
     static constexpr int kChunk = 32, kRanges = 1;
-    /// Piece (kk (C / 32) + h) P + p: tokens (C / 8) n + 4h .. + 3 of the 32-channel chunk kk, part(p).
+    /// Region k = kk (C / 32) + h: tokens (C / 8) n + 4h .. + 3 of the 32-channel chunk kk.
     template <int D, int C>
     static constexpr int pieces() {
       static_assert(C == 32 || C == 64, "turbo_mse keys: chunks of 32 or 64 tokens");
-      return D / 32 * (C / 32) * P;
+      return D / 32 * (C / 32);
     }
+    template <int D, int C>
+    static constexpr int slots() {
+      return kRegionSlots * pieces<D, C>();
+    }
+    KVQ_HD static constexpr int copy_slot(int k, int lane) { return region_copy_slot(k, lane); }
     template <int D, int C>
     static constexpr uint32_t chunk_bytes() {
       return C * D * kBits / 8;
     }
+    /// Lane 8 u + n's row of tile u in region k (-1: the lane copies nothing).
     template <int D, int C>
     KVQ_HD static int piece(const CodecArgs&, int lane, int k) {
-      const int h = k / P % (C / 32), kk = k / P / (C / 32);
-      const int t = C / 8 * (lane >> 2) + 4 * h;
-      return 64 * (kBits * ((t >> 4) * (D / 32) + kk) + part(k % P, lane)) + 4 * (t & 15);
+      if (lane >= kRegionSlots) return -1;
+      const int h = k % (C / 32), kk = k / (C / 32);
+      const int t = C / 8 * (lane & 7) + 4 * h;
+      return 64 * (kBits * ((t >> 4) * (D / 32) + kk) + (lane >> 3)) + 4 * (t & 15);
     }
     template <int D>
     KVQ_HD static constexpr int channel(int ks, int k) {
@@ -754,8 +786,8 @@ struct TurboMseTraits {
       static_assert(kIntScores, "the integer path takes turbo_mse:1-3 keys");
 KVQ_UNROLL
       for (int h = 0; h < C / 32; ++h) {
-        const int slot = (ks * (C / 32) + h) * P;
-        const uint4 low = codes[32 * slot + lane], bit = codes[32 * (slot + P - 1) + lane];
+        const int r = ks * (C / 32) + h;
+        const uint4 low = codes[low_slot(r, lane)], bit = codes[bit_slot(r, lane)];
 KVQ_UNROLL
         for (int x = 0; x < 4; ++x) {
           const uint32_t nib = nibbles(low, bit, x, lane);
@@ -786,8 +818,8 @@ KVQ_UNROLL
                               uint32_t (&b)[C / 8][2]) {
 KVQ_UNROLL
       for (int h = 0; h < C / 32; ++h) {
-        const int slot = ((ks >> 1) * (C / 32) + h) * P;
-        const uint4 low = codes[32 * slot + lane], bit = codes[32 * (slot + P - 1) + lane];
+        const int r = (ks >> 1) * (C / 32) + h;
+        const uint4 low = codes[low_slot(r, lane)], bit = codes[bit_slot(r, lane)];
 KVQ_UNROLL
         for (int x = 0; x < 4; ++x) {
           const uint32_t nib = nibbles(low, bit, x, lane);
@@ -800,21 +832,28 @@ KVQ_UNROLL
   struct Value : TokenNormValues {
     static constexpr bool kBf16 = false, kDense = false, kBulk = false;
     static constexpr int kChunk = 32, kRanges = 1;
-    /// Piece P r + p: channels lane_tile_channel(4r + e, n) of the chunk's 32-token lanes, part(p) (nibble lane i:
-    /// tokens 8i .. 8i + 7).
+    /// Region r: channels lane_tile_channel(4r + e, n) of the chunk's 32-token lanes (nibble lane i: tokens 8i ..
+    /// 8i + 7).
     template <int D, int DP, int C>
     static constexpr int pieces() {
       static_assert(C == 32, "turbo_mse values: chunks of 32 tokens");
-      return DP / 32 * P;
+      return DP / 32;
     }
+    template <int D, int DP, int C>
+    static constexpr int slots() {
+      return kRegionSlots * pieces<D, DP, C>();
+    }
+    KVQ_HD static constexpr int copy_slot(int k, int lane) { return region_copy_slot(k, lane); }
     template <int D, int C>
     static constexpr uint32_t chunk_bytes() {
       return C * D * kBits / 8;
     }
+    /// Lane 8 u + n's row of tile u in region k (-1: the lane copies nothing).
     template <int D, int DP, int C>
     KVQ_HD static int piece(const CodecArgs&, int lane, int k, int pc) {
-      const int n = lane >> 2;
-      return 64 * (kBits * lane_tile_k16(pc, k / P, n) + part(k % P, lane)) + 16 * (n & 3);
+      if (lane >= kRegionSlots) return -1;
+      const int n = lane & 7;
+      return 64 * (kBits * lane_tile_k16(pc, k, n) + (lane >> 3)) + 16 * (n & 3);
     }
     KVQ_HD static constexpr int channel(int j, int col) { return lane_tile_channel(j, col); }
     KVQ_HD static constexpr int token_at(int vs, int e) { return 4 * vs + e; }
@@ -826,7 +865,7 @@ KVQ_UNROLL
     template <int C>
     KVQ_HD static void code_bfrags(const uint4* codes, const CodecArgs& a, int lane, int j, uint32_t (&b)[C / 16][2]) {
       const int r = j >> 2, e = j & 3;
-      const uint32_t nib = nibbles(codes[32 * P * r + lane], codes[32 * (P * r + P - 1) + lane], e, lane);
+      const uint32_t nib = nibbles(codes[low_slot(r, lane)], codes[bit_slot(r, lane)], e, lane);
       lookup<kBits>(nib, a.table_hi, b[0][0], b[0][1]);
       lookup<kBits>(nib >> 16, a.table_hi, b[1][0], b[1][1]);
     }
@@ -836,6 +875,7 @@ KVQ_UNROLL
     static constexpr int kFastWeightLog2 = 12;
     KVQ_HD static bool fast_values(const CodecArgs&) { return true; }
   };
+  static_assert(kSharesPieces<Key> && kSharesPieces<Value>, "pieces of -1 are skipped only where lanes share them");
 };
 
 }  // namespace kvq::cuda::detail

@@ -138,8 +138,8 @@ struct SplitShape {
   static constexpr int kValuePieces = V::template pieces<D, DP, C>();
   static constexpr int kKeyChunkBytes = static_cast<int>(K::template chunk_bytes<D, C>());  // C tokens' codes
   static constexpr int kValueChunkBytes = static_cast<int>(V::template chunk_bytes<D, C>());
-  static constexpr int kKeyCodeBytes = K::kBulk ? kKeyChunkBytes : 512 * kKeyPieces;  // per warp and stage
-  static constexpr int kCodeBytes = kKeyCodeBytes + (V::kBulk ? kValueChunkBytes : 512 * kValuePieces);
+  static constexpr int kKeyCodeBytes = K::kBulk ? kKeyChunkBytes : 16 * code_slots<K, D, C>();  // per warp, stage
+  static constexpr int kCodeBytes = kKeyCodeBytes + (V::kBulk ? kValueChunkBytes : 16 * code_slots<V, D, DP, C>());
   static constexpr int kBulkBytes = (K::kBulk ? kKeyChunkBytes : 0) + (V::kBulk ? kValueChunkBytes : 0);
   // Stages of 12 KB or more (f16/bf16 at d = 256) take 2-warp blocks with 3 stages. The int4 pair fits 128
   // registers: 16 warps per SM with 2 stages (4 blocks of 41 KB). The others: 12 warps per SM, 3 stages where a
@@ -505,12 +505,16 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
         if constexpr (V::kBulk) bulk_copy(st + S::kKeyCodeBytes, vc, S::kValueChunkBytes, bars + 2 * stage);
       }
     }
-    // The lanes' pieces and the parameter ranges (none for f16/bf16).
+    // The lanes' pieces (slot lane_slot(k, lane): st moves to the lane's slot 0) and the parameter ranges (none for
+    // f16/bf16).
     st += 16 * lane;
 #pragma unroll
-    for (int k = 0; k < S::kKeyPieces; ++k) cp_async16(st + 512 * k, kc + kpiece[k]);
+    for (int k = 0; k < S::kKeyPieces; ++k)
+      if (!kSharesPieces<K> || kpiece[k] >= 0) cp_async16(st + 16 * (lane_slot<K>(k, lane) - lane), kc + kpiece[k]);
 #pragma unroll
-    for (int k = 0; k < S::kValuePieces; ++k) cp_async16(st + S::kKeyCodeBytes + 512 * k, vc + vpiece[k]);
+    for (int k = 0; k < S::kValuePieces; ++k)
+      if (!kSharesPieces<V> || vpiece[k] >= 0)
+        cp_async16(st + S::kKeyCodeBytes + 16 * (lane_slot<V>(k, lane) - lane), vc + vpiece[k]);
     st -= 16 * lane;
     uint8_t* prm = st + S::kCodeBytes;
     for (int r = 0; r < K::kRanges; ++r) {

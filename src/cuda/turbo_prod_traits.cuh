@@ -42,6 +42,11 @@ struct TurboProdTraits {
       return Mse::template chunk_bytes<D, C>();
     }
     template <int D, int C>
+    static constexpr int slots() {
+      return Mse::template slots<D, C>();
+    }
+    KVQ_HD static constexpr int copy_slot(int k, int lane) { return Mse::copy_slot(k, lane); }
+    template <int D, int C>
     KVQ_HD static int piece(const CodecArgs& a, int lane, int k) {
       return Mse::template piece<D, C>(a, lane, k);
     }
@@ -97,6 +102,11 @@ struct TurboProdTraits {
     static constexpr uint32_t chunk_bytes() {
       return MseValue::template chunk_bytes<D, C>();
     }
+    template <int D, int DP, int C>
+    static constexpr int slots() {
+      return MseValue::template slots<D, DP, C>();
+    }
+    KVQ_HD static constexpr int copy_slot(int k, int lane) { return MseValue::copy_slot(k, lane); }
     template <int D, int DP, int C>
     KVQ_HD static int piece(const CodecArgs& a, int lane, int k, int pc) {
       return MseValue::template piece<D, DP, C>(a, lane, k, pc % D);

@@ -125,7 +125,8 @@ Block encode(const std::string& spec, int d, int T, bool key, uint64_t seed) {
   return b;
 }
 
-// The lane's pieces (slot k at [32 k + lane]) and the parameter ranges of chunk cc, as the kernel copies them.
+// The lanes' pieces (lane l's piece k at lane_slot(k, l): [32 k + l] unless the codec shares pieces between lanes)
+// and the parameter ranges of chunk cc, as the kernel copies them.
 struct Stage {
   std::vector<uint4> codes;
   alignas(16) uint8_t params[16384];
@@ -143,11 +144,14 @@ void key_stage(const Block& b, int cc, Stage& st) {
   if constexpr (K::kBulk) return bulk_stage(b, cc, K::template chunk_bytes<D, C>(), st);
   st.prm[kTableSlot] = reinterpret_cast<const uint8_t*>(b.table.data());
   constexpr int P = K::template pieces<D, C>();
-  st.codes.assign(32 * P, uint4{});
+  st.codes.assign(code_slots<K, D, C>(), uint4{});
   for (int lane = 0; lane < 32; ++lane)
-    for (int k = 0; k < P; ++k)
-      std::memcpy(&st.codes[32 * k + lane],
-                  b.bytes.data() + cc * K::template chunk_bytes<D, C>() + K::template piece<D, C>(b.args, lane, k), 16);
+    for (int k = 0; k < P; ++k) {
+      const int piece = K::template piece<D, C>(b.args, lane, k);
+      if (piece < 0) continue;
+      ASSERT_LT(lane_slot<K>(k, lane), static_cast<int>(st.codes.size()));
+      std::memcpy(&st.codes[lane_slot<K>(k, lane)], b.bytes.data() + cc * K::template chunk_bytes<D, C>() + piece, 16);
+    }
   uint32_t at = 0;
   for (int r = 0; r < K::kRanges; ++r) {
     uint32_t off, bytes;
@@ -165,13 +169,14 @@ void value_stage(const Block& b, int cc, int pc, Stage& st) {
   if constexpr (V::kBulk) return bulk_stage(b, cc, V::template chunk_bytes<D, C>(), st);
   st.prm[kTableSlot] = reinterpret_cast<const uint8_t*>(b.table.data());
   constexpr int P = V::template pieces<D, DP, C>();
-  st.codes.assign(32 * P, uint4{});
+  st.codes.assign(code_slots<V, D, DP, C>(), uint4{});
   for (int lane = 0; lane < 32; ++lane)
-    for (int k = 0; k < P; ++k)
-      std::memcpy(&st.codes[32 * k + lane],
-                  b.bytes.data() + cc * V::template chunk_bytes<D, C>() +
-                      V::template piece<D, DP, C>(b.args, lane, k, pc),
-                  16);
+    for (int k = 0; k < P; ++k) {
+      const int piece = V::template piece<D, DP, C>(b.args, lane, k, pc);
+      if (piece < 0) continue;
+      ASSERT_LT(lane_slot<V>(k, lane), static_cast<int>(st.codes.size()));
+      std::memcpy(&st.codes[lane_slot<V>(k, lane)], b.bytes.data() + cc * V::template chunk_bytes<D, C>() + piece, 16);
+    }
   uint32_t at = 0;
   for (int r = 0; r < V::kRanges; ++r) {
     uint32_t off, bytes;
