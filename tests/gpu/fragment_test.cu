@@ -5,6 +5,7 @@
 // offset, k-to-channel map, token pairing or scale group shows up as a wrong score or output channel.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -720,6 +721,48 @@ TEST(CudaFragments, TurboMseKeysIntegerPathMatchesTheCodec) {
   check_every_dim_int_keys<TurboMseTraits<1>::Key>("turbo_mse:1", seed);
   check_every_dim_int_keys<TurboMseTraits<2>::Key>("turbo_mse:2", seed + 1);
   check_every_dim_int_keys<TurboMseTraits<3>::Key>("turbo_mse:3", seed + 2);
+}
+
+// turbo_mse's shared pieces: in every region the lanes below 8 b copy each of the region's 8 b slots once, the rest
+// nothing; every lane reads its low-bits and 1-bit slots inside the region; and the distinct slots that a quarter
+// warp reads lie on distinct banks (slot mod 8: 16 bytes = 4 of the 32 banks), so the reads take one wavefront each.
+template <int kBits>
+void check_shared_pieces() {
+  using T = TurboMseTraits<kBits>;
+  constexpr int R = T::kRegionSlots;
+  for (int r = 0; r < 3; ++r) {
+    std::vector<int> copies(R, 0);
+    for (int lane = 0; lane < 32; ++lane) {
+      const int slot = lane_slot<typename T::Key>(r, lane);
+      if (lane >= R) continue;
+      ASSERT_GE(slot, R * r);
+      ASSERT_LT(slot, R * (r + 1));
+      ++copies[slot - R * r];
+    }
+    for (int c : copies) EXPECT_EQ(c, 1) << "turbo_mse:" << kBits;
+    for (int quarter = 0; quarter < 4; ++quarter)
+      for (const bool bit : {false, true}) {
+        std::vector<int> slots;
+        for (int lane = 8 * quarter; lane < 8 * quarter + 8; ++lane) {
+          const int slot = bit ? T::bit_slot(r, lane) : T::low_slot(r, lane);
+          ASSERT_GE(slot, R * r);
+          ASSERT_LT(slot, R * (r + 1));
+          if (std::find(slots.begin(), slots.end(), slot) == slots.end()) slots.push_back(slot);
+        }
+        std::vector<int> banks;
+        for (int slot : slots) banks.push_back(slot % 8);
+        std::sort(banks.begin(), banks.end());
+        EXPECT_EQ(std::unique(banks.begin(), banks.end()), banks.end())
+            << "turbo_mse:" << kBits << " quarter " << quarter << (bit ? " 1-bit" : " low") << " reads share banks";
+      }
+  }
+}
+
+TEST(CudaFragments, TurboMseSharedPiecesAreCopiedOnceAndReadWithoutConflicts) {
+  check_shared_pieces<1>();
+  check_shared_pieces<2>();
+  check_shared_pieces<3>();
+  check_shared_pieces<4>();
 }
 
 TEST(CudaFragments, KiviPairsMatchTheCodec) {
