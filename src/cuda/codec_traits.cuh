@@ -153,8 +153,8 @@ KVQ_HD constexpr int lane_code_tile(int v) {
 }
 
 /// The 16-byte shared-memory slots of a chunk's lane pieces (Shape: <D, C> for keys, <D, DP, C> for values), and the
-/// slot that a lane's piece k fills: the codec's own where its lanes share pieces (some lanes then copy nothing: a
-/// piece at offset -1), else slot 32 k + lane.
+/// slot that a lane's piece k fills: the codec's own where its lanes share pieces (a lane then copies all its pieces
+/// or none: pieces at offset -1), else slot 32 k + lane.
 template <class T, int... Shape>
 constexpr int code_slots() {
   if constexpr (requires { T::template slots<Shape...>(); }) return T::template slots<Shape...>();
@@ -713,16 +713,17 @@ struct TurboMseTraits {
   // The lanes of a quad n (lane = 4 n + v) read the same rows of their tiles (b = 3: each 2-bit tile for two of them,
   // the 1-bit tile for all four), so a region of a chunk (keys: 32 channels x C tokens' 8 quads of 4 tokens; values:
   // a pair of 16-channel tiles) holds each quad's row of each of its b tiles once, as the codes lie (128 b bytes):
-  // tile u of quad n at slot 8 u + ((n + 2 u) & 7), the rotation keeping a quarter warp's reads on distinct banks.
-  // Lane 8 u + n copies that row; lanes from 8 b on copy nothing.
+  // tile u of quad n at slot b n + u, which lane b n + u copies (lanes from 8 b on copy nothing). A quarter warp
+  // (quads 2m, 2m + 1) then reads distinct slots on distinct banks, and the low-bits slot is lane >> 2, lane >> 1
+  // and lane for b = 1, 2, 4 (b = 4: the lane's own, as without sharing).
   static constexpr int kRegionSlots = 8 * kBits;
-  KVQ_HD static constexpr int tile_slot(int r, int u, int n) { return kRegionSlots * r + 8 * u + ((n + 2 * u) & 7); }
-  KVQ_HD static constexpr int region_copy_slot(int r, int lane) { return tile_slot(r, lane >> 3, lane & 7); }
+  KVQ_HD static constexpr int region_copy_slot(int r, int lane) { return kRegionSlots * r + lane; }
   /// Region r's slots of the lane's low-bits tile and of the 1-bit tile (read where b = 1, 3).
   KVQ_HD static constexpr int low_slot(int r, int lane) {
-    return tile_slot(r, lane_code_tile<kBits>(lane & 3), lane >> 2);
+    if constexpr (kBits == 3) return kRegionSlots * r + 3 * (lane >> 2) + ((lane >> 1) & 1);
+    else return kRegionSlots * r + (lane >> (kBits == 4 ? 0 : kBits == 2 ? 1 : 2));
   }
-  KVQ_HD static constexpr int bit_slot(int r, int lane) { return tile_slot(r, kBits - 1, lane >> 2); }
+  KVQ_HD static constexpr int bit_slot(int r, int lane) { return kRegionSlots * r + kBits * (lane >> 2) + kBits - 1; }
 
   struct Key : TokenNormKeys {
     static constexpr bool kBf16 = false, kSplitB = false, kChunkA = false, kDense = false, kBulk = false;
@@ -742,13 +743,13 @@ struct TurboMseTraits {
     static constexpr uint32_t chunk_bytes() {
       return C * D * kBits / 8;
     }
-    /// Lane 8 u + n's row of tile u in region k (-1: the lane copies nothing).
+    /// Lane b n + u's row of tile u in region k (-1: the lane copies nothing).
     template <int D, int C>
     KVQ_HD static int piece(const CodecArgs&, int lane, int k) {
       if (lane >= kRegionSlots) return -1;
       const int h = k % (C / 32), kk = k / (C / 32);
-      const int t = C / 8 * (lane & 7) + 4 * h;
-      return 64 * (kBits * ((t >> 4) * (D / 32) + kk) + (lane >> 3)) + 4 * (t & 15);
+      const int t = C / 8 * (lane / kBits) + 4 * h;
+      return 64 * (kBits * ((t >> 4) * (D / 32) + kk) + lane % kBits) + 4 * (t & 15);
     }
     template <int D>
     KVQ_HD static constexpr int channel(int ks, int k) {
@@ -848,12 +849,12 @@ KVQ_UNROLL
     static constexpr uint32_t chunk_bytes() {
       return C * D * kBits / 8;
     }
-    /// Lane 8 u + n's row of tile u in region k (-1: the lane copies nothing).
+    /// Lane b n + u's row of tile u in region k (-1: the lane copies nothing).
     template <int D, int DP, int C>
     KVQ_HD static int piece(const CodecArgs&, int lane, int k, int pc) {
       if (lane >= kRegionSlots) return -1;
-      const int n = lane & 7;
-      return 64 * (kBits * lane_tile_k16(pc, k, n) + (lane >> 3)) + 16 * (n & 3);
+      const int n = lane / kBits;
+      return 64 * (kBits * lane_tile_k16(pc, k, n) + lane % kBits) + 16 * (n & 3);
     }
     KVQ_HD static constexpr int channel(int j, int col) { return lane_tile_channel(j, col); }
     KVQ_HD static constexpr int token_at(int vs, int e) { return 4 * vs + e; }

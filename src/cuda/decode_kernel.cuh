@@ -505,16 +505,18 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
         if constexpr (V::kBulk) bulk_copy(st + S::kKeyCodeBytes, vc, S::kValueChunkBytes, bars + 2 * stage);
       }
     }
-    // The lanes' pieces (slot lane_slot(k, lane): st moves to the lane's slot 0) and the parameter ranges (none for
-    // f16/bf16).
+    // The lanes' pieces (slot lane_slot(k, lane): st moves to the lane's slot 0; where lanes share pieces, a lane
+    // copies all of its pieces or none) and the parameter ranges (none for f16/bf16).
     st += 16 * lane;
+    if (!kSharesPieces<K> || kpiece[0] >= 0) {
 #pragma unroll
-    for (int k = 0; k < S::kKeyPieces; ++k)
-      if (!kSharesPieces<K> || kpiece[k] >= 0) cp_async16(st + 16 * (lane_slot<K>(k, lane) - lane), kc + kpiece[k]);
+      for (int k = 0; k < S::kKeyPieces; ++k) cp_async16(st + 16 * (lane_slot<K>(k, lane) - lane), kc + kpiece[k]);
+    }
+    if (!kSharesPieces<V> || vpiece[0] >= 0) {
 #pragma unroll
-    for (int k = 0; k < S::kValuePieces; ++k)
-      if (!kSharesPieces<V> || vpiece[k] >= 0)
+      for (int k = 0; k < S::kValuePieces; ++k)
         cp_async16(st + S::kKeyCodeBytes + 16 * (lane_slot<V>(k, lane) - lane), vc + vpiece[k]);
+    }
     st -= 16 * lane;
     uint8_t* prm = st + S::kCodeBytes;
     for (int r = 0; r < K::kRanges; ++r) {

@@ -724,8 +724,9 @@ TEST(CudaFragments, TurboMseKeysIntegerPathMatchesTheCodec) {
 }
 
 // turbo_mse's shared pieces: in every region the lanes below 8 b copy each of the region's 8 b slots once, the rest
-// nothing; every lane reads its low-bits and 1-bit slots inside the region; and the distinct slots that a quarter
-// warp reads lie on distinct banks (slot mod 8: 16 bytes = 4 of the 32 banks), so the reads take one wavefront each.
+// nothing (a lane all of its pieces or none: the kernel tests the first); every lane reads its low-bits and 1-bit
+// slots inside the region; and the distinct slots that a quarter warp reads lie on distinct banks (slot mod 8: 16
+// bytes = 4 of the 32 banks), so the reads take one wavefront each.
 template <int kBits>
 void check_shared_pieces() {
   using T = TurboMseTraits<kBits>;
@@ -733,6 +734,11 @@ void check_shared_pieces() {
   for (int r = 0; r < 3; ++r) {
     std::vector<int> copies(R, 0);
     for (int lane = 0; lane < 32; ++lane) {
+      const CodecArgs args;
+      const bool key_none = T::Key::template piece<128, 64>(args, lane, r) < 0;
+      const bool value_none = T::Value::template piece<128, 128, 32>(args, lane, r, 0) < 0;
+      EXPECT_EQ(key_none, lane >= R);
+      EXPECT_EQ(value_none, lane >= R);
       const int slot = lane_slot<typename T::Key>(r, lane);
       if (lane >= R) continue;
       ASSERT_GE(slot, R * r);
