@@ -1,6 +1,7 @@
 #include "kvq/attention.hpp"
 
 #include <gtest/gtest.h>
+#include <time.h>
 
 #include <atomic>
 #include <chrono>
@@ -53,6 +54,26 @@ TEST(ThreadPool, TwoWorkersRunConcurrently) {
       }
   });
   EXPECT_FALSE(timed_out);
+}
+
+// A worker's CPU time counts up to the moment it is read (the process clock would add it only at a scheduler tick):
+// right after a loop in which the worker burned 30 ms of its own thread time, worker_cpu_seconds has grown by that.
+TEST(ThreadPool, WorkerCpuSecondsCountTheWorkersTimeAtOnce) {
+  ThreadPool pool(2);
+  const double before = pool.worker_cpu_seconds();
+  std::atomic<int> started{0};
+  pool.parallel_for(2, [&](size_t, int worker) {
+    started.fetch_add(1);
+    while (started.load() < 2) {
+    }
+    if (worker == 0) return;
+    timespec t0{}, t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    do clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    while ((t.tv_sec - t0.tv_sec) * 1e9 + (t.tv_nsec - t0.tv_nsec) < 30e6);
+  });
+  EXPECT_GE(pool.worker_cpu_seconds() - before, 0.030);
+  EXPECT_EQ(ThreadPool(1).worker_cpu_seconds(), 0.0);
 }
 
 TEST(ThreadPool, WorkersThatWentToSleepWakeForTheNextLoop) {

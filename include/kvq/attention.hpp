@@ -48,6 +48,11 @@ class ThreadPool {
 
   int size() const { return n_workers_; }
 
+  /// CPU seconds run so far by the threads started here (not the caller), read from their thread clocks, which
+  /// count a running thread's time up to now: the process clock adds a thread running on another core only at the
+  /// scheduler's next tick, so a call of a millisecond would miss most of its workers' time.
+  double worker_cpu_seconds();
+
   /// Runs fn(task) or fn(task, worker) for every task < n_tasks and returns when all have finished. `worker` in
   /// [0, size()) names the worker running the task (for per-worker scratch); tasks are handed out in increasing
   /// order to whichever worker is free. If tasks throw, the tasks not yet started are skipped and the first

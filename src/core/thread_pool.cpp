@@ -1,5 +1,8 @@
 #include "kvq/attention.hpp"
 
+#include <pthread.h>
+#include <time.h>
+
 #include <chrono>
 #include <thread>
 #include <utility>
@@ -45,6 +48,18 @@ ThreadPool::~ThreadPool() {
   }
   wake_.notify_all();
   for (auto& t : threads_) t.join();
+}
+
+double ThreadPool::worker_cpu_seconds() {
+  double seconds = 0;
+  for (auto& t : threads_) {
+    clockid_t clock{};
+    timespec ts{};
+    KVQ_CHECK(pthread_getcpuclockid(t.native_handle(), &clock) == 0 && clock_gettime(clock, &ts) == 0,
+              "ThreadPool: cannot read a worker thread's CPU clock");
+    seconds += static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+  }
+  return seconds;
 }
 
 template <class Ready>

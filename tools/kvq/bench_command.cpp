@@ -8,8 +8,9 @@
 // a cache smaller than 4x the last-level cache is built several times over and the calls rotate over the copies,
 // so that every call reads its pages from memory. The rows are timed alternately (one call of each per round) so
 // that drifting load from other processes hits them alike; each row reports the median call. Beside the wall time,
-// cpu_us_per_call is the process's CPU time per call divided by the threads: on a machine shared with other work,
-// the time the kernel itself took while its threads ran (their waits for memory included).
+// cpu_us_per_call is the CPU time per call of the caller and the pool's threads divided by the threads: on a
+// machine shared with other work, the time the kernel itself took while its threads ran (their waits for memory
+// included, and a worker's polling for the next task, at most 50 us after each call).
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -54,10 +55,12 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-double process_cpu_seconds() {
+// The CPU time of the calling thread and the pool's workers, each from its own thread clock (ThreadPool::
+// worker_cpu_seconds says why not the process clock).
+double calls_cpu_seconds(ThreadPool& pool) {
   timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9 + pool.worker_cpu_seconds();
 }
 
 // The last-level cache this CPU's core sees: sysfs first (in a VM, sysconf may report the whole host's L3).
@@ -199,10 +202,10 @@ std::vector<Row> measure(const BenchOptions& o, ThreadPool& pool, double& read_g
   for (int rep = 0; rep < o.reps; ++rep)
     for (Row& r : rows) {
       const auto start = Clock::now();
-      const double cpu_start = process_cpu_seconds();
+      const double cpu_start = calls_cpu_seconds(pool);
       call(r, static_cast<size_t>(rep) % r.copies);
       r.times.push_back(seconds_since(start));
-      r.cpu_times.push_back(process_cpu_seconds() - cpu_start);
+      r.cpu_times.push_back(calls_cpu_seconds(pool) - cpu_start);
       bar.update(++step, steps);
     }
   return rows;
