@@ -636,6 +636,104 @@ KVQ_UNROLL
       }
       return cst;
     }
+
+    // The integer path (KVQ_ATTENTION=fast; decode_kernel.cuh, int_scores and the kernel's per-block step): the
+    // scores are f (s_max <u, w> + <x', m>) for the query row's x = f x', f = S of query_digits.hpp (x' =
+    // x / f, |x'_c| <= 32512, built once per kernel block: int_query_values) and the block's s_max = max_c |s_c|.
+    // Per block and query row the digits of w_c = x'_c s_c / s_max (|w_c| <= 32512) fill rows n (D0) and n + 8
+    // (D1) of A (w = 256 D0 + D1), the codes enter mma.m16n8k32 as the bytes they are (0 .. 2^b - 1), and per token
+    // 256 P0 + P1 = sum_c w_c u_c joins exactly in int32 (|.| <= 32512 x 15 x 256 < 2^27), times s_max plus
+    // <x', m> in fp32; the row's f multiplies the scores in the softmax update.
+    static constexpr bool kIntScores = true;
+    static constexpr bool kIntBlockDigits = true;  // A: the block's digits (int_prepare), not the kernel block's
+    static constexpr int kIntFactorLog2 = 0;
+    static constexpr int kIntSteps = E / 8;  // k32 steps per lane word (kivi:2: 2, kivi:4: 1)
+    /// The channel of k (0..31) in k32 step ks: lane i's word 4 (ks / kIntSteps) + i, its elements (E / 4) j +
+    /// 2 (ks % kIntSteps) at k = 4i + j and those + 1 at k = 16 + 4i + j (kivi:4: channels 32 ks + 8i + 2j (+ 1);
+    /// kivi:2: 64 (ks / 2) + 16i + 4j + 2 (ks % 2) (+ 1)).
+    template <int D>
+    KVQ_HD static constexpr int channel32(int ks, int k) {
+      return E * (4 * (ks / kIntSteps) + ((k & 15) >> 2)) + E / 4 * (k & 3) + 2 * (ks % kIntSteps) + (k >> 4);
+    }
+    /// The byte B fragments of k32 step ks for the chunk's C / 8 tiles (tile 4h + x: word x of piece h): elements
+    /// (E / 4) j + e of the lane word as byte j, e = 2 (ks % kIntSteps) (b0) and e + 1 (b1): one shift and mask each.
+    template <int D, int C>
+    KVQ_HD static void int_bfrags(const uint4* codes, int ks, const CodecArgs&, int lane, uint32_t (&b)[C / 8][2]) {
+      constexpr uint32_t kMask = kBits == 2 ? 0x03030303u : 0x0F0F0F0Fu;
+      const int e = 2 * (ks % kIntSteps);
+KVQ_UNROLL
+      for (int h = 0; h < C / 32; ++h) {
+        const uint4 p = codes[32 * ((ks / kIntSteps) * (C / 32) + h) + lane];
+KVQ_UNROLL
+        for (int x = 0; x < 4; ++x) {
+          b[4 * h + x][0] = (word(p, x) >> (kBits * e)) & kMask;
+          b[4 * h + x][1] = (word(p, x) >> (kBits * (e + 1))) & kMask;
+        }
+      }
+    }
+    /// Adds the integer tiles to the scores: per token 256 P0 + P1 (rows n, n + 8), exact in int32, as fp32 (the
+    /// kernel takes s_max and <x', m> in after the last group).
+    template <int D, int C>
+    KVQ_HD static void scale_int_group(const uint8_t* const*, const CodecArgs&, int, int, const int (&acc)[C / 8][4],
+                                       float (&s)[C / 8][2]) {
+KVQ_UNROLL
+      for (int jj = 0; jj < C / 8; ++jj) {
+        s[jj][0] += static_cast<float>(acc[jj][0] * 256 + acc[jj][2]);
+        s[jj][1] += static_cast<float>(acc[jj][1] * 256 + acc[jj][3]);
+      }
+    }
+    /// This lane's part of the block's max_c |s_c| as an fp16 pair (lane l: channels 8l .. 8l + 7; the kernel
+    /// takes the maximum over the warp and of the two halves).
+    template <int D>
+    KVQ_HD static uint32_t scale_max(const uint8_t* const* prm, const CodecArgs& a, int lane) {
+      if (8 * lane >= D) return 0;
+      const uint4 sv = load16(prm[0] + (a.sec1 - a.sec0) + 16 * lane);
+      return h2_abs_max(h2_abs_max(sv.x, sv.y), h2_abs_max(sv.z, sv.w));
+    }
+    /// The block's digit table: A fragments of w = x' s / s_max (sigma = 1 / s_max, 0 where every scale is 0) into
+    /// atab[32 ks + lane] (the lane's own entries); returns this lane's part of <x', m> (row n). xt: x' of the
+    /// query rows as int_query_values lays them out ([KD / 32][2][32]: k = 4i + j, then k = 16 + 4i + j).
+    /// v = x'_c (s_c sigma) rounds to an integer in the low bits of 1.5 2^23 + 128 + v (the fp32 add rounds to
+    /// nearest even; |v| <= 32512 (1 + 2^-22)): bytes 1 and 0 of 128 + v are D0 and D1 ^ 0x80.
+    template <int D>
+    KVQ_HD static float int_prepare(const uint8_t* const* prm, const CodecArgs& a, int lane, const float4* xt,
+                                    float sigma, uint4* atab) {
+      const uint8_t* mins = prm[0];
+      const uint8_t* scales = prm[0] + (a.sec1 - a.sec0);
+      float cst = 0;
+KVQ_UNROLL
+      for (int m = 0; m < D / E / 4; ++m) {
+        const int c0 = E * (4 * m + (lane & 3));  // the lane word's E channels
+        uint4 sv[E / 8], mv[E / 8];
+KVQ_UNROLL
+        for (int x = 0; x < E / 8; ++x) {
+          sv[x] = load16(scales + 2 * c0 + 16 * x);
+          mv[x] = load16(mins + 2 * c0 + 16 * x);
+        }
+KVQ_UNROLL
+        for (int sg = 0; sg < kIntSteps; ++sg) {
+          const int ks = kIntSteps * m + sg;
+          uint32_t w[4];
+KVQ_UNROLL
+          for (int r = 0; r < 2; ++r) {
+            const float4 q = xt[32 * (2 * ks + r) + lane];
+            const float qx[4] = {q.x, q.y, q.z, q.w};
+            uint32_t u[4];
+KVQ_UNROLL
+            for (int j = 0; j < 4; ++j) {
+              const int e = E / 4 * j + 2 * sg + r;
+              cst = fmaf(qx[j], run_at(mv, e), cst);
+              u[j] = float_bits(fmaf(qx[j], run_at(sv, e) * sigma, 0x1.8p23f + 128.0f));
+            }
+            const uint32_t t01 = prmt(u[0], u[1], 0x5140u), t23 = prmt(u[2], u[3], 0x5140u);
+            w[2 * r] = prmt(t01, t23, 0x7632u);                // D0: bytes 1
+            w[2 * r + 1] = prmt(t01, t23, 0x5410u) ^ 0x80808080u;  // D1: bytes 0
+          }
+          atab[32 * ks + lane] = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+      }
+      return cst;
+    }
   };
 
   struct Value {

@@ -360,13 +360,14 @@ namespace {
 bool fast_precision() { return kvq::detail::active_precision() == kvq::detail::Precision::fast; }
 
 // Whether the kernel takes a fast path under KVQ_ATTENTION=fast (the default; the CPU's switch, read at each plan):
-// the integer scores of int4/int8 and turbo_mse:1-3 keys, or the fast value path of int4 values in groups of 32 or 64
-// channels and of turbo_mse values (the traits' fast_values); else the exact fp16 kernel.
+// the integer scores of int4/int8, kivi and turbo_mse:1-3 keys, or the fast value path of int4 values in groups of 32
+// or 64 channels and of turbo_mse values (the traits' fast_values); else the exact fp16 kernel.
 bool fast_path(const Codec& k, const Codec& v) {
   const auto vp = int_group_params(v);
   const bool fast_values = (vp && vp->bits == 4 && vp->group >= 32) || turbo_mse_params(v).has_value();
   const auto kt = turbo_mse_params(k);
-  const bool int_scores = int_group_params(k).has_value() || (kt && kt->layout.bits <= kByteLevelMaxBits);
+  const bool int_scores = int_group_params(k).has_value() || kivi_layout(k).has_value() ||
+                          (kt && kt->layout.bits <= kByteLevelMaxBits);
   return fast_precision() && (int_scores || fast_values);
 }
 

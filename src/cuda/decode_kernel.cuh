@@ -105,6 +105,14 @@ KVQ_HD constexpr bool has_int_scores() {
   else return false;
 }
 
+/// Whether key traits K with the integer path build its A operand per block (kivi: K::kIntBlockDigits, digits of
+/// the query times the block's scales, K::int_prepare) rather than once per kernel block (int_query_table).
+template <class K>
+KVQ_HD constexpr bool has_block_digits() {
+  if constexpr (requires { K::kIntBlockDigits; }) return K::kIntBlockDigits;
+  else return false;
+}
+
 /// Whether value traits V have the fast value path (int4 and turbo_mse values: V::kFastValues; V::fast_values(args)
 /// says for which of their groups).
 template <class V>
@@ -155,10 +163,12 @@ struct SplitShape {
   static constexpr bool kHeavy = D > 128 || kParts > 1 || (C == 64 && K::kGroups);
   static constexpr int kMinBlocks = (kHeavy ? 256 : kDense ? 512 : 384) / kThreads;
   static constexpr int kTableBytes = KS * 32 * 16;                              // one [KS][32] fragment table
-  // Queries (+ their fp32 values; the integer path: its digit table, at most kTableBytes, then S of the 8 rows).
-  static constexpr int kBlockBytes = kTableBytes * (K::kChunkA ? 2 : 1) + (kInt ? 32 : 0);
-  static constexpr int kWarpBytes = (K::kChunkA ? kTableBytes : 0) +             // per-chunk query fragments
-                                    (kBulk ? 16 * kStages : 0);                 // the stages' mbarriers
+  // Queries (+ their fp32 values; the integer path: its digit table, at most kTableBytes, or with block digits the
+  // rows' x' (int_query_values, kTableBytes), then S of the 8 rows).
+  static constexpr bool kBlockDigits = kInt && has_block_digits<K>();
+  static constexpr int kBlockBytes = kTableBytes * (K::kChunkA && !kInt ? 2 : 1) + (kInt ? 32 : 0);
+  static constexpr int kWarpBytes = (K::kChunkA ? (kBlockDigits ? kTableBytes / 2 : kTableBytes) : 0) +  // per-chunk
+                                    (kBulk ? 16 * kStages : 0);  // (block digits: per-block) query fragments, mbarriers
   static_assert(kWarps % kParts == 0, "a block holds whole ranges");
   static_assert(K::kRanges <= kTableSlot && V::kRanges <= kTableSlot, "parameter ranges below the table slot");
 };
@@ -188,9 +198,24 @@ KVQ_HD uint4 int_query_fragment(const float* x, float x_factor, const float* qsc
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+/// The integer path's x' of block digits (has_block_digits), entry idx of [KD / 32][2][32] (lane idx % 32): for the
+/// lane's query row g (rows g >= G zero) per k32 step ks and r = 0, 1 the values x_c / qscale[g] (|.| <= 32512) at
+/// the channels K::channel32(ks, 16 r + 4i + j), j = 0..3. x as for int_query_fragment.
+template <class K, int D>
+KVQ_HD float4 int_query_values(const float* x, float x_factor, const float* qscale, int G, int idx) {
+  constexpr int KD = key_space<K, D>();
+  const int t = idx >> 5, g = (idx & 31) >> 2, i = idx & 3, ks = t >> 1, r = t & 1;
+  float v[4] = {0, 0, 0, 0};
+  if (g < G)
+    for (int j = 0; j < 4; ++j)
+      v[j] = x[g * KD + K::template channel32<D>(ks, 16 * r + 4 * i + j)] * x_factor / qscale[g];
+  return make_float4(v[0], v[1], v[2], v[3]);
+}
+
 /// The integer path's A table and row scales, built once per block (every thread calls it): row n < 8 of the
 /// query (x_c = q_c * scale_log2, rows n >= G zero) in 16-bit fixed point over the head, S_n = digit_scale(max |x_c|)
-/// into qscale[n], then int_query_fragment for every entry of itab.
+/// into qscale[n], then int_query_fragment for every entry of itab, or with block digits int_query_values for every
+/// entry of the x' table (itab as float4: the same bytes).
 template <class K, int D, int kSub, int kThreads>
 __device__ __forceinline__ void int_query_table(const float* q, float scale_log2, int G, uint4* itab, float* qscale) {
   constexpr int KD = key_space<K, D>();
@@ -203,8 +228,28 @@ __device__ __forceinline__ void int_query_table(const float* q, float scale_log2
     if (lane == 0) qscale[n] = kvq::detail::digit_scale<2>(amax);
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < KD / 32 * kSub * 32; idx += kThreads)
-    itab[idx] = int_query_fragment<K, D, kSub>(q, scale_log2, qscale, G, idx);
+  if constexpr (has_block_digits<K>()) {
+    for (int idx = threadIdx.x; idx < KD / 32 * 2 * 32; idx += kThreads)
+      reinterpret_cast<float4*>(itab)[idx] = int_query_values<K, D>(q, scale_log2, qscale, G, idx);
+  } else {
+    for (int idx = threadIdx.x; idx < KD / 32 * kSub * 32; idx += kThreads)
+      itab[idx] = int_query_fragment<K, D, kSub>(q, scale_log2, qscale, G, idx);
+  }
+}
+
+/// The block digits' per-block step (has_block_digits, every lane of the warp): the block's s_max over the warp,
+/// K::int_prepare's table into atab, and the row's <x', m> over its quad.
+template <class K, int D>
+__device__ __forceinline__ void block_digits(const uint8_t* const* kprm, const CodecArgs& a, int lane,
+                                             const uint4* xtab, uint4* atab, float& smax, float& bias) {
+  uint32_t sm = K::template scale_max<D>(kprm, a, lane);
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) sm = h2_abs_max(sm, __shfl_xor_sync(0xffffffffu, sm, off));
+  smax = fmaxf(half_to_float(sm, false), half_to_float(sm, true));
+  const float sigma = smax > 0 ? 1.0f / smax : 0.0f;
+  bias = K::template int_prepare<D>(kprm, a, lane, reinterpret_cast<const float4*>(xtab), sigma, atab);
+  bias += __shfl_xor_sync(0xffffffffu, bias, 1);
+  bias += __shfl_xor_sync(0xffffffffu, bias, 2);
 }
 
 /// Score stage, fp16/bf16 tensor cores: S = Q K^T of the chunk into sc (lane (n, i): row n, tokens (C/4) i + {jj,
@@ -431,7 +476,9 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
   uint8_t* vtable = ktable + a.key.table_bytes;
   uint8_t* wbase = vtable + a.value.table_bytes + warp * (S::kWarpBytes + kStages * a.stage_bytes);
   uint4* atab = reinterpret_cast<uint4*>(wbase);
-  uint64_t* bars = reinterpret_cast<uint64_t*>(wbase + (K::kChunkA ? S::kTableBytes : 0));  // 16 bytes a stage
+  uint64_t* bars = reinterpret_cast<uint64_t*>(wbase + (K::kChunkA ? (S::kBlockDigits ? S::kTableBytes / 2
+                                                                                     : S::kTableBytes)
+                                                                    : 0));  // 16 bytes a stage
   uint8_t* ring = wbase + S::kWarpBytes;
 
   const int h = blockIdx.y, s = blockIdx.z;
@@ -570,6 +617,8 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
   float row_scale = 1.0f;
   if constexpr (kInt) row_scale = reinterpret_cast<const float*>(qf)[lane >> 2] * (1.0f / (1 << K::kIntFactorLog2));
 
+  float kb_max = 0, kb_bias = 0;  // block digits: the current key block's s_max and the row's <x', m>
+
   float m_run = -INFINITY, l_run = 0;
   float o[kOTiles][4];
 #pragma unroll
@@ -598,7 +647,16 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
     float sc[NT][2];
 #pragma unroll
     for (int jj = 0; jj < NT; ++jj) sc[jj][0] = sc[jj][1] = 0;
-    if constexpr (kInt) {
+    if constexpr (S::kBlockDigits) {
+      if ((chunk & chunk_mask) == 0 || chunk == chunk_begin)  // a new key block: its digit table
+        block_digits<K, D>(kprm, a.key, lane, qtab, atab, kb_max, kb_bias);
+      int_scores<K, D, C, GS>(atab, kcodes, kprm, a.key, lane, sc);
+#pragma unroll
+      for (int jj = 0; jj < NT; ++jj) {
+        sc[jj][0] = fmaf(sc[jj][0], kb_max, kb_bias);
+        sc[jj][1] = fmaf(sc[jj][1], kb_max, kb_bias);
+      }
+    } else if constexpr (kInt) {
       int_scores<K, D, C, GS>(qtab, kcodes, kprm, a.key, lane, sc);
     } else if constexpr (K::kChunkA) {
       float cst = K::template prepare<D>(kprm, a.key, lane, qf, atab);

@@ -16,6 +16,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "cuda/unroll.cuh"
 
@@ -165,6 +166,32 @@ KVQ_HD uint32_t h2_mul(uint32_t a, uint32_t b) {
   return d;
 #else
   return h2_bits(__hmul2(as_h2(a), as_h2(b)));
+#endif
+}
+
+/// Per 16-bit half, the larger of |a| and |b| as fp16 (sign bits cleared; not NaN): max.f16x2 on the device, the
+/// bits' integer order (that of non-negative fp16) on the host.
+KVQ_HD uint32_t h2_abs_max(uint32_t a, uint32_t b) {
+  a &= 0x7FFF7FFFu;
+  b &= 0x7FFF7FFFu;
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("max.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  const uint32_t lo = (a & 0xffffu) > (b & 0xffffu) ? a & 0xffffu : b & 0xffffu;
+  return ((a >> 16) > (b >> 16) ? a & 0xffff0000u : b & 0xffff0000u) | lo;
+#endif
+}
+
+/// The bits of an fp32.
+KVQ_HD uint32_t float_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
 #endif
 }
 

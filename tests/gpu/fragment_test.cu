@@ -412,6 +412,146 @@ void check_every_dim_int_keys(const std::string& spec, uint64_t seed) {
   at.template operator()<256>(seed + 200);
 }
 
+// kivi keys' integer path (KVQ_ATTENTION=fast): per block the scales' maximum over the warp (scale_max, reduced as
+// the kernel's shuffles do), each lane's digit table (int_prepare, from the rows' x' of int_query_values) and the
+// quads' <x', m>; per chunk the byte B fragments through an emulated mma.m16n8k32, joined as the kernel does
+// (s_max P + <x', m>, times the row's S). Against sum_c x_c y_tc within the digits' rounding: |x'_c s_c - s_max v_c|
+// <= s_max (1/2 + 2^-8) per channel (v_c = x'_c (s_c / s_max) rounded to nearest, |x'_c| <= 32512, the fp32
+// quotient 2^-23 relative), times the code u_c = (y_tc - m_c) / s_c, plus fp32 rounding of the terms. Rows of very
+// different sizes and one too small for a normal S (its scores zero); a wrong channel or token shows.
+template <class K, int D, int C>
+void check_kivi_int_keys(const Block& b, int T, uint64_t seed) {
+  constexpr int NT = C / 8, KD = D, KS32 = KD / 32;
+  const float scale_log2 = 0.125f * 1.4426950f;
+  std::vector<float> q = gaussian_vectors(8, KD, seed + 7);
+  for (int c = 0; c < KD; ++c) {
+    q[static_cast<size_t>(KD) + c] *= 300.0f;
+    q[static_cast<size_t>(2 * KD) + c] *= 1e-3f;
+    q[static_cast<size_t>(7 * KD) + c] *= 1e-40f;  // too small for a normal S: zero digits
+  }
+  q[static_cast<size_t>(3 * KD) + 5] = 50.0f;  // an outlier channel
+  float qscale[8];
+  for (int n = 0; n < 8; ++n) {
+    float amax = 0;
+    for (int c = 0; c < KD; ++c) amax = std::max(amax, std::fabs(q[static_cast<size_t>(n) * KD + c] * scale_log2));
+    qscale[n] = kvq::detail::digit_scale<2>(amax);
+  }
+  std::vector<float4> xt(static_cast<size_t>(KS32 * 2 * 32));
+  for (int idx = 0; idx < static_cast<int>(xt.size()); ++idx) {
+    xt[static_cast<size_t>(idx)] = int_query_values<K, D>(q.data(), scale_log2, qscale, 8, idx);
+    const float4 v = xt[static_cast<size_t>(idx)];
+    for (const float e : {v.x, v.y, v.z, v.w}) ASSERT_LE(std::fabs(e), 32512.0f * (1 + 0x1p-22f));
+  }
+  std::vector<int> hits(KD, 0);  // every channel once in the k32 map
+  for (int ks = 0; ks < KS32; ++ks)
+    for (int k = 0; k < 32; ++k) ++hits[static_cast<size_t>(K::template channel32<D>(ks, k))];
+  for (int c = 0; c < KD; ++c) ASSERT_EQ(hits[static_cast<size_t>(c)], 1) << "channel " << c;
+
+  // The block's step (block_digits): every chunk stage holds the block's minima and scales.
+  Stage st0;
+  key_stage<K, D, C>(b, 0, st0);
+  uint32_t sm = 0;
+  for (int lane = 0; lane < 32; ++lane) sm = h2_abs_max(sm, K::template scale_max<D>(st0.prm, b.args, lane));
+  const float smax = std::max(half_to_float(sm, false), half_to_float(sm, true));
+  const uint8_t* mins = st0.prm[0];
+  const uint8_t* scales = st0.prm[0] + (b.args.sec1 - b.args.sec0);
+  const auto half = [](const uint8_t* p, int c) {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * c, 2);
+    return static_cast<double>(f16_to_f32(h));
+  };
+  double smax_want = 0;
+  for (int c = 0; c < KD; ++c) smax_want = std::max(smax_want, std::fabs(half(scales, c)));
+  ASSERT_EQ(static_cast<double>(smax), smax_want);
+  const float sigma = smax > 0 ? 1.0f / smax : 0.0f;
+  std::vector<uint4> atab(static_cast<size_t>(KS32 * 32));
+  float bias[32];
+  for (int lane = 0; lane < 32; ++lane)
+    bias[lane] = K::template int_prepare<D>(st0.prm, b.args, lane, xt.data(), sigma, atab.data());
+  for (int lane = 0; lane < 32; lane += 4) {  // the kernel's quad reduction
+    const float sum = (bias[lane] + bias[lane + 1]) + (bias[lane + 2] + bias[lane + 3]);
+    for (int x = 0; x < 4; ++x) bias[lane + x] = sum;
+  }
+  // Row 7's digits (and every row's beyond G in the kernel) are zero.
+  for (int ks = 0; ks < KS32; ++ks)
+    for (int i = 0; i < 4; ++i) {
+      const uint4 a = atab[static_cast<size_t>(32 * ks + 28 + i)];
+      EXPECT_EQ(a.x | a.y | a.z | a.w, 0u);
+    }
+
+  for (int cc = 0; cc < T / C; ++cc) {
+    SCOPED_TRACE("chunk " + std::to_string(cc));
+    Stage st;
+    key_stage<K, D, C>(b, cc, st);
+    float sc[32][NT][2] = {};
+    int64_t acc[NT][32][4] = {};
+    for (int ks = 0; ks < KS32; ++ks) {
+      uint32_t bf[32][NT][2];
+      for (int lane = 0; lane < 32; ++lane) K::template int_bfrags<D, C>(st.codes.data(), ks, b.args, lane, bf[lane]);
+      uint4 a[32];
+      for (int lane = 0; lane < 32; ++lane) a[lane] = atab[static_cast<size_t>(32 * ks + lane)];
+      for (int jj = 0; jj < NT; ++jj) {
+        uint32_t b0[32], b1[32];
+        for (int lane = 0; lane < 32; ++lane) {
+          b0[lane] = bf[lane][jj][0];
+          b1[lane] = bf[lane][jj][1];
+        }
+        emulate_imma(a, b0, b1, acc[jj]);
+      }
+    }
+    for (int lane = 0; lane < 32; ++lane) {
+      int lane_acc[NT][4];
+      for (int jj = 0; jj < NT; ++jj)
+        for (int x = 0; x < 4; ++x) {
+          ASSERT_LE(std::llabs(acc[jj][lane][x]), int64_t{128 * 15 * 256}) << "a digit sum beyond the kernel's bound";
+          lane_acc[jj][x] = static_cast<int>(acc[jj][lane][x]);
+        }
+      K::template scale_int_group<D, C>(st.prm, b.args, lane, 0, lane_acc, sc[lane]);
+      for (int jj = 0; jj < NT; ++jj)
+        for (int x = 0; x < 2; ++x) sc[lane][jj][x] = std::fma(sc[lane][jj][x], smax, bias[lane]);
+    }
+    double worst = 0;
+    for (int lane = 0; lane < 32; ++lane) {
+      const int g = lane >> 2, i = lane & 3;
+      for (int jj = 0; jj < NT; ++jj)
+        for (int x = 0; x < 2; ++x) {
+          const int t = C * cc + C / 4 * i + jj + x * NT;
+          double want = 0, size = 0, codes = 0;
+          for (int c = 0; c < KD; ++c) {
+            const double y = b.y[static_cast<size_t>(t) * KD + c], m = half(mins, c), s = half(scales, c);
+            const double xc = static_cast<double>(q[static_cast<size_t>(g) * KD + c] * scale_log2);
+            const double u = s > 0 ? std::nearbyint((y - m) / s) : 0;
+            want += xc * y;
+            size += std::fabs(xc) * (std::fabs(y) + std::fabs(m) + s * u);
+            codes += u;
+          }
+          const double got = static_cast<double>(sc[lane][jj][x]) * qscale[g];
+          const double bound = g == 7 ? std::fabs(want) + 1e-30
+                                      : (0.5 + 0x1p-8) * qscale[g] * smax * codes + 1e-5 * size + 1e-30;
+          worst = std::max(worst, std::fabs(got - want) / bound);
+          if (g == 7) EXPECT_LE(std::fabs(got), 1e-30) << "a query too small to scale scores near zero";
+        }
+    }
+    EXPECT_LE(worst, 1.0);
+  }
+}
+
+template <class K>
+void check_every_dim_kivi_int_keys(const std::string& spec, uint64_t seed) {
+  const auto at = [&]<int D, int C>(uint64_t s) {
+    for (int T : {64, 128}) {
+      SCOPED_TRACE(spec + " integer keys d=" + std::to_string(D) + " C=" + std::to_string(C) +
+                   " T=" + std::to_string(T));
+      const Block b = encode(spec, D, T, true, s + static_cast<uint64_t>(T));
+      check_kivi_int_keys<K, D, C>(b, T, s + 11);
+    }
+  };
+  at.template operator()<64, 32>(seed);
+  at.template operator()<128, 32>(seed + 100);
+  at.template operator()<128, 64>(seed + 150);
+  at.template operator()<256, 64>(seed + 200);
+}
+
 // O += P V of every chunk (and each d > 128 part) for 8 rows of random weights, against sum_t p_t y_tc.
 template <class V, int D, int C>
 void check_values(const Block& b, int T, uint64_t seed) {
@@ -714,6 +854,13 @@ TEST(CudaFragments, IntKeysIntegerPathMatchesTheCodec) {
   check_every_dim_int_keys<IntTraits<8>::Key>("int8", seed + 3);
   check_every_dim_int_keys<IntTraits<8>::Key>("int8:16", seed + 4);
   check_every_dim_int_keys<IntTraits<8>::Key>("int8:64", seed + 5);
+}
+
+TEST(CudaFragments, KiviKeysIntegerPathMatchesTheCodec) {
+  KVQ_FRESH_SEED();
+  check_every_dim_kivi_int_keys<KiviTraits<2>::Key>("kivi:2", seed);
+  check_every_dim_kivi_int_keys<KiviTraits<4>::Key>("kivi:4", seed + 1);
+  check_every_dim_kivi_int_keys<KiviTraits<2>::Key>("kivi:2,g=16", seed + 2);
 }
 
 TEST(CudaFragments, TurboMseKeysIntegerPathMatchesTheCodec) {
