@@ -682,12 +682,12 @@ KVQ_UNROLL
         s[jj][1] += static_cast<float>(acc[jj][1] * 256 + acc[jj][3]);
       }
     }
-    /// This lane's part of the block's max_c |s_c| as an fp16 pair (lane l: channels 8l .. 8l + 7; the kernel
-    /// takes the maximum over the warp and of the two halves).
+    /// This lane's part of the block's max_c |s_c| as an fp16 pair (lane l: channels 8 l' .. 8 l' + 7, l' = l mod
+    /// D / 8, without a branch; the kernel takes the maximum over the warp and of the two halves).
     template <int D>
     KVQ_HD static uint32_t scale_max(const uint8_t* const* prm, const CodecArgs& a, int lane) {
-      if (8 * lane >= D) return 0;
-      const uint4 sv = load16(prm[0] + (a.sec1 - a.sec0) + 16 * lane);
+      static_assert(D / 8 <= 32, "a lane's 8 scales");
+      const uint4 sv = load16(prm[0] + (a.sec1 - a.sec0) + 16 * (lane % (D / 8)));
       return h2_abs_max(h2_abs_max(sv.x, sv.y), h2_abs_max(sv.z, sv.w));
     }
     /// The block's digit table: A fragments of w = x' s / s_max (sigma = 1 / s_max, 0 where every scale is 0) into
