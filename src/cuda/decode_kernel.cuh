@@ -167,8 +167,10 @@ struct SplitShape {
   // rows' x' (int_query_values, kTableBytes), then S of the 8 rows).
   static constexpr bool kBlockDigits = kInt && has_block_digits<K>();
   static constexpr int kBlockBytes = kTableBytes * (K::kChunkA && !kInt ? 2 : 1) + (kInt ? 32 : 0);
-  static constexpr int kWarpBytes = (K::kChunkA ? (kBlockDigits ? kTableBytes / 2 : kTableBytes) : 0) +  // per-chunk
-                                    (kBulk ? 16 * kStages : 0);  // (block digits: per-block) query fragments, mbarriers
+  // Per warp: the query fragments rebuilt per chunk (K::kChunkA), or with block digits per key block ([KD / 32][32]),
+  // then the stages' mbarriers.
+  static constexpr int kATableBytes = K::kChunkA ? (kBlockDigits ? kTableBytes / 2 : kTableBytes) : 0;
+  static constexpr int kWarpBytes = kATableBytes + (kBulk ? 16 * kStages : 0);
   static_assert(kWarps % kParts == 0, "a block holds whole ranges");
   static_assert(K::kRanges <= kTableSlot && V::kRanges <= kTableSlot, "parameter ranges below the table slot");
 };
@@ -476,9 +478,7 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
   uint8_t* vtable = ktable + a.key.table_bytes;
   uint8_t* wbase = vtable + a.value.table_bytes + warp * (S::kWarpBytes + kStages * a.stage_bytes);
   uint4* atab = reinterpret_cast<uint4*>(wbase);
-  uint64_t* bars = reinterpret_cast<uint64_t*>(wbase + (K::kChunkA ? (S::kBlockDigits ? S::kTableBytes / 2
-                                                                                     : S::kTableBytes)
-                                                                    : 0));  // 16 bytes a stage
+  uint64_t* bars = reinterpret_cast<uint64_t*>(wbase + S::kATableBytes);  // 16 bytes a stage
   uint8_t* ring = wbase + S::kWarpBytes;
 
   const int h = blockIdx.y, s = blockIdx.z;
