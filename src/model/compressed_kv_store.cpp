@@ -3,8 +3,6 @@
 // Layers with different codecs or key centering (KVCacheSpec::layers, KVCacheSpec::layer_codecs) go to different
 // KVCaches.
 #include <algorithm>
-#include <cmath>
-#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <span>
@@ -84,9 +82,6 @@ class CompressedKVStore final : public KVStore {
     for (const LayerCodecs& c : pairs)
       caches_.push_back(std::make_unique<CacheSequence>(cache_config(shape, capacity, spec, c)));
     plans_.resize(static_cast<size_t>(shape.n_layers));
-    if (const char* e = std::getenv("KVQ_SINK_HACK")) hack_ = std::atoi(e);
-    sink_k_.resize(static_cast<size_t>(shape.n_layers));
-    sink_v_.resize(static_cast<size_t>(shape.n_layers));
   }
 
   void append(int layer, const float* k, const float* v, int n) override {
@@ -96,60 +91,10 @@ class CompressedKVStore final : public KVStore {
               "first (kvq ppl / generate --calib-tokens N)");
     KVQ_CHECK(n >= 0 && static_cast<size_t>(n) <= capacity_ - c.cache.length(c.seq, layer),
               "the key/value cache is full (", capacity_, " positions)");
-    const size_t row = static_cast<size_t>(shape_.n_kv_heads) * shape_.head_dim;
-    const size_t at_len = c.cache.length(c.seq, layer);
-    if (hack_ >= 0) {
-      auto& sk = sink_k_[static_cast<size_t>(layer)];
-      auto& sv = sink_v_[static_cast<size_t>(layer)];
-      for (int i = 0; i < n && at_len + i < static_cast<size_t>(hack_); ++i) {
-        sk.insert(sk.end(), k + i * row, k + (i + 1) * row);
-        sv.insert(sv.end(), v + i * row, v + (i + 1) * row);
-      }
-    }
     c.cache.append(c.seq, layer, k, v, static_cast<size_t>(n));
   }
 
-  // Measurement hack: attention over the decoded cache with the first hack_ positions exact.
-  void attend_read(int layer, const float* q, int n, float* out) {
-    const CacheSequence& c = at(layer);
-    const int d = shape_.head_dim, group = shape_.n_heads / shape_.n_kv_heads;
-    const size_t len = c.cache.length(c.seq, layer), row = static_cast<size_t>(shape_.n_kv_heads) * d;
-    keys_.resize(len * row);
-    values_.resize(len * row);
-    c.cache.read(c.seq, layer, keys_.data(), values_.data());
-    const auto& sk = sink_k_[static_cast<size_t>(layer)];
-    const auto& sv = sink_v_[static_cast<size_t>(layer)];
-    std::copy(sk.begin(), sk.end(), keys_.begin());
-    std::copy(sv.begin(), sv.end(), values_.begin());
-    const int window = shape_.windows.empty() ? 0 : shape_.windows[static_cast<size_t>(layer)];
-    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-    std::vector<double> sc(len);
-    for (int i = 0; i < n; ++i) {
-      const int visible = static_cast<int>(len) - n + i + 1;
-      const int first = window > 0 ? std::max(0, visible - window) : 0;
-      for (int h = 0; h < shape_.n_heads; ++h) {
-        const float* qh = q + (static_cast<size_t>(i) * shape_.n_heads + h) * d;
-        const size_t off = static_cast<size_t>(h / group) * d;
-        double mx = -INFINITY;
-        for (int t = first; t < visible; ++t) {
-          double s = 0;
-          for (int j = 0; j < d; ++j) s += static_cast<double>(qh[j]) * keys_[t * row + off + j];
-          sc[t] = s * scale;
-          mx = std::max(mx, sc[t]);
-        }
-        double sum = 0;
-        for (int t = first; t < visible; ++t) sum += sc[t] = std::exp(sc[t] - mx);
-        float* oh = out + (static_cast<size_t>(i) * shape_.n_heads + h) * d;
-        std::vector<double> acc(d, 0.0);
-        for (int t = first; t < visible; ++t)
-          for (int j = 0; j < d; ++j) acc[j] += sc[t] / sum * values_[t * row + off + j];
-        for (int j = 0; j < d; ++j) oh[j] = static_cast<float>(acc[j]);
-      }
-    }
-  }
-
   void attend(int layer, const float* q, int n, float* out) override {
-    if (hack_ >= 0) return attend_read(layer, q, n, out);
     const CacheSequence& c = at(layer);
     const size_t floats = static_cast<size_t>(n) * shape_.n_heads * shape_.head_dim;
     const std::span<const float> qs(q, floats);
@@ -194,8 +139,6 @@ class CompressedKVStore final : public KVStore {
       c->seq = c->cache.add_sequence();
     }
     for (auto& plan : plans_) plan.reset();
-    for (auto& x : sink_k_) x.clear();
-    for (auto& x : sink_v_) x.clear();
   }
 
   size_t bytes() const override {
@@ -227,9 +170,6 @@ class CompressedKVStore final : public KVStore {
   std::vector<std::unique_ptr<CacheSequence>> caches_;  // one per distinct codec pair and centering
   std::vector<size_t> route_;                           // [layer]: index into caches_
   std::vector<std::optional<DecodePlan>> plans_;        // [layer]: its decode plan, made at its first decode
-  int hack_ = -1;
-  std::vector<std::vector<float>> sink_k_, sink_v_;
-  std::vector<float> keys_, values_;
 };
 
 }  // namespace
