@@ -315,6 +315,7 @@ Calibration example(const LlamaModel& model) {
   c.budget_bits = 3.5;
   c.block_tokens = 128;
   c.calibration_tokens = 2048;
+  c.sink_tokens = 4;
   c.predicted_kld = 0.0125;
   c.layers = {LayerCodecs{"int8", "turbo_mse:2", true}, LayerCodecs{"kivi:4", "int4"}};
   return c;
@@ -328,6 +329,7 @@ std::string as_version(const std::string& file, int version) {
   std::getline(lines, line);  // the current version's
   while (std::getline(lines, line)) {
     if (version == 1 && (line.starts_with("block_tokens ") || line.starts_with("calibration_tokens "))) continue;
+    if (line.starts_with("sink_tokens ")) continue;  // version 4 on
     if (line.starts_with("layer ")) line.resize(line.rfind(' '));  // without its centering
     body += line + "\n";
   }
@@ -352,6 +354,7 @@ TEST(CalibrationFile, RoundTrip) {
   EXPECT_EQ(back.budget_bits, c.budget_bits);
   EXPECT_EQ(back.block_tokens, c.block_tokens);
   EXPECT_EQ(back.calibration_tokens, c.calibration_tokens);
+  EXPECT_EQ(back.sink_tokens, 4);
   EXPECT_EQ(back.predicted_kld, c.predicted_kld);
   check_calibration_model(back, m.model());
 }
@@ -371,6 +374,7 @@ TEST(CalibrationFile, ReadsVersions1And2AsPlainKeys) {
     const Calibration back = load_calibration(file.path());
     EXPECT_EQ(back.block_tokens, version == 1 ? 64 : 128);
     EXPECT_EQ(back.calibration_tokens, version == 1 ? 0u : 2048u);
+    EXPECT_EQ(back.sink_tokens, 0);
     EXPECT_EQ(back.layers, plain) << "version " << version;
   }
   // A version 2 file whose layer line carries a centering it could not have.
@@ -414,8 +418,10 @@ TEST(CalibrationFile, RefusesDamageAndOtherModels) {
     std::snprintf(crc, sizeof(crc), "%08x", crc32c(body.data(), body.size()));
     write_all(file.path(), body + "crc32c " + crc + "\n");
   };
-  rewritten("kvq-calibration 3", "kvq-calibration 4");  // a later version
-  test::expect_error([&] { load_calibration(file.path()); }, "format version 4; this kvq reads versions 1 to 3");
+  rewritten("kvq-calibration 4", "kvq-calibration 5");  // a later version
+  test::expect_error([&] { load_calibration(file.path()); }, "format version 5; this kvq reads versions 1 to 4");
+  rewritten("sink_tokens 4", "sink_tokens 5000");
+  test::expect_error([&] { load_calibration(file.path()); }, "sink_tokens 5000 is outside [0, 4096]");
   rewritten("kivi:4", "kivi:9");  // an unknown codec
   EXPECT_THROW(load_calibration(file.path()), Error);
   rewritten("int4 plain", "int4");  // a layer without its centering

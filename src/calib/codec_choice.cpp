@@ -54,14 +54,22 @@ CodecChoice choose_layer_codecs(const LayerSensitivity& s, double budget_bits, i
     groups.push_back(values);
   }
   const double elements = static_cast<double>(block_tokens) * head_dim;
-  const double budget_bytes = std::floor(budget_bits * elements / 8 * static_cast<double>(groups.size()) + 1e-6);
+  // Sinks first: of a window's tokens, the min(S, window) sinks cost 16 bits each, the blocks get the rest.
+  const double sink_share = s.sink_tokens > 0 ? static_cast<double>(std::min(s.sink_tokens, s.window)) / s.window : 0;
+  KVQ_CHECK(budget_bits > 16 * sink_share && sink_share < 1, "a budget of ", budget_bits, " bits per element is "
+            "spent on ", s.sink_tokens, " f16 sink tokens in windows of ", s.window, " tokens (", 16 * sink_share,
+            " bits)");
+  const double block_bits = (budget_bits - 16 * sink_share) / (1 - sink_share);
+  const double budget_bytes = std::floor(block_bits * elements / 8 * static_cast<double>(groups.size()) + 1e-6);
   size_t cheapest = 0;
   for (const auto& g : groups) {
     size_t lo = g.front().cost;
     for (const AllocationItem& item : g) lo = std::min(lo, item.cost);
     cheapest += lo;
   }
-  const double cheapest_bits = 8.0 * static_cast<double>(cheapest) / (elements * static_cast<double>(groups.size()));
+  const double cheapest_bits = sink_bits(
+      8.0 * static_cast<double>(cheapest) / (elements * static_cast<double>(groups.size())), s.sink_tokens,
+      std::max(s.window, 1));
   KVQ_CHECK(budget_bytes >= static_cast<double>(cheapest), "a budget of ", budget_bits,
             " bits per element is below the cheapest choice of these codecs (", cheapest_bits, " bits)");
   const std::vector<size_t> chosen = choose_min_loss(groups, static_cast<size_t>(std::min(budget_bytes, 1e15)));
@@ -76,7 +84,8 @@ CodecChoice choose_layer_codecs(const LayerSensitivity& s, double budget_bits, i
     choice.predicted_kld += k.loss + v.loss;
     total += k.cost + v.cost;
   }
-  choice.bits_per_element = 8.0 * static_cast<double>(total) / (elements * static_cast<double>(groups.size()));
+  choice.bits_per_element = sink_bits(8.0 * static_cast<double>(total) / (elements * static_cast<double>(groups.size())),
+                                      s.sink_tokens, std::max(s.window, 1));
   return choice;
 }
 
