@@ -267,6 +267,18 @@ TEST(Calibrate, ChoosesWithinTheBudgetAndPredictsTheSum) {
   test::expect_error([&] { choose_layer_codecs(s, -1.0, d, 64); }, "must be positive");
   test::expect_error(
       [&] { measure_layer_sensitivity(m.model(), tok, tokens, {"int3"}, o, KVCacheSpec{}); }, "int3");
+
+  // Sink tokens are charged first, at 16 bits, over the measured window or the sequence length asked for.
+  LayerSensitivity sinks = s;
+  sinks.sink_tokens = 8;  // of 128: 1/16 of the tokens
+  const CodecChoice with_sinks = choose_layer_codecs(sinks, 3.5, d, 64);
+  EXPECT_LE(with_sinks.bits_per_element, 3.5);
+  const CodecChoice blocks = choose_layer_codecs(s, (3.5 - 1.0) / (1 - 1.0 / 16), d, 64);
+  EXPECT_EQ(with_sinks.layers, blocks.layers) << "the blocks share what the sinks leave";
+  EXPECT_DOUBLE_EQ(with_sinks.bits_per_element, sink_bits(blocks.bits_per_element, 8, 128));
+  EXPECT_DOUBLE_EQ(choose_layer_codecs(sinks, 3.5, d, 64, 1024).bits_per_element,
+                   sink_bits(choose_layer_codecs(s, (3.5 - 0.125) / (1 - 1.0 / 128), d, 64).bits_per_element, 8, 1024));
+  test::expect_error([&] { choose_layer_codecs(sinks, 0.9, d, 64); }, "spent on 8 f16 sink tokens");
 }
 
 // Centered keys are chosen in the layers where they measure better, their offsets paid for from the budget.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -158,6 +159,18 @@ TEST(SinkTokens, SaveAndLoadKeepThem) {
     EXPECT_EQ(a.values, b.values);
   }
   EXPECT_EQ(loaded.memory().sink_bytes, sc.cache.memory().sink_bytes);
+  // Version 5 holds the sinks; a cache without them is written as version 4, which earlier builds read.
+  const auto version_of = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    char header[12] = {};
+    in.read(header, 12);
+    return static_cast<int>(header[8]);
+  };
+  EXPECT_EQ(version_of(file.path().string()), 5);
+  const test::Scenario plain = with_sinks(shape, "turbo_mse:3", "int4", 0, seed);
+  plain.cache.save(file.path().string());
+  EXPECT_EQ(version_of(file.path().string()), 4);
+  EXPECT_EQ(KVCache::load(file.path().string()).config().sink_tokens, 0);
   const KVCache copy = sc.cache.to(Device::cpu());
   EXPECT_EQ(test::decoded(copy, sc.ids[1], 1).keys, test::decoded(sc.cache, sc.ids[1], 1).keys);
 }

@@ -1,16 +1,17 @@
-// KVCache::save / KVCache::load. File format, version 5, all integers little-endian:
+// KVCache::save / KVCache::load. File format, version 5 (a cache without sink tokens is written as version 4, which
+// lacks the fields marked v5, so that earlier builds still read it), all integers little-endian:
 //
 //   header (24 bytes): char[8] "KVQCACHE" | u32 version | u32 CRC-32C of the payload | u64 payload bytes
 //   payload:
 //     u32 n_layers, n_kv_heads, head_dim, block_tokens, residual_tokens | u64 capacity_pages, seed | u8 center_keys
-//     | u32 sink_tokens
+//     | u32 sink_tokens (v5)
 //     str key codec spec | str value codec spec                           (str: u32 length, then the bytes)
 //     u64 key block bytes, value block bytes, page bytes                   (must match this build's codecs)
 //     per layer: key codec, then value codec: u8 trained | u64 n | n bytes of Codec::state()
 //     u64 next sequence id | u64 number of sequences
 //     per sequence: u64 id; per layer: u64 n_pages | u32 residual tokens r | n_pages pages (page bytes each, in
 //       block-table order) | residual keys [kv head][r][d] f32 | residual values [kv head][r][d] f32 |
-//       u8 has key offset | key offset [kv head][d] f32 if it has one | u32 sink tokens s | sink keys
+//       u8 has key offset | key offset [kv head][d] f32 if it has one | (v5:) u32 sink tokens s | sink keys
 //       [kv head][s][d] f16 | sink values [kv head][s][d] f16
 //
 // Pages are written in block-table order, so a loaded cache holds its pages compacted at the front of its pool.
@@ -161,13 +162,14 @@ void CacheFile::write(const KVCache& cache, std::ofstream& out) {
   const CacheConfig& c = cache.config_;
   const size_t H = static_cast<size_t>(c.n_kv_heads), d = static_cast<size_t>(c.head_dim);
   out.write(std::string(kHeaderBytes, '\0').data(), kHeaderBytes);  // filled in at the end
+  const uint32_t version = c.sink_tokens > 0 ? kSinksVersion : kSinksVersion - 1;
   Writer w(out);
   for (int v : {c.n_layers, c.n_kv_heads, c.head_dim, c.block_tokens, c.residual_tokens})
     w.num(static_cast<uint32_t>(v));
   w.num(static_cast<uint64_t>(c.capacity_pages));
   w.num(c.seed);
   w.num(static_cast<uint8_t>(c.center_keys));
-  w.num(static_cast<uint32_t>(c.sink_tokens));
+  if (version >= kSinksVersion) w.num(static_cast<uint32_t>(c.sink_tokens));
   w.str(c.key_codec);
   w.str(c.value_codec);
   w.num(static_cast<uint64_t>(cache.key_codecs_[0]->block_bytes()));
@@ -193,11 +195,11 @@ void CacheFile::write(const KVCache& cache, std::ofstream& out) {
       w.num(static_cast<uint8_t>(!layer.key_offset.empty()));
       if (!layer.key_offset.empty()) w.bytes(layer.key_offset.data(), layer.key_offset.size() * 4);
       const size_t s = static_cast<size_t>(layer.sink_count), S = static_cast<size_t>(c.sink_tokens);
-      w.num(static_cast<uint32_t>(s));
+      if (version >= kSinksVersion) w.num(static_cast<uint32_t>(s));
       for (size_t row = 0; row < 2 * H && s > 0; ++row) w.bytes(layer.sinks.data() + row * S * d, s * d * 2);
     }
   }
-  const uint32_t version = kVersion, crc = w.crc();
+  const uint32_t crc = w.crc();
   const uint64_t payload = w.count();
   out.seekp(0);
   out.write(kMagic.data(), kMagic.size());

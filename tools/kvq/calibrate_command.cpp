@@ -33,6 +33,7 @@ struct CalibrateOptions {
   std::string anchor;  // empty: every figure measured
   bool plain_keys = false;  // measure no centered keys
   int sink_tokens = 0;      // the first tokens of each window kept in f16, measured and charged to the budget
+  int budget_ctx = 0;       // the sequence length key offsets and sinks are charged over; 0: ctx
   // The codecs with fused attention kernels on both the CPU and the GPU, from 16 bits down to 2.
   std::vector<std::string> codecs{"f16", "int8", "int4", "kivi:4", "turbo_mse:4", "turbo_mse:3", "kivi:2",
                                   "turbo_mse:2"};
@@ -121,7 +122,7 @@ void run_calibrate(const CalibrateOptions& o) {
   print_sensitivity(s, o.anchor);
   std::vector<CodecChoice> choices;
   for (double budget : o.budget_bits) {
-    const CodecChoice& choice = choices.emplace_back(choose_layer_codecs(s, budget, c.head_dim(), cache.block_tokens));
+    const CodecChoice& choice = choices.emplace_back(choose_layer_codecs(s, budget, c.head_dim(), cache.block_tokens, o.budget_ctx));
     Calibration calibration;
     calibration.model = model_identity(model);
     calibration.budget_bits = budget;
@@ -180,12 +181,16 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_flag("--plain-keys", o->plain_keys,
                 "measure and choose keys as they are only; default: each quantizing key codec also with the "
                 "layer's keys centered (stored minus their first-page mean, as --center-keys does in every layer), "
-                "its offsets' bytes counted in the budget over windows of --ctx tokens");
+                "its offsets' bytes counted in the budget over sequences of --budget-ctx tokens");
   cmd->add_option("--sink", o->sink_tokens,
                   "the first N tokens of each window kept in f16, never quantized: every figure is measured with "
-                  "them, and their 16 bits are charged to the budget over windows of --ctx tokens (N (16 - b) / ctx "
-                  "bits per element more); kvq ppl --calib keeps them too")
+                  "them, and their 16 bits are charged to the budget over sequences of --budget-ctx tokens (N (16 - "
+                  "b) / ctx bits per element more); kvq ppl --calib keeps them too")
       ->check(CLI::Range(0, kMaxSinkTokens))->capture_default_str();
+  cmd->add_option("--budget-ctx", o->budget_ctx,
+                  "the sequence length the budget counts the key offsets' and sink tokens' bytes over (the context "
+                  "the cache will serve); default: --ctx")
+      ->check(CLI::Range(0, 1 << 20))->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads (0 = all cores)")
       ->check(CLI::Range(0, 1024))->capture_default_str();
   cmd->add_option("--out", o->out, "the calibration file to write; '{}' in it is replaced by the budget")

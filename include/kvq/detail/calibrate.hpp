@@ -69,11 +69,13 @@ size_t key_offset_bytes_per_block(int head_dim, int block_tokens, int sequence_t
 /// The key and value codec of every layer, and whether its keys are centered, that minimize the predicted KL
 /// divergence (the sum of the measured single-layer, single-role divergences: errors assumed additive) with the
 /// mean stored bits per element, keys and values of every layer alike (8 block_bytes / (T head_dim) of each chosen
-/// codec, plus key_offset_bytes_per_block for centered keys in sequences of sensitivity.window tokens), at most
+/// codec, plus key_offset_bytes_per_block for centered keys in sequences of sequence_tokens tokens (0: the
+/// measured window, sensitivity.window)), at most
 /// `budget_bits`. Centered keys are candidates where they were measured. Sink tokens (sensitivity.sink_tokens) are
-/// charged first: min(S, window) of every window's tokens at 16 bits (sink_bits), the blocks share the rest. Exact over the integer bytes
+/// charged first: min(S, n) of a sequence's n = sequence_tokens tokens at 16 bits (sink_bits), the blocks share the
+/// rest. Exact over the integer bytes
 /// (codec_allocation.hpp); kvq::Error when the cheapest choice exceeds the budget.
 CodecChoice choose_layer_codecs(const LayerSensitivity& sensitivity, double budget_bits, int head_dim,
-                                int block_tokens);
+                                int block_tokens, int sequence_tokens = 0);
 
 }  // namespace kvq
