@@ -97,6 +97,14 @@ TEST(ModelCacheChunks, SyntheticChunkedEqualsTokenByToken) {
   // Compressed: each position of a chunk sees the cache as decoding would (its unfinished block in fp32).
   expect_chunk_sizes_agree(m.model(), ids, {"int4", "kivi:2"});
   expect_chunk_sizes_agree(m.model(), ids, {"turbo_prod:3", "turbo_mse:3", 64, 64});
+  // Sink tokens: the first ones go to the sinks, not the window, and a chunk is still split where a block is encoded.
+  for (int sinks : {1, 5, 64, 200}) {
+    KVCacheSpec spec{"int4", "kivi:2"};
+    spec.sink_tokens = sinks;
+    expect_chunk_sizes_agree(m.model(), ids, spec);
+    spec.key_codec = spec.value_codec = "f32";
+    expect_chunks_match_tokens(m.model(), ids, spec);
+  }
 }
 
 TEST(ModelCacheChunks, Stories260KChunkedEqualsTokenByToken) {
