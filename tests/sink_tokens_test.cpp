@@ -111,7 +111,8 @@ TEST(SinkTokens, PrefillMatchesTheReferenceWithAndWithoutAWindow) {
       std::vector<Tokens> heads;
       for (int h = 0; h < 2; ++h) heads.push_back(test::decoded_head(sc.cache, sc.ids[0], 1, h));
       ThreadPool two(2);
-      for (const auto& [start, chunk] : std::vector<std::pair<size_t, size_t>>{{0, 7}, {10, 20}, {60, 100}, {170, 10}}) {
+      const std::vector<std::pair<size_t, size_t>> chunks{{0, 7}, {10, 20}, {60, 100}, {170, 10}};
+      for (const auto& [start, chunk] : chunks) {
         SCOPED_TRACE("chunk " + std::to_string(chunk) + " at " + std::to_string(start));
         const auto q = gaussian_vectors(chunk * hq, 64, seed + start);
         std::vector<float> out(q.size(), NAN);

@@ -112,10 +112,10 @@ struct CacheMemory {
 /// What attention reads of one (sequence, layer). The pointers are in the cache's device memory (a CUDA cache's
 /// window, key offset and device_pages on its device); `pages` is the host copy of the block table.
 struct LayerView {
-  int sink_count = 0;                      ///< f16 sink tokens at positions 0 .. sink_count - 1 (CacheConfig::sink_tokens)
-  const uint16_t* sink_keys = nullptr;     ///< [kv head][sink_stride / d slots][d] f16, sink_count slots used; not centered
-  const uint16_t* sink_values = nullptr;   ///< same layout
-  size_t sink_stride = 0;                  ///< halves between the sinks of consecutive kv heads
+  int sink_count = 0;                     ///< f16 sink tokens, positions 0 .. sink_count - 1 (CacheConfig::sink_tokens)
+  const uint16_t* sink_keys = nullptr;    ///< [kv head][sink_stride / d slots][d] f16, sink_count used; not centered
+  const uint16_t* sink_values = nullptr;  ///< same layout
+  size_t sink_stride = 0;                 ///< halves between the sinks of consecutive kv heads
   std::span<const PageId> pages;  ///< block table: tokens [sink_count + j*T, sink_count + (j+1)*T) live in pages[j]
   int block_tokens = 0;                    ///< T
   int residual_count = 0;                  ///< fp32 tokens after the encoded ones
@@ -203,7 +203,8 @@ class KVCache {
   size_t length(SeqId seq, int layer) const;
 
   /// The tokens of (seq, layer) as attention reads them: the f16 sinks, the pages decoded by the layer's codecs,
-  /// then the fp32 window, the key offset added back to the pages and window (centered keys). keys and values: [length(seq, layer)][n_kv_heads][head_dim],
+  /// then the fp32 window, the key offset added back to the pages and window (centered keys). keys and values:
+  /// [length(seq, layer)][n_kv_heads][head_dim],
   /// host memory (a CUDA cache reads through a CPU copy of the sequence).
   void read(SeqId seq, int layer, float* keys, float* values) const;
 

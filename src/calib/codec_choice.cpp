@@ -87,8 +87,8 @@ CodecChoice choose_layer_codecs(const LayerSensitivity& s, double budget_bits, i
     choice.predicted_kld += k.loss + v.loss;
     total += k.cost + v.cost;
   }
-  choice.bits_per_element = sink_bits(8.0 * static_cast<double>(total) / (elements * static_cast<double>(groups.size())),
-                                      s.sink_tokens, n);
+  const double block_bits_chosen = 8.0 * static_cast<double>(total) / (elements * static_cast<double>(groups.size()));
+  choice.bits_per_element = sink_bits(block_bits_chosen, s.sink_tokens, n);
   return choice;
 }
 

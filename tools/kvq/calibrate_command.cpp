@@ -122,7 +122,8 @@ void run_calibrate(const CalibrateOptions& o) {
   print_sensitivity(s, o.anchor);
   std::vector<CodecChoice> choices;
   for (double budget : o.budget_bits) {
-    const CodecChoice& choice = choices.emplace_back(choose_layer_codecs(s, budget, c.head_dim(), cache.block_tokens, o.budget_ctx));
+    const CodecChoice& choice =
+        choices.emplace_back(choose_layer_codecs(s, budget, c.head_dim(), cache.block_tokens, o.budget_ctx));
     Calibration calibration;
     calibration.model = model_identity(model);
     calibration.budget_bits = budget;
