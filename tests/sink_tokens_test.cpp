@@ -175,6 +175,18 @@ TEST(SinkTokens, SaveAndLoadKeepThem) {
   EXPECT_EQ(KVCache::load(file.path().string()).config().sink_tokens, 0);
   const KVCache copy = sc.cache.to(Device::cpu());
   EXPECT_EQ(test::decoded(copy, sc.ids[1], 1).keys, test::decoded(sc.cache, sc.ids[1], 1).keys);
+  EXPECT_EQ(test::decoded(copy, sc.ids[0], 1).values, test::decoded(sc.cache, sc.ids[0], 1).values);
+
+  // Sinks grow with the tokens held: the most a cache may keep, 3 tokens held, costs 3 tokens, also once loaded
+  // (a file cannot make load allocate more than it holds).
+  const test::Shape few{64, 64, 0, 2, 1, {3}, true};
+  const test::Scenario big = with_sinks(few, "int4", "int4", kMaxSinkTokens, seed);
+  const size_t three = 3 * 2 * 2 * 64 * 2;
+  EXPECT_LE(big.cache.memory().sink_bytes, 2 * three);
+  big.cache.save(file.path().string());
+  const KVCache big_loaded = KVCache::load(file.path().string());
+  EXPECT_EQ(big_loaded.memory().sink_bytes, three);
+  EXPECT_EQ(test::decoded(big_loaded, big.ids[0], 1).keys, test::decoded(big.cache, big.ids[0], 1).keys);
 }
 
 TEST(SinkTokens, BadCountsAndUnstorableTokensAreErrors) {

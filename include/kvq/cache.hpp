@@ -102,7 +102,8 @@ struct CacheMemory {
   size_t block_table_bytes = 0;  ///< block table entries * sizeof(PageId)
   size_t codec_state_bytes = 0;  ///< trained codec state (Codec::state()) of every layer
   size_t key_offset_bytes = 0;   ///< centered keys: one fp32 offset per (sequence, layer, kv head) that has pages
-  size_t sink_bytes = 0;         ///< sink tokens: 2 * kv heads * d * 2 bytes per token held, keys and values (f16)
+  size_t sink_bytes = 0;         ///< sink tokens (f16) as allocated: each grows with use, to 2 * kv heads * S * d
+                                 ///< * 2 bytes per (sequence, layer)
   size_t used_bytes = 0;         ///< encoded + residual + block tables + codec state + key offsets + sinks
   size_t total_bytes = 0;        ///< pool + residual + block tables + codec state + key offsets + sinks
   /// Of the encoded part: 8 * page_bytes / (T * kv heads * d * 2), keys and values, padding included.
@@ -238,7 +239,8 @@ class KVCache {
     std::vector<float> residual;    // keys [H][window_slots][d], then values [H][window_slots][d]
     std::vector<float> key_offset;  // [H][d] once the first page is encoded (center_keys), else empty
     int sink_count = 0;             // sink tokens held, at most sink_tokens
-    std::vector<uint16_t> sinks;    // f16 keys [H][sink_tokens][d], then values; allocated at the first token
+    size_t sink_slots = 0;          // tokens per head `sinks` has room for: grows with use, up to sink_tokens
+    std::vector<uint16_t> sinks;    // f16 keys [H][sink_slots][d], then values
     // A CUDA cache's part: the device block table, window and key offset (the host vectors above stay empty).
     std::unique_ptr<cuda::detail::DeviceLayer, cuda::detail::DeviceDeleter> device;
   };
@@ -256,6 +258,7 @@ class KVCache {
   void check_layer(int layer) const;
   size_t residual_slots() const;                                // R + T - 1
   void reserve_window(LayerState& layer, size_t tokens) const;  // room for `tokens` per head, the held ones kept
+  void reserve_sinks(LayerState& layer, size_t tokens) const;   // the same for the sinks, up to sink_tokens
   uint8_t* page_mut(PageId id);
   void zero_page_padding(uint8_t* page) const;
   // append's work on a layer's host state (a CPU cache's own, or a host copy of a CUDA cache's window and key

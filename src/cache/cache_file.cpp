@@ -194,9 +194,9 @@ void CacheFile::write(const KVCache& cache, std::ofstream& out) {
       for (size_t row = 0; row < 2 * H && r > 0; ++row) w.bytes(layer.residual.data() + row * slots * d, r * d * 4);
       w.num(static_cast<uint8_t>(!layer.key_offset.empty()));
       if (!layer.key_offset.empty()) w.bytes(layer.key_offset.data(), layer.key_offset.size() * 4);
-      const size_t s = static_cast<size_t>(layer.sink_count), S = static_cast<size_t>(c.sink_tokens);
+      const size_t s = static_cast<size_t>(layer.sink_count), sink_slots = layer.sink_slots;
       if (version >= kSinksVersion) w.num(static_cast<uint32_t>(s));
-      for (size_t row = 0; row < 2 * H && s > 0; ++row) w.bytes(layer.sinks.data() + row * S * d, s * d * 2);
+      for (size_t row = 0; row < 2 * H && s > 0; ++row) w.bytes(layer.sinks.data() + row * sink_slots * d, s * d * 2);
     }
   }
   const uint32_t crc = w.crc();
@@ -319,11 +319,11 @@ KVCache CacheFile::read(std::ifstream& in, uint64_t payload_bytes, uint32_t vers
                 "corrupt cache file: sequence ", id, " layer ", l, " holds tokens after ", sinks, " of its ",
                 c.sink_tokens, " sink tokens");
       if (sinks > 0) {
-        const size_t S = static_cast<size_t>(c.sink_tokens), s16 = sinks * d;
+        const size_t s16 = sinks * d;
         r.need(2 * H * s16 * 2, "sink tokens");
-        layer.sinks.assign(2 * H * S * d, 0);
+        cache.reserve_sinks(layer, sinks);  // as many slots as the file holds tokens: memory follows the file
         for (size_t row = 0; row < 2 * H; ++row) {  // keys, then values
-          uint16_t* at = layer.sinks.data() + row * S * d;
+          uint16_t* at = layer.sinks.data() + row * layer.sink_slots * d;
           r.bytes(at, s16 * 2, "sink tokens");
           for (size_t i = 0; i < s16; ++i)
             KVQ_CHECK((at[i] & 0x7c00u) != 0x7c00u, "corrupt cache file: sequence ", id, " layer ", l,

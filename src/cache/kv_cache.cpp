@@ -189,6 +189,20 @@ void KVCache::reserve_window(LayerState& ls, size_t tokens) const {
   ls.window_slots = slots;
 }
 
+void KVCache::reserve_sinks(LayerState& ls, size_t tokens) const {
+  if (tokens <= ls.sink_slots) return;
+  const size_t H = static_cast<size_t>(config_.n_kv_heads), d = static_cast<size_t>(config_.head_dim);
+  const size_t S = static_cast<size_t>(config_.sink_tokens);
+  KVQ_CHECK(tokens <= S, "KVCache: ", tokens, " sink tokens (at most ", S, ")");
+  const size_t slots = std::min(S, std::max(tokens, 2 * ls.sink_slots));
+  std::vector<uint16_t> grown(2 * H * slots * d, 0);
+  for (size_t row = 0; row < 2 * H; ++row)  // keys, then values
+    std::copy_n(ls.sinks.data() + row * ls.sink_slots * d, static_cast<size_t>(ls.sink_count) * d,
+                grown.data() + row * slots * d);
+  ls.sinks = std::move(grown);
+  ls.sink_slots = slots;
+}
+
 SeqId KVCache::add_sequence() {
   const SeqId id = sequences_.next_id;
   if (cuda_)
@@ -286,7 +300,7 @@ void KVCache::append_on_host(LayerState& ls, int layer, SeqId seq, const float* 
       KVQ_CHECK(std::abs(x[i]) <= 65504.f, "KVCache::append: ", x == keys ? "key" : "value", " of token ",
                 i / (H * d), " head ", i / d % H, " channel ", i % d, " is ", x[i],
                 ", beyond f16's range: sink tokens are kept in f16");
-  if (n_sink > 0 && ls.sinks.empty()) ls.sinks.assign(2 * H * S * d, 0);
+  reserve_sinks(ls, held + n_sink);  // room, the held ones kept: nothing they hold changes
   const float* sink_keys = keys;
   const float* sink_values = values;
   keys += n_sink * H * d;
@@ -337,9 +351,9 @@ void KVCache::append_on_host(LayerState& ls, int layer, SeqId seq, const float* 
   for (size_t t = 0; t < n_sink; ++t)
     for (size_t h = 0; h < H; ++h)
       for (size_t c = 0; c < d; ++c) {
-        const size_t at = (h * S + held + t) * d + c, from = (t * H + h) * d + c;
+        const size_t at = (h * ls.sink_slots + held + t) * d + c, from = (t * H + h) * d + c;
         ls.sinks[at] = f32_to_f16(sink_keys[from]);
-        ls.sinks[H * S * d + at] = f32_to_f16(sink_values[from]);
+        ls.sinks[H * ls.sink_slots * d + at] = f32_to_f16(sink_values[from]);
       }
   ls.sink_count = static_cast<int>(held + n_sink);
 }
@@ -369,7 +383,7 @@ LayerView KVCache::view(SeqId seq, int layer) const {
   LayerView v;
   v.sink_count = ls.sink_count;
   if (!ls.sinks.empty()) {
-    v.sink_stride = static_cast<size_t>(config_.sink_tokens) * static_cast<size_t>(config_.head_dim);
+    v.sink_stride = ls.sink_slots * static_cast<size_t>(config_.head_dim);
     v.sink_keys = ls.sinks.data();
     v.sink_values = ls.sinks.data() + static_cast<size_t>(config_.n_kv_heads) * v.sink_stride;
   }
@@ -433,8 +447,7 @@ CacheMemory KVCache::memory() const {
       m.residual_bytes += layer.residual.size() * sizeof(float);
       m.block_table_bytes += layer.pages.size() * sizeof(PageId);
       m.key_offset_bytes += layer.key_offset.size() * sizeof(float);
-      m.sink_bytes += static_cast<size_t>(layer.sink_count) * 2 * static_cast<size_t>(config_.n_kv_heads) *
-                      static_cast<size_t>(config_.head_dim) * sizeof(uint16_t);
+      m.sink_bytes += layer.sinks.size() * sizeof(uint16_t);
     }
   if (cuda_) cuda::detail::Backend::add_memory(*this, m);
   for (int l = 0; l < config_.n_layers; ++l)
@@ -479,7 +492,7 @@ KVCache KVCache::to_cpu(size_t capacity_pages, std::span<const SeqId> seqs) cons
       }
       builder.fill_layer(id, l, pages.data(), ls.pages.size(), host.residual.data(), host.window_slots,
                          host.residual_count, host.key_offset.empty() ? nullptr : host.key_offset.data());
-      builder.fill_sinks(id, l, ls.sinks.data(), ls.sink_count);
+      builder.fill_sinks(id, l, ls.sinks.data(), ls.sink_slots, ls.sink_count);
     }
   }
   builder.set_next_id(sequences_.next_id);
