@@ -1,5 +1,5 @@
-// The payload of saved caches (kvq::KVCache::load past its header): the first byte picks the format version (2, 3
-// or 4, all read), the rest is the payload, behind a valid 24-byte header (magic, version, the payload's CRC-32C and
+// The payload of saved caches (kvq::KVCache::load past its header): the first byte picks the format version (2 to
+// 5, all read), the rest is the payload, behind a valid 24-byte header (magic, version, the payload's CRC-32C and
 // size, as src/cache/cache_file.cpp writes it) so that every mutation reaches the parser. Any payload either loads
 // or raises kvq::Error; a loaded cache passes loaded_cache_checks.hpp.
 #include <cstdint>
@@ -29,7 +29,7 @@ std::vector<uint8_t> with_header(uint32_t version, const uint8_t* payload, uint6
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const uint32_t version = 2 + data[0] % 3;
+  const uint32_t version = 2 + data[0] % 4;
   const std::vector<uint8_t> file = with_header(version, data + 1, size - 1);
   try {
     const kvq::KVCache cache = kvq::KVCache::load(kvq::fuzz::input_file().write(file.data(), file.size()));

@@ -479,8 +479,8 @@ TEST(CacheFile, DamagedForeignAndNewerFilesGiveClearErrors) {
   foreign[3] = 'X';
   load_error(foreign, "not a kvq cache file");
   auto newer = good;
-  newer[8] = 5;
-  load_error(newer, "format version 5, newer than this build reads (4)");
+  newer[8] = 6;
+  load_error(newer, "format version 6, newer than this build reads (5)");
   auto older = good;
   older[8] = 1;
   load_error(older, "format version 1, older than this build reads (2)");

@@ -267,6 +267,18 @@ TEST(Calibrate, ChoosesWithinTheBudgetAndPredictsTheSum) {
   test::expect_error([&] { choose_layer_codecs(s, -1.0, d, 64); }, "must be positive");
   test::expect_error(
       [&] { measure_layer_sensitivity(m.model(), tok, tokens, {"int3"}, o, KVCacheSpec{}); }, "int3");
+
+  // Sink tokens are charged first, at 16 bits, over the measured window or the sequence length asked for.
+  LayerSensitivity sinks = s;
+  sinks.sink_tokens = 8;  // of 128: 1/16 of the tokens
+  const CodecChoice with_sinks = choose_layer_codecs(sinks, 3.5, d, 64);
+  EXPECT_LE(with_sinks.bits_per_element, 3.5);
+  const CodecChoice blocks = choose_layer_codecs(s, (3.5 - 1.0) / (1 - 1.0 / 16), d, 64);
+  EXPECT_EQ(with_sinks.layers, blocks.layers) << "the blocks share what the sinks leave";
+  EXPECT_DOUBLE_EQ(with_sinks.bits_per_element, sink_bits(blocks.bits_per_element, 8, 128));
+  EXPECT_DOUBLE_EQ(choose_layer_codecs(sinks, 3.5, d, 64, 1024).bits_per_element,
+                   sink_bits(choose_layer_codecs(s, (3.5 - 0.125) / (1 - 1.0 / 128), d, 64).bits_per_element, 8, 1024));
+  test::expect_error([&] { choose_layer_codecs(sinks, 0.9, d, 64); }, "spent on 8 f16 sink tokens");
 }
 
 // Centered keys are chosen in the layers where they measure better, their offsets paid for from the budget.
@@ -315,6 +327,7 @@ Calibration example(const LlamaModel& model) {
   c.budget_bits = 3.5;
   c.block_tokens = 128;
   c.calibration_tokens = 2048;
+  c.sink_tokens = 4;
   c.predicted_kld = 0.0125;
   c.layers = {LayerCodecs{"int8", "turbo_mse:2", true}, LayerCodecs{"kivi:4", "int4"}};
   return c;
@@ -328,6 +341,7 @@ std::string as_version(const std::string& file, int version) {
   std::getline(lines, line);  // the current version's
   while (std::getline(lines, line)) {
     if (version == 1 && (line.starts_with("block_tokens ") || line.starts_with("calibration_tokens "))) continue;
+    if (line.starts_with("sink_tokens ")) continue;  // version 4 on
     if (line.starts_with("layer ")) line.resize(line.rfind(' '));  // without its centering
     body += line + "\n";
   }
@@ -352,6 +366,7 @@ TEST(CalibrationFile, RoundTrip) {
   EXPECT_EQ(back.budget_bits, c.budget_bits);
   EXPECT_EQ(back.block_tokens, c.block_tokens);
   EXPECT_EQ(back.calibration_tokens, c.calibration_tokens);
+  EXPECT_EQ(back.sink_tokens, 4);
   EXPECT_EQ(back.predicted_kld, c.predicted_kld);
   check_calibration_model(back, m.model());
 }
@@ -371,6 +386,7 @@ TEST(CalibrationFile, ReadsVersions1And2AsPlainKeys) {
     const Calibration back = load_calibration(file.path());
     EXPECT_EQ(back.block_tokens, version == 1 ? 64 : 128);
     EXPECT_EQ(back.calibration_tokens, version == 1 ? 0u : 2048u);
+    EXPECT_EQ(back.sink_tokens, 0);
     EXPECT_EQ(back.layers, plain) << "version " << version;
   }
   // A version 2 file whose layer line carries a centering it could not have.
@@ -414,8 +430,10 @@ TEST(CalibrationFile, RefusesDamageAndOtherModels) {
     std::snprintf(crc, sizeof(crc), "%08x", crc32c(body.data(), body.size()));
     write_all(file.path(), body + "crc32c " + crc + "\n");
   };
-  rewritten("kvq-calibration 3", "kvq-calibration 4");  // a later version
-  test::expect_error([&] { load_calibration(file.path()); }, "format version 4; this kvq reads versions 1 to 3");
+  rewritten("kvq-calibration 4", "kvq-calibration 5");  // a later version
+  test::expect_error([&] { load_calibration(file.path()); }, "format version 5; this kvq reads versions 1 to 4");
+  rewritten("sink_tokens 4", "sink_tokens 5000");
+  test::expect_error([&] { load_calibration(file.path()); }, "sink_tokens 5000 is outside [0, 4096]");
   rewritten("kivi:4", "kivi:9");  // an unknown codec
   EXPECT_THROW(load_calibration(file.path()), Error);
   rewritten("int4 plain", "int4");  // a layer without its centering

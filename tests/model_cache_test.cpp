@@ -97,6 +97,15 @@ TEST(ModelCacheChunks, SyntheticChunkedEqualsTokenByToken) {
   // Compressed: each position of a chunk sees the cache as decoding would (its unfinished block in fp32).
   expect_chunk_sizes_agree(m.model(), ids, {"int4", "kivi:2"});
   expect_chunk_sizes_agree(m.model(), ids, {"turbo_prod:3", "turbo_mse:3", 64, 64});
+  // Sink tokens: the first ones go to the sinks, not the window, and a chunk is still split where a block is encoded.
+  // (Their f16 rounding, like a codec's, turns the last-bit differences of token-by-token projections into
+  // roundings the other way: chunk sizes are compared with each other.)
+  for (int sinks : {1, 5, 64, 200})
+    for (const char* codec : {"f32", "int4"}) {
+      KVCacheSpec spec{codec, codec};
+      spec.sink_tokens = sinks;
+      expect_chunk_sizes_agree(m.model(), ids, spec);
+    }
 }
 
 TEST(ModelCacheChunks, Stories260KChunkedEqualsTokenByToken) {

@@ -10,6 +10,12 @@
 // unencoded, the oldest T are encoded into a new page. The window so holds between R and R + T - 1 tokens once the
 // sequence is long enough (R = 0: the < T tokens of the unfinished block). Pages are always full.
 //
+// Sink tokens (CacheConfig::sink_tokens = S, 0 by default). The first S tokens of every (sequence, layer) (the
+// attention sink: BOS and the tokens every later query attends to most) are kept unencoded in f16, before the
+// pages: pages and window hold the tokens from position S on, and attention reads the sinks exactly. S (16 - b) / n
+// bits per element more for a sequence of n tokens at b bits; on SmolLM2 at 3 bits one sink token removes 8-31 % of
+// the KLD, 30 % in a 3.0-bit calibrated cache (docs/quality.md, "Sink tokens").
+//
 // Centered keys (CacheConfig::center_keys, off by default; key codecs that quantize, not f32 / f16 / bf16). Pages
 // and windows hold every key of a (sequence, layer, kv head) minus an offset: the mean of the sequence's first T
 // keys, fixed when its first page is encoded (LayerView::key_offset; null before). Attention is unchanged by it
@@ -74,7 +80,11 @@ struct CacheConfig {
   size_t capacity_pages = 0;  ///< pages in the pool, shared by all layers and sequences
   uint64_t seed = 0;          ///< seeds every codec: layer l's key codec gets derive_seed(derive_seed(seed, l), 0)
   bool center_keys = false;   ///< store quantized keys minus their sequence's first-page mean (see above)
+  int sink_tokens = 0;        ///< S: the first tokens of every sequence kept in f16, never encoded (see above)
 };
+
+/// The most sink tokens a cache may keep per sequence.
+inline constexpr int kMaxSinkTokens = 4096;
 
 /// Whether centered keys apply to a key codec spec: codecs that quantize. f32, f16 and bf16 keys are stored as they
 /// are (their error is relative to each element, so centering would only add rounding).
@@ -92,8 +102,10 @@ struct CacheMemory {
   size_t block_table_bytes = 0;  ///< block table entries * sizeof(PageId)
   size_t codec_state_bytes = 0;  ///< trained codec state (Codec::state()) of every layer
   size_t key_offset_bytes = 0;   ///< centered keys: one fp32 offset per (sequence, layer, kv head) that has pages
-  size_t used_bytes = 0;         ///< encoded + residual + block tables + codec state + key offsets
-  size_t total_bytes = 0;        ///< pool + residual + block tables + codec state + key offsets
+  size_t sink_bytes = 0;         ///< sink tokens (f16) as allocated: each grows with use, to 2 * kv heads * S * d
+                                 ///< * 2 bytes per (sequence, layer)
+  size_t used_bytes = 0;         ///< encoded + residual + block tables + codec state + key offsets + sinks
+  size_t total_bytes = 0;        ///< pool + residual + block tables + codec state + key offsets + sinks
   /// Of the encoded part: 8 * page_bytes / (T * kv heads * d * 2), keys and values, padding included.
   double bits_per_element = 0;
 };
@@ -101,7 +113,11 @@ struct CacheMemory {
 /// What attention reads of one (sequence, layer). The pointers are in the cache's device memory (a CUDA cache's
 /// window, key offset and device_pages on its device); `pages` is the host copy of the block table.
 struct LayerView {
-  std::span<const PageId> pages;           ///< block table: tokens [j*T, (j+1)*T) live in page pages[j]
+  int sink_count = 0;                     ///< f16 sink tokens, positions 0 .. sink_count - 1 (CacheConfig::sink_tokens)
+  const uint16_t* sink_keys = nullptr;    ///< [kv head][sink_stride / d slots][d] f16, sink_count used; not centered
+  const uint16_t* sink_values = nullptr;  ///< same layout
+  size_t sink_stride = 0;                 ///< halves between the sinks of consecutive kv heads
+  std::span<const PageId> pages;  ///< block table: tokens [sink_count + j*T, sink_count + (j+1)*T) live in pages[j]
   int block_tokens = 0;                    ///< T
   int residual_count = 0;                  ///< fp32 tokens after the encoded ones
   const float* residual_keys = nullptr;    ///< [kv head][residual_stride / d slots][d], residual_count slots used
@@ -111,7 +127,11 @@ struct LayerView {
   const PageId* device_pages = nullptr;    ///< a CUDA cache's block table on its device (pages.size() entries)
 
   size_t encoded_tokens() const { return pages.size() * static_cast<size_t>(block_tokens); }
-  size_t length() const { return encoded_tokens() + static_cast<size_t>(residual_count); }
+  /// Position of the first token of pages[0]: the sinks come first.
+  size_t first_page_token() const { return static_cast<size_t>(sink_count); }
+  /// Position of the first window token.
+  size_t window_start() const { return first_page_token() + encoded_tokens(); }
+  size_t length() const { return window_start() + static_cast<size_t>(residual_count); }
   /// residual_count x d keys (values) of one kv head, oldest first.
   const float* residual_key(int head) const { return residual_keys + static_cast<size_t>(head) * residual_stride; }
   const float* residual_value(int head) const { return residual_values + static_cast<size_t>(head) * residual_stride; }
@@ -183,8 +203,9 @@ class KVCache {
   size_t length(SeqId seq) const;
   size_t length(SeqId seq, int layer) const;
 
-  /// The tokens of (seq, layer) as attention reads them: the pages decoded by the layer's codecs, then the fp32
-  /// window, the key offset added back (centered keys). keys and values: [length(seq, layer)][n_kv_heads][head_dim],
+  /// The tokens of (seq, layer) as attention reads them: the f16 sinks, the pages decoded by the layer's codecs,
+  /// then the fp32 window, the key offset added back to the pages and window (centered keys). keys and values:
+  /// [length(seq, layer)][n_kv_heads][head_dim],
   /// host memory (a CUDA cache reads through a CPU copy of the sequence).
   void read(SeqId seq, int layer, float* keys, float* values) const;
 
@@ -217,6 +238,9 @@ class KVCache {
     size_t window_slots = 0;        // tokens per head `residual` has room for: grows with use, up to R + T - 1
     std::vector<float> residual;    // keys [H][window_slots][d], then values [H][window_slots][d]
     std::vector<float> key_offset;  // [H][d] once the first page is encoded (center_keys), else empty
+    int sink_count = 0;             // sink tokens held, at most sink_tokens
+    size_t sink_slots = 0;          // tokens per head `sinks` has room for: grows with use, up to sink_tokens
+    std::vector<uint16_t> sinks;    // f16 keys [H][sink_slots][d], then values
     // A CUDA cache's part: the device block table, window and key offset (the host vectors above stay empty).
     std::unique_ptr<cuda::detail::DeviceLayer, cuda::detail::DeviceDeleter> device;
   };
@@ -234,6 +258,7 @@ class KVCache {
   void check_layer(int layer) const;
   size_t residual_slots() const;                                // R + T - 1
   void reserve_window(LayerState& layer, size_t tokens) const;  // room for `tokens` per head, the held ones kept
+  void reserve_sinks(LayerState& layer, size_t tokens) const;   // the same for the sinks, up to sink_tokens
   uint8_t* page_mut(PageId id);
   void zero_page_padding(uint8_t* page) const;
   // append's work on a layer's host state (a CPU cache's own, or a host copy of a CUDA cache's window and key

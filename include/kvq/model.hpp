@@ -198,6 +198,7 @@ struct KVCacheSpec {
   int residual_tokens = 0;  ///< R, a multiple of T
   uint64_t seed = 0;        ///< seeds the codecs' rotations and sketches
   bool center_keys = false;  ///< CacheConfig::center_keys in every layer: keys stored minus their first-page mean
+  int sink_tokens = 0;       ///< CacheConfig::sink_tokens: the first tokens of the sequence kept in f16, every layer
   /// Layers whose keys and values use these codecs, the others f16 (a diagnostic: which layers a codec hurts);
   /// empty: every layer.
   std::vector<int> layers;

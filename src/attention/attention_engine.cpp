@@ -11,6 +11,7 @@
 #include "attention/online_softmax.hpp"
 #include "attention/page_kernel.hpp"
 #include "attention/page_loop.hpp"
+#include "core/half.hpp"
 #include "kvq/error.hpp"
 
 namespace kvq::detail {
@@ -39,6 +40,7 @@ struct Workspace {
   std::vector<float> q;           // max n_q x d: queries prepared for a fused kernel
   std::vector<uint8_t> kernel;    // a fused kernel's scratch, kernel_scratch_bytes(max n_q, d) + 64 for alignment
   std::vector<AttnState> states;  // views of `out`
+  std::vector<float> sinks;       // one kv head's sink tokens in fp32: keys [S][d], then values [S][d]
 };
 
 template <class Fn>
@@ -50,14 +52,11 @@ void for_each_task(ThreadPool* pool, size_t n, Fn&& fn) {
   }
 }
 
-// The fp32 residual window of one group, folded into states in the original space.
-void attend_window(const LayerView& view, int kv_head, int d, const float* q, int n_q, const size_t* visible,
-                   const size_t* first, float* scores, size_t stride, AttnState* states) {
-  const int r = view.residual_count;
+// r fp32 tokens at positions base .. base + r - 1 (the residual window, or the sinks), folded into the states of
+// one group in the original space.
+void attend_fp32(const float* keys, const float* values, int r, size_t base, int d, const float* q, int n_q,
+                 const size_t* visible, const size_t* first, float* scores, size_t stride, AttnState* states) {
   if (r == 0) return;
-  const float* keys = view.residual_key(kv_head);
-  const float* values = view.residual_value(kv_head);
-  const size_t base = view.encoded_tokens();
   for (int i = 0; i < n_q; ++i) {
     const float* qi = q + static_cast<size_t>(i) * d;
     float* row = scores + static_cast<size_t>(i) * stride;
@@ -84,6 +83,29 @@ void attend_window(const LayerView& view, int kv_head, int d, const float* q, in
       for (int c = 0; c < d; ++c) o[c] += w[t] * vt[c];
     }
   }
+}
+
+// The fp32 residual window of one group.
+void attend_window(const LayerView& view, int kv_head, int d, const float* q, int n_q, const size_t* visible,
+                   const size_t* first, float* scores, size_t stride, AttnState* states) {
+  attend_fp32(view.residual_key(kv_head), view.residual_value(kv_head), view.residual_count, view.window_start(), d,
+              q, n_q, visible, first, scores, stride, states);
+}
+
+// The f16 sink tokens of one group (positions 0 .. sink_count - 1), widened into `scratch` (2 x sink_count x d
+// floats), their keys minus the key offset where pages and window hold centered keys.
+void attend_sinks(const LayerView& view, int kv_head, int d, const float* q, int n_q, const size_t* visible,
+                  const size_t* first, float* scores, size_t stride, AttnState* states, float* scratch) {
+  const size_t s = static_cast<size_t>(view.sink_count), ud = static_cast<size_t>(d);
+  if (s == 0) return;
+  const uint16_t* keys = view.sink_keys + static_cast<size_t>(kv_head) * view.sink_stride;
+  const uint16_t* values = view.sink_values + static_cast<size_t>(kv_head) * view.sink_stride;
+  const float* offset = view.key_offset ? view.key_offset + static_cast<size_t>(kv_head) * ud : nullptr;
+  for (size_t i = 0; i < s * ud; ++i) {
+    scratch[i] = f16_to_f32(keys[i]) - (offset ? offset[i % ud] : 0.f);
+    scratch[s * ud + i] = f16_to_f32(values[i]);
+  }
+  attend_fp32(scratch, scratch + s * ud, view.sink_count, 0, d, q, n_q, visible, first, scores, stride, states);
 }
 
 }  // namespace
@@ -160,8 +182,10 @@ void AttentionEngine::run(const KVCache& cache, int layer, std::span<const Query
         min_first = std::min(min_first, first[row]);
         gp.cut_below = std::max(gp.cut_below, first[row]);
       }
-    const size_t seen_pages = std::min(gp.view.pages.size(), (max_visible + T - 1) / T);
-    gp.first_page = std::min(seen_pages, min_first / T);
+    // Pages hold positions from P0 on (the sinks come first).
+    const size_t P0 = gp.view.first_page_token();
+    const size_t seen_pages = max_visible > P0 ? std::min(gp.view.pages.size(), (max_visible - P0 + T - 1) / T) : 0;
+    gp.first_page = std::min(seen_pages, min_first > P0 ? (min_first - P0) / T : 0);
     gp.n_pages = seen_pages - gp.first_page;
   }
 
@@ -200,7 +224,8 @@ void AttentionEngine::run(const KVCache& cache, int layer, std::span<const Query
     piece_states[i].o = std::span<float>(piece_o.data() + i * static_cast<size_t>(m), static_cast<size_t>(m));
 
   const size_t window = static_cast<size_t>(cfg.residual_tokens + cfg.block_tokens - 1);
-  const size_t score_stride = std::max(T, window);
+  const size_t sinks = static_cast<size_t>(cfg.sink_tokens);
+  const size_t score_stride = std::max({T, window, sinks});
   std::vector<Workspace>& ws = sc.ws;
   ws.resize(workers);
   for (auto& w : ws) {
@@ -211,6 +236,7 @@ void AttentionEngine::run(const KVCache& cache, int layer, std::span<const Query
       w.kernel.resize(kernel_scratch_bytes(max_q, d) + 64);
     }
     w.states.resize(static_cast<size_t>(max_q));
+    w.sinks.resize(2 * sinks * ud);
     for (int i = 0; i < max_q; ++i) w.states[i].o = std::span<float>(w.out.data() + i * ud, ud);
   }
 
@@ -222,7 +248,7 @@ void AttentionEngine::run(const KVCache& cache, int layer, std::span<const Query
     for (size_t p = slice_start[s]; p < slice_start[s + 1]; ++p) {
       const Piece& piece = pieces[p];
       const GroupPlan& gp = plan[piece.group];
-      const size_t first_token = (gp.first_page + piece.begin) * T;
+      const size_t first_token = gp.view.first_page_token() + (gp.first_page + piece.begin) * T;
       if (piece.group != prepared_group) {
         if (kernel.fn) prepare_kernel_queries(kernel, kc, queries.data() + gp.row * ud, gp.n_q, w.q.data());
         scorer.reset();
@@ -254,7 +280,8 @@ void AttentionEngine::run(const KVCache& cache, int layer, std::span<const Query
     }
   });
 
-  // Run 2, per group: merge the pieces, map back once per query, add the fp32 window, normalize, write out.
+  // Run 2, per group: merge the pieces, map back once per query, add the fp32 window and the sinks, normalize, write
+  // out.
   for_each_task(pool, groups.size(), [&](size_t g, int worker) {
     const GroupPlan& gp = plan[g];
     const QueryGroup& qg = groups[g];
@@ -273,6 +300,8 @@ void AttentionEngine::run(const KVCache& cache, int layer, std::span<const Query
     }
     attend_window(gp.view, qg.kv_head, d, queries.data() + gp.row * ud, gp.n_q, visible.data() + gp.row,
                   first.data() + gp.row, w.scores.data(), score_stride, states);
+    attend_sinks(gp.view, qg.kv_head, d, queries.data() + gp.row * ud, gp.n_q, visible.data() + gp.row,
+                 first.data() + gp.row, w.scores.data(), score_stride, states, w.sinks.data());
     for (int pos = 0; pos < qg.n_pos; ++pos)
       for (int j = 0; j < G; ++j) {
         AttnState& st = states[pos * G + j];

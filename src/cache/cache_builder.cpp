@@ -55,6 +55,25 @@ void CacheBuilder::fill_layer(SeqId id, int layer, const uint8_t* pages, size_t 
   if (key_offset != nullptr) ls.key_offset.assign(key_offset, key_offset + H * d);
 }
 
+void CacheBuilder::fill_sinks(SeqId id, int layer, const uint16_t* sinks, size_t slots, int count) {
+  cache_.check_layer(layer);
+  KVCache::LayerState& ls = cache_.sequences_.at(id).layers[static_cast<size_t>(layer)];
+  const CacheConfig& c = cache_.config_;
+  KVQ_CHECK(count >= 0 && count <= c.sink_tokens, "CacheBuilder: ", count, " sink tokens (at most ", c.sink_tokens,
+            ")");
+  KVQ_CHECK(ls.sink_count == 0, "CacheBuilder: sequence ", id, " layer ", layer, " given sinks twice");
+  KVQ_CHECK(count == c.sink_tokens || (ls.pages.empty() && ls.residual_count == 0), "CacheBuilder: sequence ", id,
+            " layer ", layer, " holds tokens after ", count, " of its ", c.sink_tokens, " sink tokens");
+  if (count == 0) return;
+  KVQ_CHECK(sinks != nullptr && slots >= static_cast<size_t>(count), "CacheBuilder: ", count, " sink tokens in ",
+            slots, " slots");
+  const size_t H = static_cast<size_t>(c.n_kv_heads), d = static_cast<size_t>(c.head_dim);
+  cache_.reserve_sinks(ls, static_cast<size_t>(count));
+  for (size_t row = 0; row < 2 * H; ++row)  // keys, then values
+    std::copy_n(sinks + row * slots * d, static_cast<size_t>(count) * d, ls.sinks.data() + row * ls.sink_slots * d);
+  ls.sink_count = count;
+}
+
 void CacheBuilder::set_next_id(SeqId next) {
   KVQ_CHECK(next >= cache_.sequences_.next_id, "CacheBuilder: next sequence id ", next, " below ",
             cache_.sequences_.next_id, " (an id in use)");

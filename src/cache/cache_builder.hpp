@@ -1,4 +1,5 @@
-// A KVCache assembled from its parts: codec states, and per sequence and layer its pages, window and key offset.
+// A KVCache assembled from its parts: codec states, and per sequence and layer its pages, window, key offset and
+// sink tokens.
 // KVCache::to copies a cache to the CPU with it.
 #pragma once
 
@@ -24,6 +25,9 @@ class CacheBuilder {
   /// R + T - 1); the key offset [H][d] (centered keys with pages; else null).
   void fill_layer(SeqId id, int layer, const uint8_t* pages, size_t n_pages, const float* window, size_t window_slots,
                   int window_count, const float* key_offset);
+  /// Gives one layer of a sequence added above `count` sink tokens (at most sink_tokens): f16 keys [H][slots][d],
+  /// then values, the first `count` slots of each head used (null when count is 0).
+  void fill_sinks(SeqId id, int layer, const uint16_t* sinks, size_t slots, int count);
   /// The next sequence id add_sequence of the finished cache hands out (at least every id added + 1).
   void set_next_id(SeqId next);
 

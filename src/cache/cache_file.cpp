@@ -1,15 +1,18 @@
-// KVCache::save / KVCache::load. File format, version 4, all integers little-endian:
+// KVCache::save / KVCache::load. File format, version 5 (a cache without sink tokens is written as version 4, which
+// lacks the fields marked v5, so that earlier builds still read it), all integers little-endian:
 //
 //   header (24 bytes): char[8] "KVQCACHE" | u32 version | u32 CRC-32C of the payload | u64 payload bytes
 //   payload:
 //     u32 n_layers, n_kv_heads, head_dim, block_tokens, residual_tokens | u64 capacity_pages, seed | u8 center_keys
+//     | u32 sink_tokens (v5)
 //     str key codec spec | str value codec spec                           (str: u32 length, then the bytes)
 //     u64 key block bytes, value block bytes, page bytes                   (must match this build's codecs)
 //     per layer: key codec, then value codec: u8 trained | u64 n | n bytes of Codec::state()
 //     u64 next sequence id | u64 number of sequences
 //     per sequence: u64 id; per layer: u64 n_pages | u32 residual tokens r | n_pages pages (page bytes each, in
 //       block-table order) | residual keys [kv head][r][d] f32 | residual values [kv head][r][d] f32 |
-//       u8 has key offset | key offset [kv head][d] f32 if it has one
+//       u8 has key offset | key offset [kv head][d] f32 if it has one | (v5:) u32 sink tokens s | sink keys
+//       [kv head][s][d] f16 | sink values [kv head][s][d] f16
 //
 // Pages are written in block-table order, so a loaded cache holds its pages compacted at the front of its pool.
 // Load checks the header, the size and the CRC before parsing, then validates every count against the bytes left
@@ -40,8 +43,8 @@ constexpr std::array<char, 8> kMagic{'K', 'V', 'Q', 'C', 'A', 'C', 'H', 'E'};
 // the older token-major layout and are not read. Version 3 adds centered keys (the u8 center_keys and the key
 // offsets); a version 2 file is read as a cache without them. Version 4: qjl signs, and turbo_prod value signs, in
 // sign tiles (layout::SignTiles); older files with qjl keys or values or turbo_prod values are not read, the others
-// are.
-constexpr uint32_t kVersion = 4, kOldestVersion = 2, kSignTilesVersion = 4;
+// are. Version 5 adds sink tokens (sink_tokens and each layer's f16 sinks); older files are read as caches without.
+constexpr uint32_t kVersion = 5, kOldestVersion = 2, kSignTilesVersion = 4, kSinksVersion = 5;
 constexpr size_t kHeaderBytes = 24;
 constexpr uint32_t kMaxSpecBytes = 1024;
 
@@ -159,12 +162,14 @@ void CacheFile::write(const KVCache& cache, std::ofstream& out) {
   const CacheConfig& c = cache.config_;
   const size_t H = static_cast<size_t>(c.n_kv_heads), d = static_cast<size_t>(c.head_dim);
   out.write(std::string(kHeaderBytes, '\0').data(), kHeaderBytes);  // filled in at the end
+  const uint32_t version = c.sink_tokens > 0 ? kSinksVersion : kSinksVersion - 1;
   Writer w(out);
   for (int v : {c.n_layers, c.n_kv_heads, c.head_dim, c.block_tokens, c.residual_tokens})
     w.num(static_cast<uint32_t>(v));
   w.num(static_cast<uint64_t>(c.capacity_pages));
   w.num(c.seed);
   w.num(static_cast<uint8_t>(c.center_keys));
+  if (version >= kSinksVersion) w.num(static_cast<uint32_t>(c.sink_tokens));
   w.str(c.key_codec);
   w.str(c.value_codec);
   w.num(static_cast<uint64_t>(cache.key_codecs_[0]->block_bytes()));
@@ -189,9 +194,12 @@ void CacheFile::write(const KVCache& cache, std::ofstream& out) {
       for (size_t row = 0; row < 2 * H && r > 0; ++row) w.bytes(layer.residual.data() + row * slots * d, r * d * 4);
       w.num(static_cast<uint8_t>(!layer.key_offset.empty()));
       if (!layer.key_offset.empty()) w.bytes(layer.key_offset.data(), layer.key_offset.size() * 4);
+      const size_t s = static_cast<size_t>(layer.sink_count), sink_slots = layer.sink_slots;
+      if (version >= kSinksVersion) w.num(static_cast<uint32_t>(s));
+      for (size_t row = 0; row < 2 * H && s > 0; ++row) w.bytes(layer.sinks.data() + row * sink_slots * d, s * d * 2);
     }
   }
-  const uint32_t version = kVersion, crc = w.crc();
+  const uint32_t crc = w.crc();
   const uint64_t payload = w.count();
   out.seekp(0);
   out.write(kMagic.data(), kMagic.size());
@@ -211,6 +219,11 @@ KVCache CacheFile::read(std::ifstream& in, uint64_t payload_bytes, uint32_t vers
   c.capacity_pages = r.num<uint64_t>("capacity_pages");
   c.seed = r.num<uint64_t>("seed");
   c.center_keys = version >= 3 && r.num<uint8_t>("center_keys flag") != 0;
+  if (version >= kSinksVersion) {
+    const uint32_t sinks = r.num<uint32_t>("sink_tokens");
+    KVQ_CHECK(sinks <= static_cast<uint32_t>(kMaxSinkTokens), "corrupt cache file: sink_tokens = ", sinks);
+    c.sink_tokens = static_cast<int>(sinks);
+  }
   c.key_codec = r.str("key codec spec");
   c.value_codec = r.str("value codec spec");
   if (version < kSignTilesVersion) {
@@ -254,7 +267,8 @@ KVCache CacheFile::read(std::ifstream& in, uint64_t payload_bytes, uint32_t vers
   const uint64_t n_seqs = r.num<uint64_t>("sequence count");
   KVQ_CHECK(n_seqs <= cache.sequences_.next_id, "corrupt cache file: ", n_seqs, " sequences but next id ",
             cache.sequences_.next_id);
-  const uint64_t layer_bytes = 8 + 4 + (version >= 3 ? 1 : 0);  // page count, window count, key offset flag
+  // page count, window count, key offset flag, sink count
+  const uint64_t layer_bytes = 8 + 4 + (version >= 3 ? 1 : 0) + (version >= kSinksVersion ? 4 : 0);
   r.need(n_seqs * (8 + static_cast<uint64_t>(c.n_layers) * layer_bytes), "the sequences");
   PageChecker checker(cache);
   for (uint64_t s = 0; s < n_seqs; ++s) {
@@ -297,6 +311,25 @@ KVCache CacheFile::read(std::ifstream& in, uint64_t payload_bytes, uint32_t vers
       } else {
         KVQ_CHECK(!detail::centers_keys(c) || n_pages == 0, "corrupt cache file: sequence ", id, " layer ", l,
                   " has centered keys in pages but no key offset");
+      }
+      const uint32_t sinks = version >= kSinksVersion ? r.num<uint32_t>("sink token count") : 0;
+      KVQ_CHECK(sinks <= static_cast<uint32_t>(c.sink_tokens), "corrupt cache file: ", sinks,
+                " sink tokens (at most ", c.sink_tokens, ")");
+      KVQ_CHECK(sinks == static_cast<uint32_t>(c.sink_tokens) || (n_pages == 0 && count == 0),
+                "corrupt cache file: sequence ", id, " layer ", l, " holds tokens after ", sinks, " of its ",
+                c.sink_tokens, " sink tokens");
+      if (sinks > 0) {
+        const size_t s16 = sinks * d;
+        r.need(2 * H * s16 * 2, "sink tokens");
+        cache.reserve_sinks(layer, sinks);  // as many slots as the file holds tokens: memory follows the file
+        for (size_t row = 0; row < 2 * H; ++row) {  // keys, then values
+          uint16_t* at = layer.sinks.data() + row * layer.sink_slots * d;
+          r.bytes(at, s16 * 2, "sink tokens");
+          for (size_t i = 0; i < s16; ++i)
+            KVQ_CHECK((at[i] & 0x7c00u) != 0x7c00u, "corrupt cache file: sequence ", id, " layer ", l,
+                      " holds a NaN or Inf in its sink ", row < H ? "keys" : "values");
+        }
+        layer.sink_count = static_cast<int>(sinks);
       }
     }
   }

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -14,6 +15,7 @@
 #include "cache/key_offset.hpp"
 #include "cache/residual_window.hpp"
 #include "core/finite.hpp"
+#include "core/half.hpp"
 #include "core/system_memory.hpp"
 #include "kvq/cache.hpp"
 #include "kvq/detail/random.hpp"
@@ -44,6 +46,8 @@ void validate(const CacheConfig& c) {
   KVQ_CHECK(c.residual_tokens >= 0 && c.residual_tokens <= 65536 && c.residual_tokens % c.block_tokens == 0,
             "KVCache: residual_tokens = ", c.residual_tokens, " (need a multiple of block_tokens = ", c.block_tokens,
             ", at most 65536)");
+  KVQ_CHECK(c.sink_tokens >= 0 && c.sink_tokens <= kMaxSinkTokens, "KVCache: sink_tokens = ", c.sink_tokens,
+            " (need 0..", kMaxSinkTokens, ": the first tokens of each sequence kept in f16)");
   KVQ_CHECK(c.capacity_pages <= std::numeric_limits<PageId>::max(), "KVCache: capacity_pages = ", c.capacity_pages,
             " exceeds the page id range");
 }
@@ -95,6 +99,8 @@ KVCache::KVCache(const CacheConfig& config, Device device) : config_(config), de
             "KVCache: ", config_.capacity_pages, " pages of ", page_bytes, " bytes overflow the address space");
   free_ = detail::FreePages(config_.capacity_pages);
   if (device_.is_cuda()) {
+    KVQ_CHECK(config_.sink_tokens == 0, "KVCache: sink_tokens = ", config_.sink_tokens, " on ", device_.str(),
+              ": the CUDA backend keeps no sink tokens (use a CPU cache, or sink_tokens = 0)");
     cuda::detail::Backend::open(*this, device_.index);
   } else if (config_.capacity_pages > 0) {
     // A pool larger than the machine could never be filled: a mistake or a crafted file, refused before the
@@ -181,6 +187,20 @@ void KVCache::reserve_window(LayerState& ls, size_t tokens) const {
                 grown.data() + row * slots * d);
   ls.residual = std::move(grown);
   ls.window_slots = slots;
+}
+
+void KVCache::reserve_sinks(LayerState& ls, size_t tokens) const {
+  if (tokens <= ls.sink_slots) return;
+  const size_t H = static_cast<size_t>(config_.n_kv_heads), d = static_cast<size_t>(config_.head_dim);
+  const size_t S = static_cast<size_t>(config_.sink_tokens);
+  KVQ_CHECK(tokens <= S, "KVCache: ", tokens, " sink tokens (at most ", S, ")");
+  const size_t slots = std::min(S, std::max(tokens, 2 * ls.sink_slots));
+  std::vector<uint16_t> grown(2 * H * slots * d, 0);
+  for (size_t row = 0; row < 2 * H; ++row)  // keys, then values
+    std::copy_n(ls.sinks.data() + row * ls.sink_slots * d, static_cast<size_t>(ls.sink_count) * d,
+                grown.data() + row * slots * d);
+  ls.sinks = std::move(grown);
+  ls.sink_slots = slots;
 }
 
 SeqId KVCache::add_sequence() {
@@ -272,6 +292,20 @@ void KVCache::append_on_host(LayerState& ls, int layer, SeqId seq, const float* 
     KVQ_CHECK(i == n_tokens * H * d, "KVCache::append: ", x == keys ? "key" : "value", " of token ", i / (H * d),
               " head ", i / d % H, " channel ", i % d, " is ", x[i], " (NaN and Inf are rejected)");
   }
+  // The first tokens of the sequence go to the f16 sinks, the rest to the stream of pages and window.
+  const size_t S = static_cast<size_t>(config_.sink_tokens), held = static_cast<size_t>(ls.sink_count);
+  const size_t n_sink = std::min(n_tokens, S - held);
+  for (const float* x : {keys, values})
+    for (size_t i = 0; i < n_sink * H * d; ++i)
+      KVQ_CHECK(std::abs(x[i]) <= 65504.f, "KVCache::append: ", x == keys ? "key" : "value", " of token ",
+                i / (H * d), " head ", i / d % H, " channel ", i % d, " is ", x[i],
+                ", beyond f16's range: sink tokens are kept in f16");
+  reserve_sinks(ls, held + n_sink);  // room, the held ones kept: nothing they hold changes
+  const float* sink_keys = keys;
+  const float* sink_values = values;
+  keys += n_sink * H * d;
+  values += n_sink * H * d;
+  n_tokens -= n_sink;
 
   // The unencoded stream is the window (u tokens) followed by the new tokens; its oldest blocks of T are encoded
   // until fewer than R + T remain.
@@ -314,12 +348,21 @@ void KVCache::append_on_host(LayerState& ls, int layer, SeqId seq, const float* 
   detail::advance_window(window_k, H, slots, d, u, encoded, centered.fresh(), n_tokens);
   detail::advance_window(window_v, H, slots, d, u, encoded, values, n_tokens);
   ls.residual_count = static_cast<int>(total - encoded);
+  for (size_t t = 0; t < n_sink; ++t)
+    for (size_t h = 0; h < H; ++h)
+      for (size_t c = 0; c < d; ++c) {
+        const size_t at = (h * ls.sink_slots + held + t) * d + c, from = (t * H + h) * d + c;
+        ls.sinks[at] = f32_to_f16(sink_keys[from]);
+        ls.sinks[H * ls.sink_slots * d + at] = f32_to_f16(sink_values[from]);
+      }
+  ls.sink_count = static_cast<int>(held + n_sink);
 }
 
 size_t KVCache::length(SeqId seq, int layer) const {
   check_layer(layer);
   const LayerState& ls = sequences_.at(seq).layers[static_cast<size_t>(layer)];
-  return ls.pages.size() * static_cast<size_t>(config_.block_tokens) + static_cast<size_t>(ls.residual_count);
+  return static_cast<size_t>(ls.sink_count) + ls.pages.size() * static_cast<size_t>(config_.block_tokens) +
+         static_cast<size_t>(ls.residual_count);
 }
 
 size_t KVCache::length(SeqId seq) const {
@@ -338,6 +381,12 @@ LayerView KVCache::view(SeqId seq, int layer) const {
   const LayerState& ls = sequences_.at(seq).layers[static_cast<size_t>(layer)];
   const size_t head_stride = ls.window_slots * static_cast<size_t>(config_.head_dim);
   LayerView v;
+  v.sink_count = ls.sink_count;
+  if (!ls.sinks.empty()) {
+    v.sink_stride = ls.sink_slots * static_cast<size_t>(config_.head_dim);
+    v.sink_keys = ls.sinks.data();
+    v.sink_values = ls.sinks.data() + static_cast<size_t>(config_.n_kv_heads) * v.sink_stride;
+  }
   v.pages = ls.pages;
   v.block_tokens = config_.block_tokens;
   v.residual_count = ls.residual_count;
@@ -359,12 +408,18 @@ void KVCache::read(SeqId seq, int layer, float* keys, float* values) const {
   const LayerView v = view(seq, layer);
   KVQ_CHECK((keys != nullptr && values != nullptr) || v.length() == 0, "KVCache::read: null keys or values");
   const size_t d = static_cast<size_t>(config_.head_dim), H = static_cast<size_t>(config_.n_kv_heads);
-  const size_t T = static_cast<size_t>(v.block_tokens), row = H * d;
+  const size_t T = static_cast<size_t>(v.block_tokens), row = H * d, S = v.first_page_token();
   std::vector<float> block(T * d);
   for (size_t h = 0; h < H; ++h) {
+    for (size_t t = 0; t < S; ++t)
+      for (size_t c = 0; c < d; ++c) {
+        keys[t * row + h * d + c] = f16_to_f32(v.sink_keys[h * v.sink_stride + t * d + c]);
+        values[t * row + h * d + c] = f16_to_f32(v.sink_values[h * v.sink_stride + t * d + c]);
+      }
     // One head's tokens: decoded page by page into `block`, then the window, each row to its place in [t][H][d].
     const auto gather = [&](const Codec& codec, const uint8_t* (KVCache::*block_of)(PageId, int) const,
-                            const float* window, float* out) {
+                            const float* window, float* all) {
+      float* out = all + S * row;
       for (size_t j = 0; j < v.pages.size(); ++j) {
         codec.decode((this->*block_of)(v.pages[j], static_cast<int>(h)), static_cast<int>(T), block.data());
         for (size_t t = 0; t < T; ++t) std::memcpy(out + (j * T + t) * row + h * d, block.data() + t * d, d * 4);
@@ -375,8 +430,8 @@ void KVCache::read(SeqId seq, int layer, float* keys, float* values) const {
     gather(key_codec(layer), &KVCache::key_block, v.residual_key(static_cast<int>(h)), keys);
     gather(value_codec(layer), &KVCache::value_block, v.residual_value(static_cast<int>(h)), values);
     if (v.key_offset != nullptr)
-      for (size_t t = 0; t < v.length(); ++t)
-        for (size_t c = 0; c < d; ++c) keys[t * row + h * d + c] += v.key_offset[h * d + c];
+      for (size_t t = 0; t < v.length() - S; ++t)
+        for (size_t c = 0; c < d; ++c) keys[(S + t) * row + h * d + c] += v.key_offset[h * d + c];
   }
 }
 
@@ -392,11 +447,13 @@ CacheMemory KVCache::memory() const {
       m.residual_bytes += layer.residual.size() * sizeof(float);
       m.block_table_bytes += layer.pages.size() * sizeof(PageId);
       m.key_offset_bytes += layer.key_offset.size() * sizeof(float);
+      m.sink_bytes += layer.sinks.size() * sizeof(uint16_t);
     }
   if (cuda_) cuda::detail::Backend::add_memory(*this, m);
   for (int l = 0; l < config_.n_layers; ++l)
     m.codec_state_bytes += key_codec(l).state().size() + value_codec(l).state().size();
-  const size_t rest = m.residual_bytes + m.block_table_bytes + m.codec_state_bytes + m.key_offset_bytes;
+  const size_t rest =
+      m.residual_bytes + m.block_table_bytes + m.codec_state_bytes + m.key_offset_bytes + m.sink_bytes;
   m.used_bytes = m.encoded_bytes + rest;
   m.total_bytes = m.pool_bytes + rest;
   m.bits_per_element =
@@ -435,6 +492,7 @@ KVCache KVCache::to_cpu(size_t capacity_pages, std::span<const SeqId> seqs) cons
       }
       builder.fill_layer(id, l, pages.data(), ls.pages.size(), host.residual.data(), host.window_slots,
                          host.residual_count, host.key_offset.empty() ? nullptr : host.key_offset.data());
+      builder.fill_sinks(id, l, ls.sinks.data(), ls.sink_slots, ls.sink_count);
     }
   }
   builder.set_next_id(sequences_.next_id);

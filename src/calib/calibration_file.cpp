@@ -15,9 +15,10 @@ namespace kvq {
 namespace {
 
 constexpr std::string_view kMagic = "kvq-calibration";
-constexpr int kVersion = 3;
+constexpr int kVersion = 4;
 constexpr int kFirstVersion = 1;  // without block_tokens and calibration_tokens
 constexpr int kFirstCenteringVersion = 3;  // the layer lines' key centering
+constexpr int kFirstSinksVersion = 4;      // sink_tokens
 constexpr size_t kMaxFileBytes = 1 << 20;
 constexpr int kMaxLayers = 4096;
 
@@ -96,6 +97,7 @@ void save_calibration(const Calibration& c, const std::filesystem::path& path) {
     << "budget_bits " << c.budget_bits << '\n'
     << "block_tokens " << c.block_tokens << '\n'
     << "calibration_tokens " << c.calibration_tokens << '\n'
+    << "sink_tokens " << c.sink_tokens << '\n'
     << "predicted_kld " << c.predicted_kld << '\n';
   for (size_t l = 0; l < c.layers.size(); ++l)
     s << "layer " << l << ' ' << c.layers[l].key << ' ' << c.layers[l].value << ' '
@@ -146,6 +148,11 @@ Calibration load_calibration(const std::filesystem::path& path) {
   if (version >= 2) {
     c.block_tokens = r.count("block_tokens", 1 << 16);
     c.calibration_tokens = r.value<size_t>("calibration_tokens");
+  }
+  if (version >= kFirstSinksVersion) {
+    c.sink_tokens = r.value<int>("sink_tokens");
+    KVQ_CHECK(c.sink_tokens >= 0 && c.sink_tokens <= kMaxSinkTokens, r.where(), "sink_tokens ", c.sink_tokens,
+              " is outside [0, ", kMaxSinkTokens, "]");
   }
   c.predicted_kld = r.value<double>("predicted_kld");
   for (int l = 0; l < c.model.n_layers; ++l) {

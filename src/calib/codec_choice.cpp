@@ -17,8 +17,11 @@ size_t key_offset_bytes_per_block(int head_dim, int block_tokens, int sequence_t
   return (spread + static_cast<size_t>(sequence_tokens) - 1) / static_cast<size_t>(sequence_tokens);
 }
 
-CodecChoice choose_layer_codecs(const LayerSensitivity& s, double budget_bits, int head_dim, int block_tokens) {
+CodecChoice choose_layer_codecs(const LayerSensitivity& s, double budget_bits, int head_dim, int block_tokens,
+                                int sequence_tokens) {
   KVQ_CHECK(std::isfinite(budget_bits) && budget_bits > 0, "bit budget ", budget_bits, " must be positive");
+  KVQ_CHECK(sequence_tokens >= 0, "a budget over sequences of ", sequence_tokens, " tokens");
+  const int n = sequence_tokens > 0 ? sequence_tokens : std::max(s.window, 1);  // what offsets and sinks spread over
   const size_t n_layers = s.kld.size();
   KVQ_CHECK(n_layers > 0, "no layers measured");
   KVQ_CHECK(!s.measured_centered() || s.centered_kld.size() == n_layers, "centered keys measured in ",
@@ -31,7 +34,7 @@ CodecChoice choose_layer_codecs(const LayerSensitivity& s, double budget_bits, i
       bytes[role].push_back(
           make_codec(spec, {head_dim, block_tokens, 0, role == 0 ? Role::key : Role::value})->block_bytes());
   const size_t offset_bytes =
-      s.measured_centered() ? key_offset_bytes_per_block(head_dim, block_tokens, s.window) : 0;
+      s.measured_centered() ? key_offset_bytes_per_block(head_dim, block_tokens, n) : 0;
   // A key item: (codec, centered); a value item: its codec.
   struct KeyItem {
     size_t codec;
@@ -54,14 +57,22 @@ CodecChoice choose_layer_codecs(const LayerSensitivity& s, double budget_bits, i
     groups.push_back(values);
   }
   const double elements = static_cast<double>(block_tokens) * head_dim;
-  const double budget_bytes = std::floor(budget_bits * elements / 8 * static_cast<double>(groups.size()) + 1e-6);
+  // Sinks first: of a window's tokens, the min(S, window) sinks cost 16 bits each, the blocks get the rest.
+  const double sink_share = s.sink_tokens > 0 ? static_cast<double>(std::min(s.sink_tokens, n)) / n : 0;
+  KVQ_CHECK(budget_bits > 16 * sink_share && sink_share < 1, "a budget of ", budget_bits, " bits per element is "
+            "spent on ", s.sink_tokens, " f16 sink tokens in sequences of ", n, " tokens (", 16 * sink_share,
+            " bits)");
+  const double block_bits = (budget_bits - 16 * sink_share) / (1 - sink_share);
+  const double budget_bytes = std::floor(block_bits * elements / 8 * static_cast<double>(groups.size()) + 1e-6);
   size_t cheapest = 0;
   for (const auto& g : groups) {
     size_t lo = g.front().cost;
     for (const AllocationItem& item : g) lo = std::min(lo, item.cost);
     cheapest += lo;
   }
-  const double cheapest_bits = 8.0 * static_cast<double>(cheapest) / (elements * static_cast<double>(groups.size()));
+  const double cheapest_bits = sink_bits(
+      8.0 * static_cast<double>(cheapest) / (elements * static_cast<double>(groups.size())), s.sink_tokens,
+      n);
   KVQ_CHECK(budget_bytes >= static_cast<double>(cheapest), "a budget of ", budget_bits,
             " bits per element is below the cheapest choice of these codecs (", cheapest_bits, " bits)");
   const std::vector<size_t> chosen = choose_min_loss(groups, static_cast<size_t>(std::min(budget_bytes, 1e15)));
@@ -76,7 +87,8 @@ CodecChoice choose_layer_codecs(const LayerSensitivity& s, double budget_bits, i
     choice.predicted_kld += k.loss + v.loss;
     total += k.cost + v.cost;
   }
-  choice.bits_per_element = 8.0 * static_cast<double>(total) / (elements * static_cast<double>(groups.size()));
+  const double block_bits_chosen = 8.0 * static_cast<double>(total) / (elements * static_cast<double>(groups.size()));
+  choice.bits_per_element = sink_bits(block_bits_chosen, s.sink_tokens, n);
   return choice;
 }
 

@@ -158,6 +158,7 @@ LayerSensitivity measure_layer_sensitivity(const LlamaModel& model, const Tokeni
   LayerSensitivity s;
   s.codecs = codecs;
   s.window = options.window;
+  s.sink_tokens = cache.sink_tokens;
   s.kld.resize(static_cast<size_t>(n_layers));
   if (keys == KeyCandidates::plain_and_centered) s.centered_kld.resize(static_cast<size_t>(n_layers));
   // The slots each codec is measured in.

@@ -32,6 +32,7 @@ CacheConfig cache_config(const KVShape& shape, int capacity, const KVCacheSpec& 
                      ((static_cast<size_t>(capacity) + spec.block_tokens - 1) / std::max(spec.block_tokens, 1));
   c.seed = spec.seed;
   c.center_keys = codecs.center_keys;
+  c.sink_tokens = spec.sink_tokens;
   return c;
 }
 
@@ -120,7 +121,8 @@ class CompressedKVStore final : public KVStore {
     const size_t q_row = static_cast<size_t>(shape_.n_heads) * shape_.head_dim;
     for (int done = 0; done < n;) {
       const int window = c.cache.view(c.seq, layer).residual_count;
-      const int before_encoding = config.residual_tokens + config.block_tokens - 1 - window;
+      const int sink_room = config.sink_tokens - c.cache.view(c.seq, layer).sink_count;  // tokens the sinks still take
+      const int before_encoding = config.residual_tokens + config.block_tokens - 1 - window + sink_room;
       const int m = before_encoding > 0 ? std::min(n - done, before_encoding) : 1;
       append(layer, k + done * kv_row, v + done * kv_row, m);
       attend(layer, q + done * q_row, m, out + done * q_row);

@@ -119,7 +119,7 @@ std::string KVCacheSpec::label() const {
       const auto it = std::find_if(pairs.begin(), pairs.end(), [&](const auto& p) { return p.first == c; });
       if (it == pairs.end()) pairs.emplace_back(c, 1); else ++it->second;
     }
-    std::string s = "per layer:";
+    std::string s = sink_tokens > 0 ? std::to_string(sink_tokens) + " sink tokens, per layer:" : "per layer:";
     for (size_t i = 0; i < pairs.size(); ++i)
       s += (i == 0 ? " " : ", ") + std::string(pairs[i].first.center_keys ? "centered " : "") + pairs[i].first.key +
            "/" + pairs[i].first.value + " x" + std::to_string(pairs[i].second);
@@ -128,6 +128,7 @@ std::string KVCacheSpec::label() const {
   std::string s = key_codec + "/" + value_codec;
   for (size_t i = 0; i < layers.size(); ++i) s += (i == 0 ? "@layers " : ",") + std::to_string(layers[i]);
   if (center_keys) s += " (centered keys)";
+  if (sink_tokens > 0) s += " + " + std::to_string(sink_tokens) + (sink_tokens == 1 ? " sink token" : " sink tokens");
   return s;
 }
 

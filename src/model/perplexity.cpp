@@ -35,7 +35,7 @@ double mean_bits_per_element(const std::vector<LayerCodecs>& layers, Role role, 
   return sum / static_cast<double>(layers.size());
 }
 
-void describe_codecs(Measured& m, int head_dim) {
+void describe_codecs(Measured& m, int head_dim, int window) {
   const KVCacheSpec& spec = m.q.cache;
   if (!spec.layer_codecs.empty()) {
     m.q.bits_per_element_k = mean_bits_per_element(spec.layer_codecs, Role::key, head_dim, spec.block_tokens);
@@ -44,9 +44,19 @@ void describe_codecs(Measured& m, int head_dim) {
     m.q.bits_per_element_k = cache->key_codec(0).bits_per_element();
     m.q.bits_per_element_v = cache->value_codec(0).bits_per_element();
   }
+  if (spec.compressed() && spec.sink_tokens > 0) {
+    m.q.bits_per_element_k = sink_bits(m.q.bits_per_element_k, spec.sink_tokens, window);
+    m.q.bits_per_element_v = sink_bits(m.q.bits_per_element_v, spec.sink_tokens, window);
+  }
 }
 
 }  // namespace
+
+double sink_bits(double bits, int sinks, int tokens) {
+  KVQ_CHECK(sinks >= 0 && tokens > 0, sinks, " sink tokens in sequences of ", tokens);
+  const double share = static_cast<double>(std::min(sinks, tokens)) / tokens;
+  return bits + share * (16.0 - bits);
+}
 
 PerplexityResult measure_perplexity(const LlamaModel& model, const Tokenizer& tokenizer, std::span<const int> tokens,
                                     const PerplexityOptions& options) {
@@ -80,7 +90,7 @@ PerplexityResult measure_perplexity(const LlamaModel& model, const Tokenizer& to
   for (Measured& m : runs) {
     KVQ_CHECK(!m.runner->needs_calibration(), "the key/value codecs ", m.q.cache.label(),
               " need training: give calibration tokens (kvq ppl --calib-tokens N)");
-    describe_codecs(m, model.config().head_dim());
+    describe_codecs(m, model.config().head_dim(), options.window);
   }
   Measured* reference = options.reference ? &runs.front() : nullptr;
 

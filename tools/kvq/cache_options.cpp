@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "kvq/cache.hpp"
 #include "kvq/codec.hpp"
 #include "kvq/detail/calibration.hpp"
 #include "kvq/detail/mapped_file.hpp"
@@ -19,6 +20,10 @@ const char* const kValueHelp = "value codec spec, e.g. f16, int4, kivi:2, turbo_
 void add_layout_options(CLI::App& cmd, KVCacheSpec& spec) {
   cmd.add_option("--residual", spec.residual_tokens, "newest tokens kept in fp32 (a multiple of the block size)")
       ->check(CLI::Range(0, 65536))->capture_default_str();
+  cmd.add_option("--sink", spec.sink_tokens,
+                 "the first N tokens of each sequence kept in f16, never quantized (the attention sink; N (16 - b) "
+                 "/ ctx bits per element more, counted in the bits reported)")
+      ->check(CLI::Range(0, kMaxSinkTokens))->capture_default_str();
   cmd.add_option("--block-tokens", spec.block_tokens, "tokens per cache page: 64 or 128")
       ->check(CLI::IsMember({64, 128}))->capture_default_str();
   cmd.add_option("--cache-seed", spec.seed, "seed of the codecs' rotations and sketches")
@@ -86,7 +91,11 @@ KVCacheSpec calibrated_cache(const std::string& path, const LlamaModel& model, c
     std::fprintf(stderr, "kvq: %s chose its codecs for pages of %d tokens, this cache has %d: its bits per element "
                  "differ from the budget of %g\n", path.c_str(), calibration.block_tokens, like.block_tokens,
                  calibration.budget_bits);
+  if (like.sink_tokens != 0 && like.sink_tokens != calibration.sink_tokens)
+    std::fprintf(stderr, "kvq: %s chose its codecs with %d sink tokens, --sink asks for %d: the calibration's are "
+                 "kept\n", path.c_str(), calibration.sink_tokens, like.sink_tokens);
   KVCacheSpec spec = like;
+  spec.sink_tokens = calibration.sink_tokens;
   spec.key_codec = spec.value_codec = "";
   spec.layers.clear();
   spec.layer_codecs = calibration.layers;

@@ -14,6 +14,7 @@
 
 #include "cache_options.hpp"
 #include "commands.hpp"
+#include "kvq/cache.hpp"
 #include "kvq/codec.hpp"
 #include "kvq/detail/calibrate.hpp"
 #include "kvq/detail/calibration.hpp"
@@ -31,6 +32,8 @@ struct CalibrateOptions {
   int threads = 0;
   std::string anchor;  // empty: every figure measured
   bool plain_keys = false;  // measure no centered keys
+  int sink_tokens = 0;      // the first tokens of each window kept in f16, measured and charged to the budget
+  int budget_ctx = 0;       // the sequence length key offsets and sinks are charged over; 0: ctx
   // The codecs with fused attention kernels on both the CPU and the GPU, from 16 bits down to 2.
   std::vector<std::string> codecs{"f16", "int8", "int4", "kivi:4", "turbo_mse:4", "turbo_mse:3", "kivi:2",
                                   "turbo_mse:2"};
@@ -97,6 +100,7 @@ void run_calibrate(const CalibrateOptions& o) {
   const std::vector<int> tokens = tokenize_tail(*tokenizer, read_text_file(o.text), o.tokens, 0);
   const LlamaConfig& c = model.config();
   KVCacheSpec cache;  // T 64, R 0, seed 0: the defaults of kvq ppl
+  cache.sink_tokens = o.sink_tokens;
   PerplexityOptions options;
   options.window = std::min(o.ctx, static_cast<int>(tokens.size()));
   options.threads = o.threads;
@@ -118,12 +122,14 @@ void run_calibrate(const CalibrateOptions& o) {
   print_sensitivity(s, o.anchor);
   std::vector<CodecChoice> choices;
   for (double budget : o.budget_bits) {
-    const CodecChoice& choice = choices.emplace_back(choose_layer_codecs(s, budget, c.head_dim(), cache.block_tokens));
+    const CodecChoice& choice =
+        choices.emplace_back(choose_layer_codecs(s, budget, c.head_dim(), cache.block_tokens, o.budget_ctx));
     Calibration calibration;
     calibration.model = model_identity(model);
     calibration.budget_bits = budget;
     calibration.block_tokens = cache.block_tokens;
     calibration.calibration_tokens = s.tokens;
+    calibration.sink_tokens = s.sink_tokens;
     calibration.predicted_kld = choice.predicted_kld;
     calibration.layers = choice.layers;
     save_calibration(calibration, output_path(o.out, budget, o.budget_bits.size()));
@@ -137,7 +143,7 @@ void run_calibrate(const CalibrateOptions& o) {
     cache.layer_codecs = choice.layers;
     options.caches.push_back(cache);
   }
-  options.reference = f16_cache_like(KVCacheSpec{});
+  options.reference = f16_cache_like(KVCacheSpec{});  // without sinks: they are f16 anyway
   std::fprintf(stderr, "kvq calibrate: measuring the chosen caches, %.0f s\n", seconds_since(start));
   const PerplexityResult r = measure_perplexity(model, *tokenizer, tokens, options);
   for (size_t i = 0; i < choices.size(); ++i) {
@@ -176,7 +182,16 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_flag("--plain-keys", o->plain_keys,
                 "measure and choose keys as they are only; default: each quantizing key codec also with the "
                 "layer's keys centered (stored minus their first-page mean, as --center-keys does in every layer), "
-                "its offsets' bytes counted in the budget over windows of --ctx tokens");
+                "its offsets' bytes counted in the budget over sequences of --budget-ctx tokens");
+  cmd->add_option("--sink", o->sink_tokens,
+                  "the first N tokens of each window kept in f16, never quantized: every figure is measured with "
+                  "them, and their 16 bits are charged to the budget over sequences of --budget-ctx tokens (N (16 - "
+                  "b) / ctx bits per element more); kvq ppl --calib keeps them too")
+      ->check(CLI::Range(0, kMaxSinkTokens))->capture_default_str();
+  cmd->add_option("--budget-ctx", o->budget_ctx,
+                  "the sequence length the budget counts the key offsets' and sink tokens' bytes over (the context "
+                  "the cache will serve); default: --ctx")
+      ->check(CLI::Range(0, 1 << 20))->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads (0 = all cores)")
       ->check(CLI::Range(0, 1024))->capture_default_str();
   cmd->add_option("--out", o->out, "the calibration file to write; '{}' in it is replaced by the budget")

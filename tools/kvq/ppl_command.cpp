@@ -54,6 +54,7 @@ void print(const PplOptions& o, const PerplexityResult& r, const CacheQuality& q
                                 {"v", q.cache.value_codec},
                                 {"residual", q.cache.residual_tokens},
                                 {"center_keys", q.cache.center_keys},
+                                {"sink_tokens", q.cache.sink_tokens},
                                 {"ctx", o.ctx},
                                 {"chunk", o.chunk},
                                 {"calib_tokens", calib_tokens},

@@ -26,6 +26,7 @@ struct LayerSensitivity {
   std::vector<std::vector<double>> centered_kld;
   size_t tokens = 0;                                     ///< scored tokens behind each figure
   int window = 0;                                        ///< tokens per window (the sequence length measured)
+  int sink_tokens = 0;  ///< the measured caches' CacheConfig::sink_tokens (f16 tokens, in the budget of every choice)
 
   bool measured_centered() const { return !centered_kld.empty(); }
 };
@@ -56,8 +57,8 @@ LayerSensitivity measure_layer_sensitivity(const LlamaModel& model, const Tokeni
 struct CodecChoice {
   std::vector<LayerCodecs> layers;  ///< [n_layers], key centering included
   double predicted_kld = 0;         ///< sum of the chosen single-layer KL divergences
-  double bits_per_element = 0;      ///< stored bits per key and value element, block bytes and key offsets counted,
-                                    ///< over all layers
+  double bits_per_element = 0;      ///< stored bits per key and value element, block bytes, key offsets and sink
+                                    ///< tokens (over windows of the sensitivity's length) counted, over all layers
 };
 
 /// The bytes a centered layer's key offsets add to each key block of a kv head in a budget: the cache keeps one
@@ -68,10 +69,13 @@ size_t key_offset_bytes_per_block(int head_dim, int block_tokens, int sequence_t
 /// The key and value codec of every layer, and whether its keys are centered, that minimize the predicted KL
 /// divergence (the sum of the measured single-layer, single-role divergences: errors assumed additive) with the
 /// mean stored bits per element, keys and values of every layer alike (8 block_bytes / (T head_dim) of each chosen
-/// codec, plus key_offset_bytes_per_block for centered keys in sequences of sensitivity.window tokens), at most
-/// `budget_bits`. Centered keys are candidates where they were measured. Exact over the integer bytes
+/// codec, plus key_offset_bytes_per_block for centered keys in sequences of sequence_tokens tokens (0: the
+/// measured window, sensitivity.window)), at most
+/// `budget_bits`. Centered keys are candidates where they were measured. Sink tokens (sensitivity.sink_tokens) are
+/// charged first: min(S, n) of a sequence's n = sequence_tokens tokens at 16 bits (sink_bits), the blocks share the
+/// rest. Exact over the integer bytes
 /// (codec_allocation.hpp); kvq::Error when the cheapest choice exceeds the budget.
 CodecChoice choose_layer_codecs(const LayerSensitivity& sensitivity, double budget_bits, int head_dim,
-                                int block_tokens);
+                                int block_tokens, int sequence_tokens = 0);
 
 }  // namespace kvq

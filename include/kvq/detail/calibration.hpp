@@ -44,6 +44,7 @@ struct Calibration {
   double budget_bits = 0;     ///< the average stored bits per element asked for
   int block_tokens = 64;      ///< T of the pages whose block bytes the budget counts
   size_t calibration_tokens = 0;  ///< scored positions behind the measured KL divergences; 0: unknown
+  int sink_tokens = 0;        ///< CacheConfig::sink_tokens the codecs were measured and budgeted with (f16 tokens)
   double predicted_kld = 0;   ///< the sum of the chosen codecs' single-layer KL divergences
   std::vector<LayerCodecs> layers;  ///< [n_layers], key centering included
 };

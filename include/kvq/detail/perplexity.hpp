@@ -37,6 +37,10 @@ struct PerplexityOptions {
 };
 
 /// One cache's figures over all windows.
+/// Bits per element of a sequence of `tokens` tokens whose first `sinks` are kept in f16, the others at `bits`:
+/// bits + min(sinks, tokens) (16 - bits) / tokens.
+double sink_bits(double bits, int sinks, int tokens);
+
 struct CacheQuality {
   KVCacheSpec cache;
   double mean_nll = 0;    ///< mean negative log-likelihood (nats)
@@ -44,7 +48,9 @@ struct CacheQuality {
   double kld = 0;         ///< mean over scored positions of KL(p_reference || p_cache), nats; 0 without reference
   double top1_agree = 1;  ///< share of scored positions whose most likely next token equals the reference's
   size_t cache_bytes = 0; ///< bytes the cache holds at the end of the first window (the largest)
-  double bits_per_element_k = 32, bits_per_element_v = 32;  ///< codec storage, padding excluded (fp32 store: 32)
+  /// Codec storage, padding excluded (fp32 store: 32); with sink tokens, their f16 share of a full window counted:
+  /// b + min(S, window) (16 - b) / window (sink_bits).
+  double bits_per_element_k = 32, bits_per_element_v = 32;
   double seconds = 0;     ///< time in this cache's forward passes
 };
 
