@@ -211,10 +211,10 @@ void bind_cache(nb::module_& m) {
          "__init__",
          [](PyKVCache* self, int n_layers, int n_kv_heads, int head_dim, size_t capacity_pages,
             const std::string& key_codec, const std::string& value_codec, int block_tokens, int residual_tokens,
-            uint64_t seed, bool center_keys, int threads, const std::string& device) {
+            uint64_t seed, bool center_keys, int sink_tokens, int threads, const std::string& device) {
            const CacheConfig config{n_layers,       n_kv_heads,      head_dim, block_tokens, key_codec,
                                     value_codec,    residual_tokens, capacity_pages,         seed,
-                                    center_keys};
+                                    center_keys,    sink_tokens};
            const Device where = Device::parse(device);
            const int workers = where.is_cpu() ? pool_size(threads) : 1;
            nb::gil_scoped_release release;
@@ -223,11 +223,12 @@ void bind_cache(nb::module_& m) {
          nb::arg("n_layers"), nb::arg("n_kv_heads"), nb::arg("head_dim"), nb::kw_only(), nb::arg("capacity_pages"),
          nb::arg("key_codec") = "f16", nb::arg("value_codec") = "f16", nb::arg("block_tokens") = 64,
          nb::arg("residual_tokens") = 0, nb::arg("seed") = 0, nb::arg("center_keys") = false,
-         nb::arg("threads") = 0, nb::arg("device") = "cpu",
+         nb::arg("sink_tokens") = 0, nb::arg("threads") = 0, nb::arg("device") = "cpu",
          "capacity_pages: pages in the pool, allocated now, shared by every layer and sequence (a page holds "
          "block_tokens tokens of one layer of one sequence); block_tokens: 64 or 128; residual_tokens: newest "
          "tokens kept in fp32, a multiple of block_tokens; center_keys: store quantized keys minus their first "
-         "page's mean; threads: a CPU cache's attention thread pool (0: one per core); device: 'cpu', 'cuda' or "
+         "page's mean; sink_tokens: the first tokens of every sequence kept in f16, never encoded (a CPU cache's; "
+         "docs/quality.md, \"Sink tokens\"); threads: a CPU cache's attention thread pool (0: one per core); device: 'cpu', 'cuda' or "
          "'cuda:N' (kvq.Error where this build or machine has no such device). Codecs that need training are "
          "trained on a CPU cache, then copied: to().")
       .def_static(
@@ -348,6 +349,7 @@ void bind_cache(nb::module_& m) {
       .def_prop_ro("value_codec", [](PyKVCache& self) { return self.cache.config().value_codec; })
       .def_prop_ro("seed", [](PyKVCache& self) { return self.cache.config().seed; })
       .def_prop_ro("center_keys", [](PyKVCache& self) { return self.cache.config().center_keys; })
+      .def_prop_ro("sink_tokens", [](PyKVCache& self) { return self.cache.config().sink_tokens; })
       .def_prop_ro("threads", [](PyKVCache& self) { return self.pool.size(); })
       .def("__repr__", [](PyKVCache& self) {
         const CacheConfig& c = self.cache.config();

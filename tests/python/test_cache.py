@@ -64,6 +64,30 @@ def test_decode_attention_matches_reference_over_decoded_cache(rng, key_codec):
                 assert n > 0 or not out[b].any(), "a sequence without tokens gives zeros"
 
 
+def test_sink_tokens_are_held_in_f16_and_attended(rng):
+    """The first sink_tokens tokens of each sequence stay in f16 (read returns them rounded to f16, the rest decoded by
+    the codec) and decode attention equals the reference over what read returns."""
+    d, heads, sinks = 64, 2, 3
+    cache = kvq.KVCache(2, heads, d, capacity_pages=8, key_codec="int4", value_codec="int4", sink_tokens=sinks)
+    assert cache.sink_tokens == sinks
+    seqs, data = [], []
+    for n in (2, 70):
+        seq = cache.add_sequence()
+        keys, values = tokens(rng, n, heads, d, True)
+        cache.append(seq, 1, keys, values)
+        got_k, got_v = cache.read(seq, 1)
+        held = min(n, sinks)
+        assert np.array_equal(got_k[:held], keys[:held].astype(np.float16).astype(np.float32))
+        assert np.array_equal(got_v[:held], values[:held].astype(np.float16).astype(np.float32))
+        seqs.append(seq)
+    q = rng.standard_normal((len(seqs), 2 * heads, d)).astype(np.float32)
+    out = cache.decode_attention(1, seqs, q)
+    ref = decode_reference(cache, 1, seqs, q, [cache.read(s, 1) for s in seqs])
+    assert ref.worst(out) <= 1.0
+    with pytest.raises(kvq.Error, match="sink_tokens"):
+        kvq.KVCache(1, heads, d, capacity_pages=1, sink_tokens=-1)
+
+
 def test_float_caches_hold_the_values_themselves(rng):
     """f32 and f16 against attention over the original values (f16: rounded as the pages store them)."""
     lengths = [1, 64, 200]

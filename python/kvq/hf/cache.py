@@ -24,6 +24,7 @@ class Options:
     residual_tokens: int
     seed: int
     center_keys: bool
+    sink_tokens: int
     threads: int
     prefill: str
     max_tokens: int
@@ -128,11 +129,12 @@ class KvqCache(Cache):
     max_tokens: positions per row the cache must hold (prompt plus new tokens; default: the model's
     max_position_embeddings, at most 8192); the pages for them are reserved at the first forward (address space on
     the CPU, device memory on CUDA). block_tokens (64 or 128), residual_tokens (newest tokens kept in fp32), seed,
-    center_keys: as kvq.KVCache. threads: the CPU attention's threads (0: one per core)."""
+    center_keys, sink_tokens: as kvq.KVCache. threads: the CPU attention's threads (0: one per core)."""
 
     def __init__(self, config, key_codec: str | Sequence[str] = "int4", value_codec: str | Sequence[str] = "int4", *,
                  prefill: str = "exact", max_tokens: int | None = None, block_tokens: int = 64,
-                 residual_tokens: int = 0, seed: int = 0, center_keys: bool = False, threads: int = 0):
+                 residual_tokens: int = 0, seed: int = 0, center_keys: bool = False, sink_tokens: int = 0,
+                 threads: int = 0):
         text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
         n_layers = text.num_hidden_layers
         self.n_kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
@@ -143,7 +145,8 @@ class KvqCache(Cache):
             max_tokens = min(getattr(text, "max_position_embeddings", 8192) or 8192, 8192)
         if max_tokens < 1:
             raise ValueError(f"kvq.hf: max_tokens = {max_tokens} (need >= 1)")
-        self.options = Options(block_tokens, residual_tokens, seed, center_keys, threads, prefill, max_tokens)
+        self.options = Options(block_tokens, residual_tokens, seed, center_keys, sink_tokens, threads, prefill,
+                               max_tokens)
         keys = _per_layer(key_codec, n_layers, "key_codec")
         values = _per_layer(value_codec, n_layers, "value_codec")
         for spec in set(keys) | set(values):

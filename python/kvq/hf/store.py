@@ -23,7 +23,8 @@ class Store:
         self.device = device
         common = dict(capacity_pages=capacity_pages, key_codec=key_codec, value_codec=value_codec,
                       block_tokens=options.block_tokens, residual_tokens=options.residual_tokens,
-                      seed=options.seed, center_keys=options.center_keys)
+                      seed=options.seed, center_keys=options.center_keys,
+                      sink_tokens=options.sink_tokens)
         if device.type not in ("cpu", "cuda"):
             raise NotImplementedError(f"kvq.hf: a model layer on device '{device}': kvq caches live on the CPU or "
                                       "on CUDA devices")
