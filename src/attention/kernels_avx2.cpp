@@ -162,15 +162,16 @@ struct Avx2Dot : Avx2 {
   }
   static I shuffle_bytes(I table, I idx) { return _mm256_shuffle_epi8(table, idx); }
 
-  // kivi keys (key_scores_kivi_int): 16 channels of w as two 8-bit digits of w / scale (rounded to nearest, ties to
-  // even), out[0..15] the top digits and out[16..31] the low ones, each placed by the shuffle order (byte p takes
-  // channel order[p]). The codes are at most 15, so 8-bit digits stay within dpbusd2's int16 sums (4 x 15 x 128).
-  // The packs interleave the 128-bit halves: the top digits of channels 0-3, 8-11, the low ones of 0-3, 8-11 | the
-  // same of 4-7, 12-15; one permute puts them in channel order.
-  static void kivi_digits(const float* w, float scale, const uint8_t* order, int8_t* out) {
-    const F s = _mm256_set1_ps(scale);
-    const I r0 = _mm256_cvtps_epi32(_mm256_div_ps(_mm256_loadu_ps(w), s));
-    const I r1 = _mm256_cvtps_epi32(_mm256_div_ps(_mm256_loadu_ps(w + 8), s));
+  // kivi keys (key_scores_kivi_int): |x| (the sign bit cleared), and 16 channels of w as two 8-bit digits of
+  // v = w inv rounded to nearest (ties to even), inv = 1 / S: out[0..15] the top digits and out[16..31] the low ones,
+  // each placed by the shuffle order (byte p takes channel order[p]). The codes are at most 15, so 8-bit digits stay
+  // within dpbusd2's int16 sums (4 x 15 x 128). The packs interleave the 128-bit halves: the top digits of channels
+  // 0-3, 8-11, the low ones of 0-3, 8-11 | the same of 4-7, 12-15; one permute puts them in channel order.
+  static F abs(F x) { return _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))); }
+  static void kivi_digits(const float* w, float inv, const uint8_t* order, int8_t* out) {
+    const F s = _mm256_set1_ps(inv);
+    const I r0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(w), s));
+    const I r1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(w + 8), s));
     const I half = _mm256_set1_epi32(128), byte = _mm256_set1_epi32(255);
     const I b0 = _mm256_add_epi32(r0, half), b1 = _mm256_add_epi32(r1, half);
     const I low0 = _mm256_sub_epi32(_mm256_and_si256(b0, byte), half);
