@@ -30,8 +30,10 @@
 //     sum_t p_t ||r_t|| sqrt(pi/2)/m sign_t,r into the m after them, from sign tiles of 32 tokens x 16 rows (one lane
 //     per row): a masked add of the token's weight per token, as the keys' rows.
 //   kivi keys and values: the int tiles with unsigned codes q (x = m + s q). Keys: per page the queries times the
-//     channel scales s_c and the bias <q, m> (one per query), then the int key loop without token scales. Values:
-//     the int value loop with the weights p_t s_t,g, plus sum_t p_t m_t,g added to every channel of group g.
+//     channel scales s_c and the bias <q, m> (one per query), then the int key loop without token scales (the fast
+//     kernels: the scaled queries as two 8-bit digits against the codes by integer dot products, key_scores_kivi_int).
+//     Values: the int value loop with the weights p_t s_t,g, plus sum_t p_t m_t,g added to every channel of group g
+//     (AVX512-BF16's fast kernels: two tokens per bf16 dot product, values_kivi_bf16).
 // f16 elements become floats without vcvtph2ps where the head dimension allows (f16_split below).
 // An int code becomes a float in three operations: shift it to the top of its lane, shift it back arithmetically
 // (sign extension), convert.
@@ -66,9 +68,11 @@ namespace {
 //   instructions; AVX2's fast kernel for int4 keys by vpmaddubsw and vpmaddwd (kernels_avx2.cpp). For turbo_mse keys
 //   also kLevelDigitBits (the query digits' width that its dpbusd2 keeps exact against bytes up to 255),
 //   load_bytes16(p) (16 bytes in every 128-bit lane) and shuffle_bytes(table, x) (each byte's entry by its low 4 bits).
-//   Bf16Values (AVX512-BF16 only): tile_pairs<E>(x) (16 tokens in pairs (j, j + E/2) of each tile of E), to_bf16(lo, hi) (32
-//   bf16, rounded to nearest), store_i, bf16_ones(), dpbf16(acc, a, b) and dpbf16_1(acc, a, one pair broadcast from
-//   memory): acc + per lane the two products of its bf16 pair; and_xor(x, mask, flip) = (x & mask) ^ flip.
+//   For kivi keys also abs(x) and kivi_digits(w, inv, order, out): 16 floats' two 8-bit digits of w inv as 32 bytes.
+//   Bf16Values (AVX512-BF16 only): tile_pairs<E>(x) (16 tokens in pairs (j, j + E/2) of each tile of E tokens),
+//   to_bf16(lo, hi) (32 bf16, rounded to nearest), store_i, bf16_ones(), dpbf16(acc, a, b) and dpbf16_1(acc, a, one
+//   pair broadcast from memory): acc + per lane the two products of its bf16 pair; and_xor(x, mask, flip) =
+//   (x & mask) ^ flip.
 
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 
