@@ -625,25 +625,25 @@ void key_scores_kivi_int(const KernelArgs& a, const float* q, const uint8_t* blo
   const int d = a.d, T = a.T, tiles = d / E, n_vec = T / W;
   const uint8_t* mins = block + a.key_mins_offset;
   const uint8_t* scales = block + a.key_scales_offset;
-  alignas(64) float channel_scale[kMaxDim], channel_min[kMaxDim], w[kMaxDim];
+  alignas(64) float w[NQ * kMaxDim];
   alignas(64) int8_t digits[kMaxDim / 16][NQ][32];  // per 16 channels and query: the 16 top digits, the 16 low
   float bias[NQ], unit[NQ];
-  for (int c = 0; c < d; c += W) {  // converted once for the pass's queries
-    V::store(channel_scale + c, V::load_f16(scales + 2 * c));
-    V::store(channel_min + c, V::load_f16(mins + 2 * c));
+  typename V::F b[NQ], amax[NQ];
+  for (int i = 0; i < NQ; ++i) b[i] = V::zero(), amax[i] = V::zero();
+  for (int c = 0; c < d; c += W) {  // each scale and min converted once for the pass's queries
+    const auto sc = V::load_f16(scales + 2 * c), mc = V::load_f16(mins + 2 * c);
+    for (int i = 0; i < NQ; ++i) {
+      const auto qc = V::load(q + i * d + c), wc = V::mul(qc, sc);
+      b[i] = V::fma(qc, mc, b[i]);
+      amax[i] = V::max(amax[i], V::abs(wc));
+      V::store(w + i * d + c, wc);
+    }
   }
   for (int i = 0; i < NQ; ++i) {
-    auto b = V::zero(), amax = V::zero();
-    for (int c = 0; c < d; c += W) {
-      const auto qc = V::load(q + i * d + c), wc = V::mul(qc, V::load(channel_scale + c));
-      b = V::fma(qc, V::load(channel_min + c), b);
-      amax = V::max(amax, V::abs(wc));
-      V::store(w + c, wc);
-    }
-    bias[i] = V::hsum(b);
-    unit[i] = digit_scale<2>(V::hmax(amax));  // 1 for a w too small to scale: zero digits, the score <q, m>
+    bias[i] = V::hsum(b[i]);
+    unit[i] = digit_scale<2>(V::hmax(amax[i]));  // 1 for a w too small to scale: zero digits, the score <q, m>
     const float inv = 1.0f / unit[i];
-    for (int c = 0; c < d; c += 16) V::kivi_digits(w + c, inv, kOrder.at, digits[c / 16][i]);
+    for (int c = 0; c < d; c += 16) V::kivi_digits(w + i * d + c, inv, kOrder.at, digits[c / 16][i]);
   }
   for (int vec = 0; vec < n_vec; ++vec) {
     const int tok = vec * W;
