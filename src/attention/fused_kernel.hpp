@@ -956,7 +956,7 @@ void values_kivi_bf16(const KernelArgs& a, const float* p, const uint8_t* block,
       }
     }
     float bias[NQ];
-    for (int i = 0; i < NQ; ++i) bias[i] = V::hsum(pm[i]) - static_cast<float>(1 << Bits) * V::hsum(sum[i]);
+    for (int i = 0; i < NQ; ++i) bias[i] = V::hsum(V::fma(V::set1(-static_cast<float>(1 << Bits)), sum[i], pm[i]));
     for (int vec = g * G / W; vec < (g + 1) * G / W; ++vec)
       values_kivi_bf16_vector<V, NQ, Bits>(a, wb[0], block, vec, o, bias);
     pf.step(static_cast<size_t>(g), static_cast<size_t>(groups));
