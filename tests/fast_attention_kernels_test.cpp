@@ -27,10 +27,10 @@ using namespace test;  // the shared helpers of attention_test_util.hpp
 using detail::Isa;
 
 // The kernel that runs for the pair (kernel: its name without the ISA) under KVQ_ATTENTION=fast and KVQ_ISA = isa:
-// avx512bf16's fast kernels take int4 values with int or f16 keys and kivi values with kivi keys, avx512vnni's int4, int8, turbo_mse:1..3 and kivi
-// keys, avx2's int4, turbo_mse:1..3 and kivi keys (the pairs below have no turbo_mse:4 keys); a pair without one on
-// its instruction set runs the next narrower one's (avx512bf16's exact kernels are avx512vnni's, avx512vnni's f16
-// keys avx512's).
+// avx512bf16's fast kernels take int4 values with int or f16 keys and kivi values with kivi keys, avx512vnni's
+// int4, int8, turbo_mse:1..3 and kivi keys, avx2's int4, turbo_mse:1..3 and kivi keys (the pairs below have no
+// turbo_mse:4 keys); a pair without one on its instruction set runs the next narrower one's (avx512bf16's exact
+// kernels are avx512vnni's, avx512vnni's f16 keys avx512's).
 std::string fast_kernel_name(Isa isa, const std::string& kernel) {
   const bool int_keys = kernel.rfind("fused_int", 0) == 0, f16_keys = kernel.rfind("fused_f16", 0) == 0;
   const bool turbo_keys = kernel.rfind("fused_turbo_mse", 0) == 0, kivi_keys = kernel.rfind("fused_kivi", 0) == 0;
@@ -251,7 +251,8 @@ TEST(FastAttentionKernels, KiviKeysStayWithinTheQueryDigitsRounding) {
               const double s = (hi - lo + 0x1p-9 * (std::fabs(hi) + std::fabs(lo))) / levels * (1 + 0x1p-9) + 1e-7;
               wmax = std::max(wmax, std::fabs(static_cast<double>(qj[c])) * s);
             }
-            delta = std::max(delta, wmax * levels * static_cast<double>(d) / (65024 * std::sqrt(static_cast<double>(d))));
+            const double dd = static_cast<double>(d);
+            delta = std::max(delta, wmax * levels * dd / (65024 * std::sqrt(dd)));
           }
       }
       for (Isa isa : simd_isas()) {
@@ -435,7 +436,8 @@ TEST(FastAttentionKernels, KiviBf16ValuesStayWithinTheWeightsRounding) {
       SCOPED_TRACE(std::string(codec) + ", " + describe(shapes[s]));
       const uint64_t at = seed + 1000 * s + (codec[5] - '0');
       const Scenario sc = build(shapes[s], codec, codec, at);
-      const double ratio = kivi_bf16_value_error(sc, shapes[s], queries(shapes[s], shapes[s].lengths.size(), at + 7), 32);
+      const auto q = queries(shapes[s], shapes[s].lengths.size(), at + 7);
+      const double ratio = kivi_bf16_value_error(sc, shapes[s], q, 32);
       EXPECT_LE(ratio, 1.0);
       seen = std::max(seen, ratio);
     }

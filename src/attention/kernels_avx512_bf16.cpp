@@ -1,7 +1,8 @@
 // The fast kernels for AVX-512 with VNNI and BF16: int4 values summed by bf16 dot products (fused_kernel.hpp,
 // values_int4_bf16), with int4 or int8 keys scored as in kernels_avx512_vnni.cpp's fast kernels, or f16 keys as in
-// kernels_avx512.cpp. This file alone is compiled with those flags. It has no exact kernels: select_page_kernel falls back to avx512vnni's, and to its
-// fast ones for the other pairs.
+// kernels_avx512.cpp; kivi values summed alike (values_kivi_bf16) with kivi keys scored as in
+// kernels_avx512_vnni.cpp's fast kernels. This file alone is compiled with those flags. It has no exact kernels:
+// select_page_kernel falls back to avx512vnni's, and to its fast ones for the other pairs.
 #include "attention/kernel_args.hpp"
 
 #if defined(__x86_64__)
@@ -55,8 +56,10 @@ KernelFn fast_kernel(BlockFormat key, BlockFormat value) {
   using F = BlockFormat;
   if (value == F::kivi2 || value == F::kivi4) {  // with kivi keys, whose scores are avx512vnni's fast ones
     const bool two = value == F::kivi2;
-    if (key == F::kivi2) return two ? attend<Avx512Bf16, F::kivi2, F::kivi2, 2, true> : attend<Avx512Bf16, F::kivi2, F::kivi4, 2, true>;
-    if (key == F::kivi4) return two ? attend<Avx512Bf16, F::kivi4, F::kivi2, 2, true> : attend<Avx512Bf16, F::kivi4, F::kivi4, 2, true>;
+    if (key == F::kivi2)
+      return two ? attend<Avx512Bf16, F::kivi2, F::kivi2, 2, true> : attend<Avx512Bf16, F::kivi2, F::kivi4, 2, true>;
+    if (key == F::kivi4)
+      return two ? attend<Avx512Bf16, F::kivi4, F::kivi2, 2, true> : attend<Avx512Bf16, F::kivi4, F::kivi4, 2, true>;
     return nullptr;
   }
   if (value != BlockFormat::int4) return nullptr;
