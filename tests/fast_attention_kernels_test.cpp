@@ -27,18 +27,20 @@ using namespace test;  // the shared helpers of attention_test_util.hpp
 using detail::Isa;
 
 // The kernel that runs for the pair (kernel: its name without the ISA) under KVQ_ATTENTION=fast and KVQ_ISA = isa:
-// avx512bf16's fast kernels take int4 values with int or f16 keys, avx512vnni's int4, int8 and turbo_mse:1..3 keys,
-// avx2's int4 and turbo_mse:1..3 keys (the pairs below have no turbo_mse:4 keys); a pair without one on its
-// instruction set runs the next narrower one's (avx512bf16's exact kernels are avx512vnni's, avx512vnni's f16 and
-// turbo_mse keys avx512's).
+// avx512bf16's fast kernels take int4 values with int or f16 keys and kivi values with kivi keys, avx512vnni's
+// int4, int8, turbo_mse:1..3 and kivi keys, avx2's int4, turbo_mse:1..3 and kivi keys (the pairs below have no
+// turbo_mse:4 keys); a pair without one on its instruction set runs the next narrower one's (avx512bf16's exact
+// kernels are avx512vnni's, avx512vnni's f16 keys avx512's).
 std::string fast_kernel_name(Isa isa, const std::string& kernel) {
   const bool int_keys = kernel.rfind("fused_int", 0) == 0, f16_keys = kernel.rfind("fused_f16", 0) == 0;
-  const bool turbo_keys = kernel.rfind("fused_turbo_mse", 0) == 0;
+  const bool turbo_keys = kernel.rfind("fused_turbo_mse", 0) == 0, kivi_keys = kernel.rfind("fused_kivi", 0) == 0;
   const bool int4_values = kernel.size() > 5 && kernel.compare(kernel.size() - 5, 5, "_int4") == 0;
-  if (isa == Isa::avx512bf16 && !(int4_values && (int_keys || f16_keys))) isa = Isa::avx512vnni;
-  if (isa == Isa::avx512vnni && !(int_keys || turbo_keys)) isa = Isa::avx512;
-  const bool fast = isa == Isa::avx512bf16 || (isa == Isa::avx512vnni && (int_keys || turbo_keys)) ||
-                    (isa == Isa::avx2 && (kernel.rfind("fused_int4", 0) == 0 || turbo_keys));
+  const bool kivi_values = kernel.size() > 5 && kernel.compare(kernel.size() - 5, 5, "_kivi") == 0;
+  if (isa == Isa::avx512bf16 && !(int4_values && (int_keys || f16_keys)) && !(kivi_values && kivi_keys))
+    isa = Isa::avx512vnni;
+  if (isa == Isa::avx512vnni && !(int_keys || turbo_keys || kivi_keys)) isa = Isa::avx512;
+  const bool fast = isa == Isa::avx512bf16 || (isa == Isa::avx512vnni && (int_keys || turbo_keys || kivi_keys)) ||
+                    (isa == Isa::avx2 && (kernel.rfind("fused_int4", 0) == 0 || turbo_keys || kivi_keys));
   return kernel + "_" + detail::isa_name(isa) + (fast ? "_fast" : "");
 }
 
@@ -71,7 +73,11 @@ TEST(FastAttentionKernels, ErrorIsAtMostATenthOfTheCodecsOwnOnEveryIsa) {
                                     {"turbo_mse:2", "turbo_mse:2", "fused_turbo_mse_turbo_mse"},
                                     {"turbo_mse:3", "turbo_mse:3", "fused_turbo_mse_turbo_mse"},
                                     {"turbo_mse:2", "int4", "fused_turbo_mse_int4"},
-                                    {"turbo_mse:3", "f16", "fused_turbo_mse_f16"}};
+                                    {"turbo_mse:3", "f16", "fused_turbo_mse_f16"},
+                                    {"kivi:2", "kivi:2", "fused_kivi_kivi"},
+                                    {"kivi:4", "kivi:4", "fused_kivi_kivi"},
+                                    {"kivi:2", "int4", "fused_kivi_int4"},
+                                    {"kivi:4", "f16", "fused_kivi_f16"}};
   const std::vector<Shape> shapes{{128, 64, 0, 2, 4, {1000, 65}, true},
                                   {128, 64, 0, 1, 8, {2000}, false},
                                   {64, 128, 128, 2, 3, {700}, true},
@@ -116,7 +122,8 @@ TEST(FastAttentionKernels, PrefillErrorIsAtMostATenthOfTheCodecsOwn) {
   const EnvOverride fast("KVQ_ATTENTION", "fast");
   const std::vector<FastPair> pairs{{"int4", "int4", "fused_int4_int4"},
                                     {"int8", "int8", "fused_int8_int8"},
-                                    {"turbo_mse:3", "turbo_mse:3", "fused_turbo_mse_turbo_mse"}};
+                                    {"turbo_mse:3", "turbo_mse:3", "fused_turbo_mse_turbo_mse"},
+                                    {"kivi:2", "kivi:2", "fused_kivi_kivi"}};
   for (const FastPair& pair : pairs) {
     SCOPED_TRACE(pair.k);
     const Scenario sc = build(shape, pair.k, pair.v, seed);
@@ -201,6 +208,63 @@ TEST(FastAttentionKernels, TurboKeysExtremeProductsStayExact) {
       const EnvOverride env("KVQ_ISA", detail::isa_name(isa));
       EXPECT_EQ(attention_kernel(sc.cache, 1), fast_kernel_name(isa, "fused_turbo_mse_f16"));
       EXPECT_LE(worst(decode(sc, q, nullptr), ref.out, ref, d, 2e-3, true), 1.0);
+    }
+  }
+}
+
+// kivi keys' integer scores (fused_kernel.hpp, key_scores_kivi_int): per page and query w = q s as two 8-bit digits,
+// |w_c - S (256 D0_c + D1_c)| <= S / 2 with S = max_c |w_c| / 32512, the codes (at most 2^b - 1) times the digits
+// summed exactly in int32 (AVX2's int16 pair sums reach 4 x 15 x 128 = 7680 at most), the bias <q, m> in fp32. So a
+// score (scaled by 1/sqrt(d)) moves by at most delta = max_c |q_c| s_c (2^b - 1) d / (65024 sqrt(d)), each weight by
+// a factor within e^(+-2 delta), and the output row by at most expm1(2 delta) sum_t p_t ||v_t||: the bound checked
+// here, with s_c bounded from the page's original keys (s = (max - m) / (2^b - 1), m rounded down and s up to fp16:
+// at most 2^-10 of the range and the extremes each). Key-like data puts outlier channels into a few large s_c.
+TEST(FastAttentionKernels, KiviKeysStayWithinTheQueryDigitsRounding) {
+  KVQ_FRESH_SEED();
+  const EnvOverride fast("KVQ_ATTENTION", "fast");
+  const std::vector<Shape> shapes{{128, 64, 0, 2, 4, {640}, true}, {64, 128, 0, 1, 3, {512}, true},
+                                  {256, 64, 0, 1, 8, {320}, false}};
+  for (int bits : {2, 4}) {
+    const std::string codec = "kivi:" + std::to_string(bits);
+    const double levels = (1 << bits) - 1;
+    for (size_t si = 0; si < shapes.size(); ++si) {
+      const Shape& shape = shapes[si];
+      SCOPED_TRACE(codec + ", " + describe(shape));
+      const Scenario sc = build(shape, codec, "f16", seed + 100 * si + static_cast<uint64_t>(bits));
+      const auto q = queries(shape, 1, seed + 100 * si + 50);
+      const size_t d = static_cast<size_t>(shape.d), T = static_cast<size_t>(shape.T), L = shape.lengths[0];
+      const size_t G = static_cast<size_t>(shape.G);
+      const Reference ref = reference_decode(sc, q, shape.G, true);
+      double delta = 0;
+      for (size_t h = 0; h < static_cast<size_t>(shape.H); ++h) {
+        const Tokens kv = original_head(sc.tokens[0], sc.cfg, L, static_cast<int>(h));
+        for (size_t page = 0; page < L / T; ++page)
+          for (size_t j = 0; j < G; ++j) {
+            const float* qj = q.data() + (h * G + j) * d;
+            double wmax = 0;
+            for (size_t c = 0; c < d; ++c) {
+              double lo = INFINITY, hi = -INFINITY;
+              for (size_t t = page * T; t < (page + 1) * T; ++t) {
+                lo = std::min(lo, static_cast<double>(kv.keys[t * d + c]));
+                hi = std::max(hi, static_cast<double>(kv.keys[t * d + c]));
+              }
+              const double s = (hi - lo + 0x1p-9 * (std::fabs(hi) + std::fabs(lo))) / levels * (1 + 0x1p-9) + 1e-7;
+              wmax = std::max(wmax, std::fabs(static_cast<double>(qj[c])) * s);
+            }
+            const double dd = static_cast<double>(d);
+            delta = std::max(delta, wmax * levels * dd / (65024 * std::sqrt(dd)));
+          }
+      }
+      for (Isa isa : simd_isas()) {
+        SCOPED_TRACE(detail::isa_name(isa));
+        const EnvOverride env("KVQ_ISA", detail::isa_name(isa));
+        const std::string name = attention_kernel(sc.cache, 1);
+        EXPECT_EQ(name, fast_kernel_name(isa, "fused_kivi_f16"));
+        const double ratio = worst(decode(sc, q, nullptr), ref.out, ref, d, std::expm1(2 * delta) + 1e-5, true);
+        EXPECT_LE(ratio, 1.0) << "delta " << delta;
+        std::printf("%s %s %s: worst row %.3f of the bound (delta %.2e)\n", codec.c_str(), describe(shape).c_str(),
+                    name.c_str(), ratio, delta);
+      }
     }
   }
 }
@@ -307,6 +371,76 @@ TEST(FastAttentionKernels, Bf16ValuesStayWithinTheWeightsRounding) {
     EXPECT_LE(ratio, 1.0);
     seen = std::max(seen, ratio);
   }
+  std::printf("worst row: %.3f of the bound\n", seen);
+}
+
+// avx512bf16's fast kernels sum kivi values (with kivi keys) by bf16 dot products as int4 values: the code c as the
+// exact bf16 2^b + c, each weight w_t = p_t s_t,g rounded to bf16 (relative error <= 2^-8), the 2^b taken out with the
+// same rounded weights and the mins' part sum_t p_t m_t,g in fp32. So channel c moves by at most
+// 2^-8 sum_t p_t s_t,g q_t,c = 2^-8 sum_t p_t (v_t,c - m_t,g), and the row by 2^-8 sum_t p_t ||v_t - m_t|| in norm:
+// the bound here, against the same keys' fast kernel with fp32 values (avx512vnni: the same scores), with
+// m_t,g = the smallest decoded value of the token's group (the codec's min, whose code is 0), plus 1e-5 of the
+// row's magnitude for the fp32 adds. Returns the worst row's error as a fraction of that bound.
+double kivi_bf16_value_error(const Scenario& sc, const Shape& shape, const std::vector<float>& q, int group) {
+  const size_t d = static_cast<size_t>(shape.d), H = static_cast<size_t>(shape.H), G = static_cast<size_t>(shape.G);
+  const Reference ref = reference_decode(sc, q, shape.G, true);
+  Reference shifted(q.size() / d, d);  // magnitude: sum_t p_t ||v_t - m_t||
+  for (size_t s = 0; s < sc.ids.size(); ++s) {
+    const size_t n = sc.cache.length(sc.ids[s], 1);
+    for (size_t h = 0; h < H; ++h) {
+      Tokens kv = decoded_head(sc.cache, sc.ids[s], 1, static_cast<int>(h));
+      for (size_t t = 0; t < n; ++t)
+        for (size_t c0 = 0; c0 < d; c0 += static_cast<size_t>(group)) {
+          float* v = kv.values.data() + t * d + c0;
+          const float m = *std::min_element(v, v + group);
+          for (int c = 0; c < group; ++c) v[c] -= m;
+        }
+      for (size_t j = 0; j < G; ++j) {
+        const size_t row = (s * H + h) * G + j;
+        reference_row(shifted, row, q.data() + row * d, kv, n, n, shape.d);
+      }
+    }
+  }
+  std::vector<float> out, fp32;
+  {
+    const EnvOverride env("KVQ_ISA", "avx512bf16");
+    EXPECT_EQ(attention_kernel(sc.cache, 1), "fused_kivi_kivi_avx512bf16_fast");
+    out = decode(sc, q, nullptr);
+  }
+  {
+    const EnvOverride env("KVQ_ISA", "avx512vnni");
+    fp32 = decode(sc, q, nullptr);
+  }
+  double ratio = 0;
+  for (size_t r = 0; r < out.size() / d; ++r) {
+    double err = 0;
+    for (size_t c = 0; c < d; ++c) err += std::pow(static_cast<double>(out[r * d + c]) - fp32[r * d + c], 2);
+    const double bound = 0x1p-8 * shifted.magnitude[r] + 1e-5 * ref.magnitude[r];
+    ratio = std::max(ratio, std::sqrt(err) / bound);
+  }
+  return ratio;
+}
+
+TEST(FastAttentionKernels, KiviBf16ValuesStayWithinTheWeightsRounding) {
+  if (!detail::cpu_supports(Isa::avx512bf16)) GTEST_SKIP() << "this CPU lacks AVX512_BF16: no bf16 value kernels";
+  KVQ_FRESH_SEED();
+  const std::vector<Shape> shapes{{128, 64, 0, 2, 4, {1000, 65}, true},
+                                  {128, 128, 128, 1, 8, {2000}, false},
+                                  {64, 64, 64, 2, 7, {700, 1}, true},
+                                  {256, 64, 0, 1, 3, {500}, true},
+                                  {128, 64, 0, 1, 1, {130}, false}};
+  const EnvOverride fast("KVQ_ATTENTION", "fast");
+  double seen = 0;
+  for (const char* codec : {"kivi:2", "kivi:4"})
+    for (size_t s = 0; s < shapes.size(); ++s) {
+      SCOPED_TRACE(std::string(codec) + ", " + describe(shapes[s]));
+      const uint64_t at = seed + 1000 * s + (codec[5] - '0');
+      const Scenario sc = build(shapes[s], codec, codec, at);
+      const auto q = queries(shapes[s], shapes[s].lengths.size(), at + 7);
+      const double ratio = kivi_bf16_value_error(sc, shapes[s], q, 32);
+      EXPECT_LE(ratio, 1.0);
+      seen = std::max(seen, ratio);
+    }
   std::printf("worst row: %.3f of the bound\n", seen);
 }
 

@@ -30,8 +30,10 @@
 //     sum_t p_t ||r_t|| sqrt(pi/2)/m sign_t,r into the m after them, from sign tiles of 32 tokens x 16 rows (one lane
 //     per row): a masked add of the token's weight per token, as the keys' rows.
 //   kivi keys and values: the int tiles with unsigned codes q (x = m + s q). Keys: per page the queries times the
-//     channel scales s_c and the bias <q, m> (one per query), then the int key loop without token scales. Values:
-//     the int value loop with the weights p_t s_t,g, plus sum_t p_t m_t,g added to every channel of group g.
+//     channel scales s_c and the bias <q, m> (one per query), then the int key loop without token scales (the fast
+//     kernels: the scaled queries as two 8-bit digits against the codes by integer dot products, key_scores_kivi_int).
+//     Values: the int value loop with the weights p_t s_t,g, plus sum_t p_t m_t,g added to every channel of group g
+//     (AVX512-BF16's fast kernels: two tokens per bf16 dot product, values_kivi_bf16).
 // f16 elements become floats without vcvtph2ps where the head dimension allows (f16_split below).
 // An int code becomes a float in three operations: shift it to the top of its lane, shift it back arithmetically
 // (sign extension), convert.
@@ -66,9 +68,11 @@ namespace {
 //   instructions; AVX2's fast kernel for int4 keys by vpmaddubsw and vpmaddwd (kernels_avx2.cpp). For turbo_mse keys
 //   also kLevelDigitBits (the query digits' width that its dpbusd2 keeps exact against bytes up to 255),
 //   load_bytes16(p) (16 bytes in every 128-bit lane) and shuffle_bytes(table, x) (each byte's entry by its low 4 bits).
-//   Bf16Values (AVX512-BF16 only): tile_pairs(x) (16 tokens in values_int4_bf16's pair order), to_bf16(lo, hi) (32
-//   bf16, rounded to nearest), store_i, bf16_ones(), dpbf16(acc, a, b) and dpbf16_1(acc, a, one pair broadcast from
-//   memory): acc + per lane the two products of its bf16 pair; and_xor(x, mask, flip) = (x & mask) ^ flip.
+//   For kivi keys also abs(x) and kivi_digits(w, inv, order, out): 16 floats' two 8-bit digits of w inv as 32 bytes.
+//   Bf16Values (AVX512-BF16 only): tile_pairs<E>(x) (16 tokens in pairs (j, j + E/2) of each tile of E tokens),
+//   to_bf16(lo, hi) (32 bf16, rounded to nearest), store_i, bf16_ones(), dpbf16(acc, a, b) and dpbf16_1(acc, a, one
+//   pair broadcast from memory): acc + per lane the two products of its bf16 pair; and_xor(x, mask, flip) =
+//   (x & mask) ^ flip.
 
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 
@@ -588,6 +592,82 @@ void key_scores_turbo_int(const KernelArgs& a, const VnniQueries& vq, int i0, co
   }
 }
 
+// kivi keys by integer dot products (the fast kernels; docs/METHODS.md): <q, m + s code_t> = <q, m> + <w, code_t>
+// with w = q s (the page's channel scales), per page and query as two signed 8-bit digits, w_c ~ S (256 D0_c + D1_c),
+// S = max_c |w_c| / 32512 (digit_scale). The unsigned codes enter vpdpbusd as they are (u8 x s8, no offset): per
+// token s = <q, m> + S (256 P0 + P1), P_k = sum_c code_c D_k,c, exact in int32 (|256 P0 + P1| <= 32512 (2^b - 1) d
+// < 2^31 for d up to kMaxDim). A lane of E = 32 / b codes is read as 8 / b slices (lane >> b m) & mask, m < 8 / b,
+// whose byte j holds channel (8 / b) j + m; the digits of a lane's E channels lie in that order (slice m's 4 at byte
+// 4 m), placed by one byte shuffle per 16 channels (kivi_slice_order).
+template <class V, BlockFormat K, int KeyDigits>
+constexpr bool kivi_int_scores() {
+  return V::kVnni && is_kivi(K) && KeyDigits == 2;
+}
+
+// The shuffle from 16 channels in order to the slices' order: byte p takes channel at[p].
+struct KiviSliceOrder {
+  alignas(16) uint8_t at[16];
+};
+
+template <int Bits>
+constexpr KiviSliceOrder kivi_slice_order() {
+  constexpr int E = 32 / Bits, S = 8 / Bits;
+  KiviSliceOrder order{};
+  for (int c = 0; c < 16; ++c) order.at[c / E * E + 4 * (c % E % S) + c % E / S] = static_cast<uint8_t>(c);
+  return order;
+}
+
+template <class V, int NQ, int Bits>
+void key_scores_kivi_int(const KernelArgs& a, const float* q, const uint8_t* block, Prefetch<V>& pf, float* s) {
+  constexpr int W = V::W, E = 32 / Bits, S = 8 / Bits;
+  constexpr uint32_t kMask = 0x01010101u * ((1u << Bits) - 1);  // each byte's low b bits
+  static constexpr KiviSliceOrder kOrder = kivi_slice_order<Bits>();
+  const int d = a.d, T = a.T, tiles = d / E, n_vec = T / W;
+  const uint8_t* mins = block + a.key_mins_offset;
+  const uint8_t* scales = block + a.key_scales_offset;
+  alignas(64) float w[NQ * kMaxDim];
+  alignas(64) int8_t digits[kMaxDim / 16][NQ][32];  // per 16 channels and query: the 16 top digits, the 16 low
+  float bias[NQ], unit[NQ];
+  typename V::F b[NQ], amax[NQ];
+  for (int i = 0; i < NQ; ++i) b[i] = V::zero(), amax[i] = V::zero();
+  for (int c = 0; c < d; c += W) {  // each scale and min converted once for the pass's queries
+    const auto sc = V::load_f16(scales + 2 * c), mc = V::load_f16(mins + 2 * c);
+    for (int i = 0; i < NQ; ++i) {
+      const auto qc = V::load(q + i * d + c), wc = V::mul(qc, sc);
+      b[i] = V::fma(qc, mc, b[i]);
+      amax[i] = V::max(amax[i], V::abs(wc));
+      V::store(w + i * d + c, wc);
+    }
+  }
+  for (int i = 0; i < NQ; ++i) {
+    bias[i] = V::hsum(b[i]);
+    unit[i] = digit_scale<2>(V::hmax(amax[i]));  // 1 for a w too small to scale: zero digits, the score <q, m>
+    const float inv = 1.0f / unit[i];
+    for (int c = 0; c < d; c += 16) V::kivi_digits(w + i * d + c, inv, kOrder.at, digits[c / 16][i]);
+  }
+  for (int vec = 0; vec < n_vec; ++vec) {
+    const int tok = vec * W;
+    const uint8_t* lanes = block + static_cast<size_t>(tok / 16) * tiles * 64 + 4 * (tok % 16);
+    typename V::I acc[NQ][2];
+    for (int i = 0; i < NQ; ++i) acc[i][0] = V::zero_i(), acc[i][1] = V::zero_i();
+    for (int k = 0; k < tiles; ++k) {
+      const auto x = V::load_i(lanes + 64 * k);
+      typename V::I u[S];
+      for_elements<S>([&](auto m) { u[m] = V::and_i(V::template shr<Bits * m>(x), kMask); });
+      for (int i = 0; i < NQ; ++i)
+        for (int h = 0; h < 2; ++h) {
+          const int8_t* dh = digits[k * E / 16][i] + 16 * h + k * E % 16;
+          for (int m = 0; m < S; m += 2) acc[i][h] = V::dpbusd2(acc[i][h], u[m], dh + 4 * m, u[m + 1], dh + 4 * m + 4);
+        }
+    }
+    for (int i = 0; i < NQ; ++i) {
+      const auto p = V::add_i(V::sll8(acc[i][0]), acc[i][1]);
+      V::store(s + i * T + tok, V::fma(V::cvt(p), V::set1(unit[i]), V::set1(bias[i])));
+    }
+    pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
+  }
+}
+
 // ---- values: o_i += sum_t p[i * T + t] v_t (o: NQ x d) ---------------------------------------------------------
 
 // Vectors of W channels summed in registers at a time, for NQ queries.
@@ -778,12 +858,12 @@ void values_int4_bf16(const KernelArgs& a, const float* p, const uint8_t* block,
   alignas(64) float pp[NQ][kMaxTokens];        // p in pair order
   alignas(64) uint32_t wb[NQ][kMaxTokens / 2];  // the current group's weights in pair order, two bf16 a pair
   for (int i = 0; i < NQ; ++i)
-    for (int t = 0; t < T; t += W) V::store(pp[i] + t, V::tile_pairs(V::load(p + i * T + t)));
+    for (int t = 0; t < T; t += W) V::store(pp[i] + t, V::template tile_pairs<8>(V::load(p + i * T + t)));
   const auto ones = V::bf16_ones();
   for (int g = 0; g < groups; ++g) {
     // 32 tokens at a time: W scales and weights in pair order, then 2 W bf16 weights (zero past T).
     const auto pair_scales = [&](int tok) {
-      return V::tile_pairs(V::load_f16(scales + 2 * ((static_cast<size_t>(tok / 16) * groups + g) * 16)));
+      return V::template tile_pairs<8>(V::load_f16(scales + 2 * ((static_cast<size_t>(tok / 16) * groups + g) * 16)));
     };
     typename V::F sum[NQ];
     for (int i = 0; i < NQ; ++i) sum[i] = V::zero();
@@ -801,6 +881,84 @@ void values_int4_bf16(const KernelArgs& a, const float* p, const uint8_t* block,
     for (int i = 0; i < NQ; ++i) bias[i] = -24.0f * V::hsum(sum[i]);
     for (int vec = g * G / W; vec < (g + 1) * G / W; ++vec)
       values_int4_bf16_vector<V, NQ>(a, wb[0], block, vec, o, bias);
+    pf.step(static_cast<size_t>(g), static_cast<size_t>(groups));
+  }
+}
+
+// kivi values by bf16 dot products (the fast kernels of AVX512-BF16), as int4 values above: the code c (0..2^b - 1)
+// as the exact bf16 2^b + c (its b bits under the top b mantissa bits of 2^b: a shift, an and and an xor per 16
+// channels and 2 tokens), the weight w_t = p_t s_t,g rounded to bf16; per group and query the bias
+// sum_t p_t m_t,g - 2^b sum_t w_t (the mins' part in fp32, as values_kivi; the 2^b with the rounded weights), added
+// to every channel. Tokens pair within a tile of E = 32 / b as (j, j + E / 2), j < E / 2, 16 bits apart in a lane.
+// The one error beyond fp32 rounding is the weights': per channel at most 2^-8 sum_t p_t s_t,g q_t,c.
+template <class V, int Bits, int J>
+typename V::I bf16_kivi_code_pairs(typename V::I x) {
+  constexpr int shift = (7 - Bits) - Bits * J;  // code j from bit b j to bit 7 - b (the top b mantissa bits)
+  const auto at = [&] {
+    if constexpr (shift >= 0) {
+      return V::template shl<shift>(x);
+    } else {
+      return V::template shr<-shift>(x);
+    }
+  }();
+  constexpr uint32_t field = ((1u << Bits) - 1) << (7 - Bits), exponent = (127u + Bits) << 7;  // bf16 2^b: 0x4080
+  return V::and_xor(at, field * 0x10001u, exponent * 0x10001u);
+}
+
+// One vector of W channels over the page's tokens; wb: per query kMaxTokens / 2 weight pairs; bias: per query.
+template <class V, int NQ, int Bits>
+void values_kivi_bf16_vector(const KernelArgs& a, const uint32_t* wb, const uint8_t* block, int vec, float* o,
+                             const float* bias) {
+  constexpr int W = V::W, E = 32 / Bits;
+  static_assert(W == 16, "a vector is one tile's 16 channels");
+  const int T = a.T, os = a.value_space, tiles = a.d / 16, ch = vec * W;
+  const uint8_t* lanes = block + 64 * vec;
+  typename V::F acc[2][NQ];
+  for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * os + ch), acc[1][i] = V::set1(bias[i]);
+  for (int tile = 0; tile < T / E; ++tile) {
+    const auto x = V::load_i(lanes + static_cast<size_t>(tile) * tiles * 64);
+    for_elements<E / 2>([&](auto j) {
+      const auto codes = bf16_kivi_code_pairs<V, Bits, j>(x);
+      for (int i = 0; i < NQ; ++i)
+        acc[j % 2][i] = V::dpbf16_1(acc[j % 2][i], codes, wb + i * (kMaxTokens / 2) + E / 2 * tile + j);
+    });
+  }
+  for (int i = 0; i < NQ; ++i) V::store(o + i * os + ch, V::add(acc[0][i], acc[1][i]));
+}
+
+template <class V, int NQ, int Bits>
+void values_kivi_bf16(const KernelArgs& a, const float* p, const uint8_t* block, Prefetch<V>& pf, float* o) {
+  constexpr int W = V::W, E = 32 / Bits;
+  const int d = a.d, T = a.T, G = a.value_group, groups = d / G;
+  const uint8_t* mins = block + a.value_mins_offset;
+  const uint8_t* scales = block + a.value_scales_offset;
+  alignas(64) float pp[NQ][kMaxTokens];        // p in pair order
+  alignas(64) uint32_t wb[NQ][kMaxTokens / 2];  // the current group's weights in pair order, two bf16 a pair
+  for (int i = 0; i < NQ; ++i)
+    for (int t = 0; t < T; t += W) V::store(pp[i] + t, V::template tile_pairs<E>(V::load(p + i * T + t)));
+  const auto ones = V::bf16_ones();
+  for (int g = 0; g < groups; ++g) {
+    const auto at = [&](int tok) { return 2 * ((static_cast<size_t>(tok / 16) * groups + g) * 16); };
+    typename V::F sum[NQ], pm[NQ];
+    for (int i = 0; i < NQ; ++i) sum[i] = V::zero(), pm[i] = V::zero();
+    for (int t = 0; t < T; t += 2 * W) {
+      const bool both = t + W < T;
+      const auto s0 = V::template tile_pairs<E>(V::load_f16(scales + at(t)));
+      const auto s1 = both ? V::template tile_pairs<E>(V::load_f16(scales + at(t + W))) : V::zero();
+      const auto m0 = V::load_f16(mins + at(t)), m1 = both ? V::load_f16(mins + at(t + W)) : V::zero();
+      for (int i = 0; i < NQ; ++i) {
+        const auto w1 = both ? V::mul(s1, V::load(pp[i] + t + W)) : V::zero();
+        const auto w = V::to_bf16(V::mul(s0, V::load(pp[i] + t)), w1);
+        V::store_i(wb[i] + t / 2, w);
+        sum[i] = V::dpbf16(sum[i], w, ones);
+        pm[i] = V::fma(m0, V::load(p + i * T + t), pm[i]);
+        if (both) pm[i] = V::fma(m1, V::load(p + i * T + t + W), pm[i]);
+      }
+    }
+    float bias[NQ];
+    for (int i = 0; i < NQ; ++i) bias[i] = V::hsum(V::fma(V::set1(-static_cast<float>(1 << Bits)), sum[i], pm[i]));
+    for (int vec = g * G / W; vec < (g + 1) * G / W; ++vec)
+      values_kivi_bf16_vector<V, NQ, Bits>(a, wb[0], block, vec, o, bias);
     pf.step(static_cast<size_t>(g), static_cast<size_t>(groups));
   }
 }
@@ -960,7 +1118,9 @@ template <class V, BlockFormat K, int NQ, int KeyDigits>
   const uint8_t* block = page + a.key_offset;
   const float* q = a.q + static_cast<size_t>(i0) * a.key_space;
   Prefetch<V> pf(block, next_page ? next_page + a.key_offset : nullptr, key_block_bytes(a, K));
-  if constexpr (is_kivi(K)) {
+  if constexpr (kivi_int_scores<V, K, KeyDigits>()) {
+    key_scores_kivi_int<V, NQ, bits_of(K)>(a, q, block, pf, s);
+  } else if constexpr (is_kivi(K)) {
     key_scores_kivi<V, NQ, bits_of(K)>(a, q, block, pf, s);
   } else if constexpr (turbo_int_scores<V, K, KeyDigits>()) {
     key_scores_turbo_int<V, NQ, turbo_bits(K)>(a, prep.vq, i0, block, pf, s);
@@ -996,6 +1156,8 @@ template <class V, BlockFormat VF, int NQ, bool Bf16Values>
     } else {
       values_f16<V, NQ>(a, s, block, pf, o);
     }
+  } else if constexpr (Bf16Values && is_kivi(VF)) {
+    values_kivi_bf16<V, NQ, bits_of(VF)>(a, s, block, pf, o);
   } else if constexpr (is_kivi(VF)) {
     values_kivi<V, NQ, bits_of(VF)>(a, s, block, pf, o);
   } else if constexpr (is_turbo(VF)) {
@@ -1003,7 +1165,7 @@ template <class V, BlockFormat VF, int NQ, bool Bf16Values>
   } else if constexpr (is_prod(VF)) {
     values_turbo_prod<V, NQ, turbo_bits(VF)>(a, s, block, pf, o);
   } else if constexpr (Bf16Values) {
-    static_assert(VF == BlockFormat::int4, "bf16 dot products take int4 values");
+    static_assert(VF == BlockFormat::int4, "bf16 dot products take int4 and kivi values");
     values_int4_bf16<V, NQ>(a, s, block, pf, o);
   } else {
     values_int<V, NQ, bits_of(VF)>(a, s, block, pf, o);

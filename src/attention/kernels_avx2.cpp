@@ -162,6 +162,27 @@ struct Avx2Dot : Avx2 {
   }
   static I shuffle_bytes(I table, I idx) { return _mm256_shuffle_epi8(table, idx); }
 
+  // kivi keys (key_scores_kivi_int): |x| (the sign bit cleared), and 16 channels of w as two 8-bit digits of
+  // v = w inv rounded to nearest (ties to even), inv = 1 / S: out[0..15] the top digits and out[16..31] the low ones,
+  // each placed by the shuffle order (byte p takes channel order[p]). The codes are at most 15, so 8-bit digits stay
+  // within dpbusd2's int16 sums (4 x 15 x 128). The packs interleave the 128-bit halves: the top digits of channels
+  // 0-3, 8-11, the low ones of 0-3, 8-11 | the same of 4-7, 12-15; one permute puts them in channel order.
+  static F abs(F x) { return _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))); }
+  static void kivi_digits(const float* w, float inv, const uint8_t* order, int8_t* out) {
+    const F s = _mm256_set1_ps(inv);
+    const I r0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(w), s));
+    const I r1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(w + 8), s));
+    const I half = _mm256_set1_epi32(128), byte = _mm256_set1_epi32(255);
+    const I b0 = _mm256_add_epi32(r0, half), b1 = _mm256_add_epi32(r1, half);
+    const I low0 = _mm256_sub_epi32(_mm256_and_si256(b0, byte), half);
+    const I low1 = _mm256_sub_epi32(_mm256_and_si256(b1, byte), half);
+    const I top = _mm256_packs_epi32(_mm256_srai_epi32(b0, 8), _mm256_srai_epi32(b1, 8));
+    const I packed = _mm256_packs_epi16(top, _mm256_packs_epi32(low0, low1));
+    const I bytes = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    const I shuffle = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(order)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_shuffle_epi8(bytes, shuffle));
+  }
+
  private:
   static I broadcast4(const int8_t* s8x4) {
     int32_t b;
@@ -176,7 +197,8 @@ namespace avx2 {
 KernelFn fused_kernel(BlockFormat key, BlockFormat value) { return fused_kernel_for<Avx2>(key, value); }
 
 // int4 keys with two digits per query, as AVX512-VNNI's (int8 codes as unsigned bytes would saturate vpmaddubsw's
-// int16 pairs); turbo_mse:1..3 keys with two 6-bit digits (Avx2Dot::kLevelDigitBits), as AVX512-VNNI's.
+// int16 pairs); turbo_mse:1..3 keys with two 6-bit digits (Avx2Dot::kLevelDigitBits), as AVX512-VNNI's; kivi keys
+// with two 8-bit digits of the scaled query, as AVX512-VNNI's.
 KernelFn fast_kernel(BlockFormat key, BlockFormat value) {
   using F = BlockFormat;
   switch (key) {
@@ -188,6 +210,10 @@ KernelFn fast_kernel(BlockFormat key, BlockFormat value) {
       return fused_kernel_with_keys<Avx2Dot, F::turbo2, 2>(value);
     case F::turbo3:
       return fused_kernel_with_keys<Avx2Dot, F::turbo3, 2>(value);
+    case F::kivi2:
+      return fused_kernel_with_keys<Avx2Dot, F::kivi2, 2>(value);
+    case F::kivi4:
+      return fused_kernel_with_keys<Avx2Dot, F::kivi4, 2>(value);
     default:
       return nullptr;
   }

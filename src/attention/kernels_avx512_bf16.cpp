@@ -1,7 +1,8 @@
 // The fast kernels for AVX-512 with VNNI and BF16: int4 values summed by bf16 dot products (fused_kernel.hpp,
 // values_int4_bf16), with int4 or int8 keys scored as in kernels_avx512_vnni.cpp's fast kernels, or f16 keys as in
-// kernels_avx512.cpp. This file alone is compiled with those flags. It has no exact kernels: select_page_kernel falls back to avx512vnni's, and to its
-// fast ones for the other pairs.
+// kernels_avx512.cpp; kivi values summed alike (values_kivi_bf16) with kivi keys scored as in
+// kernels_avx512_vnni.cpp's fast kernels. This file alone is compiled with those flags. It has no exact kernels:
+// select_page_kernel falls back to avx512vnni's, and to its fast ones for the other pairs.
 #include "attention/kernel_args.hpp"
 
 #if defined(__x86_64__)
@@ -12,9 +13,16 @@ namespace kvq::detail {
 namespace {
 
 struct Avx512Bf16 : Avx512Vnni {
-  // 16 tokens in the pair order of values_int4_bf16: per 8 tokens 0 4 1 5 2 6 3 7.
+  // 16 tokens in the pair order of values_int4_bf16 (E = 8: per 8 tokens 0 4 1 5 2 6 3 7) and values_kivi_bf16 (E =
+  // 16 for kivi:2: 0 8 1 9 .. 7 15; E = 8 for kivi:4).
+  template <int E>
   static F tile_pairs(F x) {
-    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15), x);
+    static_assert(E == 8 || E == 16, "tiles of 8 or 16 tokens");
+    if constexpr (E == 8) {
+      return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15), x);
+    } else {
+      return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15), x);
+    }
   }
   // 32 bf16, rounded to nearest: lo's 16 lanes, then hi's.
   static I to_bf16(F lo, F hi) { return reinterpret_cast<I>(_mm512_cvtne2ps_pbh(hi, lo)); }
@@ -42,8 +50,18 @@ struct Avx512Bf16 : Avx512Vnni {
 }  // namespace
 
 namespace avx512bf16 {
-// int4 values with the fast int keys (two digits per query) or f16 keys; every other pair is avx512vnni's.
+// int4 values with the fast int keys (two digits per query) or f16 keys; kivi values with the fast kivi keys; every
+// other pair is avx512vnni's.
 KernelFn fast_kernel(BlockFormat key, BlockFormat value) {
+  using F = BlockFormat;
+  if (value == F::kivi2 || value == F::kivi4) {  // with kivi keys, whose scores are avx512vnni's fast ones
+    const bool two = value == F::kivi2;
+    if (key == F::kivi2)
+      return two ? attend<Avx512Bf16, F::kivi2, F::kivi2, 2, true> : attend<Avx512Bf16, F::kivi2, F::kivi4, 2, true>;
+    if (key == F::kivi4)
+      return two ? attend<Avx512Bf16, F::kivi4, F::kivi2, 2, true> : attend<Avx512Bf16, F::kivi4, F::kivi4, 2, true>;
+    return nullptr;
+  }
   if (value != BlockFormat::int4) return nullptr;
   if (key == BlockFormat::f16) return attend<Avx512Bf16, BlockFormat::f16, BlockFormat::int4, 3, true>;
   if (key == BlockFormat::int4) return attend<Avx512Bf16, BlockFormat::int4, BlockFormat::int4, 2, true>;

@@ -1,5 +1,5 @@
 // The fused kernels for AVX-512 with VNNI: int8 and int4 keys scored by 8-bit integer dot products
-// (fused_kernel.hpp), exact and fast, and turbo_mse:1..3 keys in the fast kernels; the other phases as in
+// (fused_kernel.hpp), exact and fast, and turbo_mse:1..3 and kivi keys in the fast kernels; the other phases as in
 // kernels_avx512.cpp. This file alone is compiled with those flags.
 #include "attention/kernel_args.hpp"
 
@@ -20,7 +20,8 @@ KernelFn fused_kernel(BlockFormat key, BlockFormat value) {
 // int4, int8 and turbo_mse:1..3 keys with two digits per query (docs/METHODS.md, "Fast attention kernels"): one
 // digit's rounding of the query measured up to a tenth of int4 keys' own error on outlier data, and of the order of
 // int8 keys' own. turbo_mse:4 keys stay exact: their levels as bytes (signed_byte_levels.hpp) measured 1/10 to 1/14
-// of the codec's own error, at the contract's edge (its innermost level is byte 6, rounded by up to 8%).
+// of the codec's own error, at the contract's edge (its innermost level is byte 6, rounded by up to 8%). kivi keys
+// with two digits of the query times the page's channel scales, formed per page (key_scores_kivi_int).
 KernelFn fast_kernel(BlockFormat key, BlockFormat value) {
   using F = BlockFormat;
   switch (key) {
@@ -34,6 +35,10 @@ KernelFn fast_kernel(BlockFormat key, BlockFormat value) {
       return fused_kernel_with_keys<Avx512Vnni, F::turbo2, 2>(value);
     case F::turbo3:
       return fused_kernel_with_keys<Avx512Vnni, F::turbo3, 2>(value);
+    case F::kivi2:
+      return fused_kernel_with_keys<Avx512Vnni, F::kivi2, 2>(value);
+    case F::kivi4:
+      return fused_kernel_with_keys<Avx512Vnni, F::kivi4, 2>(value);
     default:
       return nullptr;
   }

@@ -38,6 +38,19 @@ struct Avx512Vnni : Avx512 {
     return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
   static I shuffle_bytes(I table, I idx) { return _mm512_shuffle_epi8(table, idx); }
+
+  // kivi keys (key_scores_kivi_int): |x| (the sign bit cleared), and 16 channels of w as two 8-bit digits of
+  // v = w inv rounded to nearest (ties to even), inv = 1 / S: out[0..15] the top digits (v + 128) >> 8 and out[16..31]
+  // the low ones, v's low byte as a signed byte (vpmovdb truncates), each placed by the shuffle order (byte p takes
+  // channel order[p]).
+  static F abs(F x) { return _mm512_abs_ps(x); }
+  static void kivi_digits(const float* w, float inv, const uint8_t* order, int8_t* out) {
+    const I r = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(w), _mm512_set1_ps(inv)));
+    const I top = _mm512_srai_epi32(_mm512_add_epi32(r, _mm512_set1_epi32(128)), 8);
+    const __m256i bytes = _mm256_set_m128i(_mm512_cvtepi32_epi8(r), _mm512_cvtepi32_epi8(top));
+    const __m256i shuffle = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(order)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_shuffle_epi8(bytes, shuffle));
+  }
 };
 
 }  // namespace
