@@ -67,6 +67,16 @@ uint8_t* map_pool(size_t bytes) {
 #endif
 }
 
+// A per-head buffer of 2 H rows (keys, then values) of `slots` tokens of d each, regrown to new_slots with the
+// first `held` tokens of every row kept.
+template <class T>
+void regrow_rows(std::vector<T>& rows, size_t n_rows, size_t slots, size_t held, size_t new_slots, size_t d) {
+  std::vector<T> grown(n_rows * new_slots * d, T{});
+  for (size_t row = 0; row < n_rows; ++row)
+    std::copy_n(rows.data() + row * slots * d, held * d, grown.data() + row * new_slots * d);
+  rows = std::move(grown);
+}
+
 }  // namespace
 
 bool centering_applies(const std::string& key_codec) {
@@ -181,11 +191,7 @@ void KVCache::reserve_window(LayerState& ls, size_t tokens) const {
   const size_t H = static_cast<size_t>(config_.n_kv_heads), d = static_cast<size_t>(config_.head_dim);
   const size_t slots = std::min(residual_slots(), std::max(tokens, 2 * ls.window_slots));
   KVQ_CHECK(tokens <= slots, "KVCache: a window of ", tokens, " tokens (at most ", residual_slots(), ")");
-  std::vector<float> grown(2 * H * slots * d, 0.f);
-  for (size_t row = 0; row < 2 * H; ++row)  // keys, then values
-    std::copy_n(ls.residual.data() + row * ls.window_slots * d, static_cast<size_t>(ls.residual_count) * d,
-                grown.data() + row * slots * d);
-  ls.residual = std::move(grown);
+  regrow_rows(ls.residual, 2 * H, ls.window_slots, static_cast<size_t>(ls.residual_count), slots, d);
   ls.window_slots = slots;
 }
 
@@ -195,11 +201,7 @@ void KVCache::reserve_sinks(LayerState& ls, size_t tokens) const {
   const size_t S = static_cast<size_t>(config_.sink_tokens);
   KVQ_CHECK(tokens <= S, "KVCache: ", tokens, " sink tokens (at most ", S, ")");
   const size_t slots = std::min(S, std::max(tokens, 2 * ls.sink_slots));
-  std::vector<uint16_t> grown(2 * H * slots * d, 0);
-  for (size_t row = 0; row < 2 * H; ++row)  // keys, then values
-    std::copy_n(ls.sinks.data() + row * ls.sink_slots * d, static_cast<size_t>(ls.sink_count) * d,
-                grown.data() + row * slots * d);
-  ls.sinks = std::move(grown);
+  regrow_rows(ls.sinks, 2 * H, ls.sink_slots, static_cast<size_t>(ls.sink_count), slots, d);
   ls.sink_slots = slots;
 }
 
