@@ -231,6 +231,7 @@ struct CacheSeed {
   const char* value;
   int residual, tokens;
   bool center_keys;
+  int sink_tokens = 0;
 };
 
 // A saved cache of d = 16, T = 64, one layer, one kv head: three sequences (the middle one removed) holding `tokens`
@@ -245,6 +246,7 @@ Bytes saved_cache(const CacheSeed& s, const fs::path& scratch) {
   c.residual_tokens = s.residual;
   c.capacity_pages = 2;
   c.center_keys = s.center_keys;
+  c.sink_tokens = s.sink_tokens;
   kvq::KVCache cache(c);
   const size_t n = static_cast<size_t>(s.tokens), drawn = std::max<size_t>(n, 3);
   const auto keys = kvq::sample_profile(kvq::key_like_profile(16, 1), drawn, 2);
@@ -346,10 +348,13 @@ int main(int argc, char** argv) {
                              CacheSeed{"int4_centered_one_page", "int4:16", "f16", 0, 66, true},
                              CacheSeed{"kivi_windows", "kivi:2,g=16", "kivi:4,g=16", 64, 4, false},
                              CacheSeed{"turbo_qjl_windows", "turbo_prod:3", "qjl", 128, 6, false},
-                             CacheSeed{"turbo_mse_rvq_windows", "turbo_mse:2", "turbo_rvq:1", 64, 2, false}}) {
+                             CacheSeed{"turbo_mse_rvq_windows", "turbo_mse:2", "turbo_rvq:1", 64, 2, false},
+                             CacheSeed{"int4_sinks_one_page", "int4:16", "turbo_mse:3", 0, 70, true, 4}}) {
     const Bytes file = saved_cache(s, scratch);
     write(out / "cache_file", std::string(s.name) + ".kvqcache", file);
-    Bytes payload = {2};  // format version 4
+    uint32_t version = 0;  // the header's, at byte 8 (4 without sinks, 5 with)
+    std::memcpy(&version, file.data() + 8, 4);
+    Bytes payload = {static_cast<uint8_t>(version - 2)};  // cache_payload_fuzzer's version byte
     payload.insert(payload.end(), file.begin() + 24, file.end());
     write(out / "cache_payload", std::string(s.name) + ".payload", payload);
   }
