@@ -602,29 +602,35 @@ struct KiviTraits {
     KVQ_HD static void bfrags(const uint4* codes, int ks, const CodecArgs&, int lane, uint32_t (&b)[C / 8][2]) {
       LaneWordKeys<E>::template decode<C, kivi_pair<kBits>>(codes, ks, lane, b);
     }
+    /// The fp16 scales (sv) and minima (mv) of lane word m's E channels, E (4 m + (lane & 3)) .., from the block's
+    /// ranges: what prepare and int_prepare multiply the query by.
+    KVQ_HD static void lane_word_ranges(const uint8_t* const* prm, const CodecArgs& a, int m, int lane,
+                                        uint4 (&sv)[E / 8], uint4 (&mv)[E / 8]) {
+      const uint8_t* mins = prm[0];
+      const uint8_t* scales = prm[0] + (a.sec1 - a.sec0);
+      const int c0 = E * (4 * m + (lane & 3));
+KVQ_UNROLL
+      for (int x = 0; x < E / 8; ++x) {
+        sv[x] = load16(scales + 2 * c0 + 16 * x);
+        mv[x] = load16(mins + 2 * c0 + 16 * x);
+      }
+    }
     /// The chunk's query fragments q o s into atab[32 ks + lane]; returns this lane's part of <q, m> (row n).
     /// qf: the queries' fp32 values at the fragment's k (2i, 2i+1, 2i+8, 2i+9) per (k step, lane).
     template <int D>
     KVQ_HD static float prepare(const uint8_t* const* prm, const CodecArgs& a, int lane, const float4* qf,
                                 uint4* atab) {
       constexpr int kSteps = LaneWordKeys<E>::kSteps;
-      const uint8_t* mins = prm[0];
-      const uint8_t* scales = prm[0] + (a.sec1 - a.sec0);
       float cst = 0;
 KVQ_UNROLL
       for (int m = 0; m < D / E / 4; ++m) {
-        const int c0 = E * (4 * m + (lane & 3));  // the lane word's E channels
         uint4 sv[E / 8], mv[E / 8];
-KVQ_UNROLL
-        for (int x = 0; x < E / 8; ++x) {
-          sv[x] = load16(scales + 2 * c0 + 16 * x);
-          mv[x] = load16(mins + 2 * c0 + 16 * x);
-        }
+        lane_word_ranges(prm, a, m, lane, sv, mv);
 KVQ_UNROLL
         for (int sg = 0; sg < kSteps; ++sg) {
           const int ks = kSteps * m + sg;
           const float4 q = qf[32 * ks + lane];
-          // channels c0 + 2sg, + 2sg + E/2, + 2sg + 1, + 2sg + E/2 + 1 (k = 2i, 2i+1, 2i+8, 2i+9)
+          // the lane word's channels 2sg, 2sg + E/2, 2sg + 1, 2sg + E/2 + 1 (k = 2i, 2i+1, 2i+8, 2i+9)
           const int e[4] = {2 * sg, 2 * sg + E / 2, 2 * sg + 1, 2 * sg + E / 2 + 1};
           cst = fmaf(q.x, run_at(mv, e[0]), cst);
           cst = fmaf(q.y, run_at(mv, e[1]), cst);
@@ -698,18 +704,11 @@ KVQ_UNROLL
     template <int D>
     KVQ_HD static float int_prepare(const uint8_t* const* prm, const CodecArgs& a, int lane, const float4* xt,
                                     float sigma, uint4* atab) {
-      const uint8_t* mins = prm[0];
-      const uint8_t* scales = prm[0] + (a.sec1 - a.sec0);
       float cst = 0;
 KVQ_UNROLL
       for (int m = 0; m < D / E / 4; ++m) {
-        const int c0 = E * (4 * m + (lane & 3));  // the lane word's E channels
         uint4 sv[E / 8], mv[E / 8];
-KVQ_UNROLL
-        for (int x = 0; x < E / 8; ++x) {
-          sv[x] = load16(scales + 2 * c0 + 16 * x);
-          mv[x] = load16(mins + 2 * c0 + 16 * x);
-        }
+        lane_word_ranges(prm, a, m, lane, sv, mv);
 KVQ_UNROLL
         for (int sg = 0; sg < kIntSteps; ++sg) {
           const int ks = kIntSteps * m + sg;
