@@ -171,14 +171,16 @@ struct SplitShape {
   static constexpr bool kHeavy = D > 128 || kParts > 1 || (C == 64 && K::kGroups);
   static constexpr int kMinBlocks = (kHeavy ? 256 : kDense ? 512 : 384) / kThreads;
   static constexpr int kTableBytes = KS * 32 * 16;                              // one [KS][32] fragment table
-  // Queries (+ their fp32 values; the integer path: its digit table, at most kTableBytes, or with block digits the
-  // rows' x' (int_query_values, kTableBytes), then S of the 8 rows).
+  // Queries (+ their fp32 values; the integer path: its digit table, at most kTableBytes, then S of the 8 rows, or
+  // with block digits the rows' x' (int_query_values, kTableBytes) and S in warp 0's A table until the chunk loop:
+  // 32 bytes less, which let kivi:2's blocks fit 4 to an SM).
   static constexpr bool kBlockDigits = kInt && has_block_digits<K>();
-  static constexpr int kBlockBytes = kTableBytes * (K::kChunkA && !kInt ? 2 : 1) + (kInt ? 32 : 0);
+  static constexpr int kBlockBytes = kTableBytes * (K::kChunkA && !kInt ? 2 : 1) + (kInt && !kBlockDigits ? 32 : 0);
   // Per warp: the query fragments rebuilt per chunk (K::kChunkA), or with block digits per key block ([KD / 32][32]),
   // then the stages' mbarriers.
   static constexpr int kATableBytes = K::kChunkA ? (kBlockDigits ? kTableBytes / 2 : kTableBytes) : 0;
   static constexpr int kWarpBytes = kATableBytes + (kBulk ? 16 * kStages : 0);
+  static_assert(!kBlockDigits || kATableBytes >= 32, "warp 0's A table holds the row scales");
   static_assert(kWarps % kParts == 0, "a block holds whole ranges");
   static_assert(K::kRanges <= kTableSlot && V::kRanges <= kTableSlot, "parameter ranges below the table slot");
 };
@@ -519,6 +521,9 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
   uint64_t* bars = reinterpret_cast<uint64_t*>(wbase + S::kATableBytes);  // 16 bytes a stage
   uint8_t* ring = wbase + S::kWarpBytes;
 
+  // The integer path's row scales S_n (block digits: in warp 0's A table, read before the chunk loop rewrites it).
+  float* qscale = reinterpret_cast<float*>(S::kBlockDigits ? vtable + a.value.table_bytes : smem + S::kTableBytes);
+
   const int h = blockIdx.y, s = blockIdx.z;
   const int range = blockIdx.x * (S::kWarps / S::kParts) + warp / S::kParts;
   const int pc = (warp % S::kParts) * DP;  // this warp's value channels: pc .. pc + DP - 1
@@ -632,7 +637,7 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
   // integer path: their digits and each row's scale.
   if constexpr (kInt) {
     int_query_table<K, D, GS == 0 ? 2 : 1, S::kThreads>(a.q_space + q_row0 * S::KD, a.scale_log2, a.G, qtab,
-                                                         reinterpret_cast<float*>(qf));
+                                                         qscale);
   } else {
     for (int idx = threadIdx.x; idx < KS * 32; idx += S::kThreads) {
       const int ks = idx >> 5, g = (idx & 31) >> 2, i = idx & 3;
@@ -653,7 +658,8 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
 
   // The integer path's factor of the lane's row n: S_n times 2^-kIntFactorLog2 (int4 codes enter times 16).
   float row_scale = 1.0f;
-  if constexpr (kInt) row_scale = reinterpret_cast<const float*>(qf)[lane >> 2] * (1.0f / (1 << K::kIntFactorLog2));
+  if constexpr (kInt) row_scale = qscale[lane >> 2] * (1.0f / (1 << K::kIntFactorLog2));
+  if constexpr (S::kBlockDigits) __syncthreads();  // every warp has read S before warp 0 writes its first A table
 
   float kb_max = 0, kb_bias = 0;  // block digits: the current key block's s_max and the row's <x', m>
 
