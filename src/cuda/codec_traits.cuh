@@ -578,7 +578,7 @@ KVQ_UNROLL
 // ---- kivi:2 / kivi:4 (Kivi): unsigned b-bit codes in IntGroup's tiles (E = 32 / b per lane) -------------------
 // Keys: x_c = m_c + s_c u per channel of the block, so the score is <q o s, u> + <q, m>: the query fragments are
 // rebuilt per chunk (q o s, split hi + lo) and the constant added to the tile. Values: one (m, s) per token and
-// group, applied to the decoded fp16 code (fma, rounded once).
+// group, applied to the decoded fp16 code (fma, rounded once), or on the fast value path moved onto the weights.
 template <int kBits>
 struct KiviTraits {
   static_assert(kBits == 2 || kBits == 4, "kivi:2 and kivi:4 have kernels");
@@ -770,25 +770,72 @@ KVQ_UNROLL
     template <int D, int DP, int C>
     KVQ_HD static void bfrags(const uint4* codes, const uint8_t* const* prm, const CodecArgs& a, int lane, int j,
                               int pc, uint32_t (&b)[C / 16][2]) {
-      const int r = j >> 2, e = j & 3, n = lane >> 2, i = lane & 3;
-      const int gr = (pc + 32 * r + 16 * (n >> 2)) >> a.group_log2;
+      const int n = lane >> 2, i = lane & 3;
+      const int gr = (pc + 32 * (j >> 2) + 16 * (n >> 2)) >> a.group_log2;
       uint4 m[C / 32], s[C / 32];
       run_halves<C>(prm[0], a.groups, i, gr, m);
       run_halves<C>(prm[1], a.groups, i, gr, s);
-      const uint32_t w = word(codes[32 * r + lane], e);
+      code_bfrags<C>(codes, a, lane, j, b);
 KVQ_UNROLL
       for (int vs = 0; vs < C / 16; ++vs)
 KVQ_UNROLL
-        for (int h = 0; h < 2; ++h) {
-          const int x = 2 * vs + h, y = x + E / 2;  // tokens of pair x
-          b[vs][h] = h2_fma(kivi_pair<kBits>(w, x), run_pair(s, x, y), run_pair(m, x, y));
-        }
+        for (int h = 0; h < 2; ++h) b[vs][h] = h2_fma(b[vs][h], token_pair(s, vs, h), token_pair(m, vs, h));
+    }
+    /// The codes u of tile j as exact fp16 integers: b[vs][h] holds pair 2 vs + h of the lane word, the lane's
+    /// tokens token_at(vs, 2h), token_at(vs, 2h + 1).
+    template <int C>
+    KVQ_HD static void code_bfrags(const uint4* codes, const CodecArgs&, int lane, int j, uint32_t (&b)[C / 16][2]) {
+      const uint32_t w = word(codes[32 * (j >> 2) + lane], j & 3);
+KVQ_UNROLL
+      for (int vs = 0; vs < C / 16; ++vs)
+KVQ_UNROLL
+        for (int h = 0; h < 2; ++h) b[vs][h] = kivi_pair<kBits>(w, 2 * vs + h);
+    }
+
+    // The fast path (KVQ_ATTENTION=fast; decode_kernel.cuh, accumulate_values_fast): sum_t p_t v_tc =
+    // sum_t (p_t s_t,g) u_tc + sum_t p_t m_t,g. The scales go into the weights (one fp16 product p s per token and
+    // 32-channel block: groups of 32 channels or more), the codes enter unscaled, and the minima's term, one number
+    // per group and query row, comes from one more mma per value step (kFastOffsets): A = the minima of group n in
+    // row n (offset_afrags), B = the weights p, the same fp16 operand that the block products start from. The
+    // weights come without the kernel's 2^12 (p <= 1: p s stays below fp16's maximum).
+    static constexpr bool kFastValues = true, kFastBlockScales = true, kFastOffsets = true;
+    static constexpr int kFastWeightLog2 = 0;
+    KVQ_HD static bool fast_values(const CodecArgs& a) { return a.group_log2 >= 5; }
+    /// The B fragments of the weights for the 32 channels pc + 32 r ..: pw[vs][h] = p s of the tokens of
+    /// code_bfrags' b[vs][h], from the weights as fp16 pairs in the same order (ph).
+    template <int C>
+    KVQ_HD static void fast_weights(const uint8_t* const* prm, const CodecArgs& a, int lane, int pc, int r,
+                                    const uint32_t (&ph)[C / 16][2], uint32_t (&pw)[C / 16][2]) {
+      uint4 s[C / 32];
+      run_halves<C>(prm[1], a.groups, lane & 3, (pc + 32 * r) >> a.group_log2, s);
+KVQ_UNROLL
+      for (int vs = 0; vs < C / 16; ++vs)
+KVQ_UNROLL
+        for (int h = 0; h < 2; ++h) pw[vs][h] = h2_mul(ph[vs][h], token_pair(s, vs, h));
+    }
+    /// The A fragments of the minima (rows n + 8 zero): row n holds group offset_group(n) of the part starting at
+    /// channel pc, am[vs][h] its minima of the lane's tokens token_at(vs, 2h), token_at(vs, 2h + 1).
+    template <int C>
+    KVQ_HD static void offset_afrags(const uint8_t* const* prm, const CodecArgs& a, int lane, int pc,
+                                     uint32_t (&am)[C / 16][2]) {
+      const int gr = (pc >> a.group_log2) + (lane >> 2);  // rows past the part's groups: any group, never read
+      uint4 m[C / 32];
+      run_halves<C>(prm[0], a.groups, lane & 3, gr < a.groups ? gr : a.groups - 1, m);
+KVQ_UNROLL
+      for (int vs = 0; vs < C / 16; ++vs)
+KVQ_UNROLL
+        for (int h = 0; h < 2; ++h) am[vs][h] = token_pair(m, vs, h);
+    }
+    /// The row of offset_afrags that holds the group of channel pc + c (c < DP).
+    KVQ_HD static int offset_row(const CodecArgs& a, int pc, int c) {
+      return ((pc + c) >> a.group_log2) - (pc >> a.group_log2);
     }
 
    private:
-    /// {run token x, run token y} as fp16 (x, y of equal parity).
+    /// {token x, token x + E / 2} of a lane's run (run_halves) as fp16: pair x = 2 vs + h.
     template <int N>
-    KVQ_HD static uint32_t run_pair(const uint4 (&r)[N], int x, int y) {
+    KVQ_HD static uint32_t token_pair(const uint4 (&r)[N], int vs, int h) {
+      const int x = 2 * vs + h, y = x + E / 2;
       return half_pair(r[x >> 3], r[y >> 3], x & 7, y & 7);
     }
   };
