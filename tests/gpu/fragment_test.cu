@@ -740,7 +740,7 @@ void check_key_elements(const Block& b, int T, Factor factor, double rel, double
 }
 
 // Every element of every value B fragment, times the lane's weight (value_weights), against the codec's decode:
-// lane (n, i) half q of step vs is token (C / 4) i + token_at(vs, q), channel pc + channel(j, n).
+// lane (n, i) half q of step vs is token (C / 4) i + value_token(vs, q), channel pc + channel(j, n).
 template <class V, int D, int C>
 void check_value_elements(const Block& b, int T, double rel, double abs) {
   constexpr int VD = value_space<V, D>(), DP = value_part<V, D>(), kParts = VD / DP, VS = C / 16, NJ = DP / 8;
