@@ -6,7 +6,8 @@
 //   - the codes arrive kStages - 1 chunks ahead: every lane streams its own 16-byte pieces of the key and value
 //     codes into its own shared-memory slots with cp.async (no barrier: a lane reads only what it copied) and the
 //     warp copies the chunk's scales / minima / norms once into a shared area (one __syncwarp); f16/bf16 keys or
-//     values (kBulk) instead come whole by the copy engine (one lane issues it), completing on the stage's mbarrier;
+//     values (kBulk) instead come by the copy engine (8 copies a chunk, one a lane, placed by float_stage.cuh),
+//     completing on the stage's mbarrier;
 //   - scores S = Q K^T: the GQA group's queries (rows n < G of the A operand, fp32 split hi (row n) + lo (row n + 8),
 //     built once per block into shared memory) times the keys decoded in registers to exact fp16 (mma.m16n8k16,
 //     fp32 accumulation), each scale group's tiles scaled in fp32;
@@ -154,9 +155,11 @@ struct SplitShape {
   static constexpr int kValuePieces = V::template pieces<D, DP, C>();
   static constexpr int kKeyChunkBytes = static_cast<int>(K::template chunk_bytes<D, C>());  // C tokens' codes
   static constexpr int kValueChunkBytes = static_cast<int>(V::template chunk_bytes<D, C>());
-  static constexpr int kKeyCodeBytes = K::kBulk ? kKeyChunkBytes : 16 * code_slots<K, D, C>();  // per warp, stage
-  static constexpr int kCodeBytes = kKeyCodeBytes + (V::kBulk ? kValueChunkBytes : 16 * code_slots<V, D, DP, C>());
+  static constexpr int kBulkStageBytes = static_cast<int>(FloatStage<D, C>::kBytes);
+  static constexpr int kKeyCodeBytes = K::kBulk ? kBulkStageBytes : 16 * code_slots<K, D, C>();  // per warp, stage
+  static constexpr int kCodeBytes = kKeyCodeBytes + (V::kBulk ? kBulkStageBytes : 16 * code_slots<V, D, DP, C>());
   static constexpr int kBulkBytes = (K::kBulk ? kKeyChunkBytes : 0) + (V::kBulk ? kValueChunkBytes : 0);
+  static constexpr int kBulkUnits = FloatStage<D, C>::kUnits * ((K::kBulk ? 1 : 0) + (V::kBulk ? 1 : 0));
   // Stages of 12 KB or more (f16/bf16 at d = 256) take 2-warp blocks with 3 stages. The int4 pair fits 128
   // registers: 16 warps per SM with 2 stages (4 blocks of 41 KB). The others: 12 warps per SM, 3 stages where a
   // 32-token stage is small.
@@ -381,8 +384,10 @@ __device__ __forceinline__ void accumulate_values(const float (&p)[C / 4], const
 #pragma unroll
   for (int vs = 0; vs < VS; ++vs)
     pa[vs] = split_fragment<V::kBf16>(
-        p[V::token_at(vs, 0)] * w[V::token_at(vs, 0)], p[V::token_at(vs, 1)] * w[V::token_at(vs, 1)],
-        p[V::token_at(vs, 2)] * w[V::token_at(vs, 2)], p[V::token_at(vs, 3)] * w[V::token_at(vs, 3)]);
+        p[value_token<V, C>(vs, 0)] * w[value_token<V, C>(vs, 0)],
+        p[value_token<V, C>(vs, 1)] * w[value_token<V, C>(vs, 1)],
+        p[value_token<V, C>(vs, 2)] * w[value_token<V, C>(vs, 2)],
+        p[value_token<V, C>(vs, 3)] * w[value_token<V, C>(vs, 3)]);
 #pragma unroll
   for (int j = 0; j < NJ; ++j) {
     uint32_t b[VS][2];
@@ -412,7 +417,7 @@ __device__ __forceinline__ void accumulate_values_fast(const float (&p)[C / 4], 
   for (int vs = 0; vs < VS; ++vs)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int t0 = V::token_at(vs, 2 * h), t1 = V::token_at(vs, 2 * h + 1);
+      const int t0 = value_token<V, C>(vs, 2 * h), t1 = value_token<V, C>(vs, 2 * h + 1);
       ph[vs][h] = float2_to_h2(p[t0] * w[t0], p[t1] * w[t1]);
     }
   if constexpr (fast_offset_tiles<V>() > 0) {
@@ -588,11 +593,14 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
     const uint8_t* vc = vb + cc * S::kValueChunkBytes;
     uint8_t* st = ring + stage * a.stage_bytes;
     if constexpr (S::kBulk) {
-      if (lane == 0) {
+      // A unit a lane (FloatStage): the key units from lane 0, then the value units; lane 0 arms the barrier (the
+      // phase cannot complete before its arrival, whichever copy lands first).
+      using F = FloatStage<D, C>;
+      if (lane < S::kBulkUnits) {
         fence_proxy_async();  // the stage's earlier reads before the copy engine rewrites it
-        mbar_expect(bars + 2 * stage, S::kBulkBytes);
-        if constexpr (K::kBulk) bulk_copy(st, kc, S::kKeyChunkBytes, bars + 2 * stage);
-        if constexpr (V::kBulk) bulk_copy(st + S::kKeyCodeBytes, vc, S::kValueChunkBytes, bars + 2 * stage);
+        if (lane == 0) mbar_expect(bars + 2 * stage, S::kBulkBytes);
+        const bool key = K::kBulk && lane < F::kUnits;
+        F::copy_unit(key ? st : st + S::kKeyCodeBytes, key ? kc : vc, lane % F::kUnits, bars + 2 * stage);
       }
     }
     // The lanes' pieces (slot lane_slot(k, lane): st moves to the lane's slot 0; where lanes share pieces, a lane

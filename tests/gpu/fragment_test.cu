@@ -136,15 +136,25 @@ struct Stage {
   const uint8_t* prm[kTableSlot + 1] = {params, params, params, params};
 };
 
-// Bulk-copied codecs: the chunk's codes as they lie in the block.
-void bulk_stage(const Block& b, int cc, uint32_t chunk_bytes, Stage& st) {
-  st.codes.assign(chunk_bytes / 16, uint4{});
-  std::memcpy(st.codes.data(), b.bytes.data() + cc * chunk_bytes, chunk_bytes);
+// A chunk of f16/bf16 rows (C x D, token-major) in FloatStage's units, as the kernel's bulk copies place them.
+template <int D, int C>
+std::vector<uint4> float_stage(const uint8_t* chunk) {
+  using F = FloatStage<D, C>;
+  std::vector<uint4> codes(F::kBytes / 16, uint4{});
+  for (int u = 0; u < F::kUnits; ++u)
+    std::memcpy(reinterpret_cast<uint8_t*>(codes.data()) + F::unit_offset(u), chunk + u * F::kUnitBytes, F::kUnitBytes);
+  return codes;
+}
+
+// Bulk-copied codecs (f16/bf16): chunk cc's rows as the kernel copies them.
+template <int D, int C>
+void bulk_stage(const Block& b, int cc, Stage& st) {
+  st.codes = float_stage<D, C>(b.bytes.data() + static_cast<size_t>(cc) * 2 * C * D);
 }
 
 template <class K, int D, int C>
 void key_stage(const Block& b, int cc, Stage& st) {
-  if constexpr (K::kBulk) return bulk_stage(b, cc, K::template chunk_bytes<D, C>(), st);
+  if constexpr (K::kBulk) return bulk_stage<D, C>(b, cc, st);
   st.prm[kTableSlot] = reinterpret_cast<const uint8_t*>(b.table.data());
   constexpr int P = K::template pieces<D, C>();
   st.codes.assign(code_slots<K, D, C>(), uint4{});
@@ -169,7 +179,7 @@ void key_stage(const Block& b, int cc, Stage& st) {
 
 template <class V, int D, int DP, int C>
 void value_stage(const Block& b, int cc, int pc, Stage& st) {
-  if constexpr (V::kBulk) return bulk_stage(b, cc, V::template chunk_bytes<D, C>(), st);
+  if constexpr (V::kBulk) return bulk_stage<D, C>(b, cc, st);
   st.prm[kTableSlot] = reinterpret_cast<const uint8_t*>(b.table.data());
   constexpr int P = V::template pieces<D, DP, C>();
   st.codes.assign(code_slots<V, D, DP, C>(), uint4{});
@@ -582,7 +592,7 @@ void check_values(const Block& b, int T, uint64_t seed) {
         for (int vs = 0; vs < VS; ++vs) {
           float x[4];
           for (int v = 0; v < 4; ++v) {
-            const int t = V::token_at(vs, v);
+            const int t = value_token<V, C>(vs, v);
             x[v] = p[g][C / 4 * i + t] * w[t];
           }
           a[vs][lane] = split_fragment<V::kBf16>(x[0], x[1], x[2], x[3]);
@@ -675,7 +685,7 @@ void check_fast_values(const Block& b, int T, uint64_t seed) {
         value_weights<V, D, C>(st.prm, lane, pc, w);
         for (int vs = 0; vs < VS; ++vs)
           for (int h = 0; h < 2; ++h) {
-            const int t0 = V::token_at(vs, 2 * h), t1 = V::token_at(vs, 2 * h + 1);
+            const int t0 = value_token<V, C>(vs, 2 * h), t1 = value_token<V, C>(vs, 2 * h + 1);
             ph[lane][vs][h] = float2_to_h2(p[g][C / 4 * i + t0] * w[t0], p[g][C / 4 * i + t1] * w[t1]);
           }
       }
@@ -778,7 +788,7 @@ void check_key_elements(const Block& b, int T, Factor factor, double rel, double
 }
 
 // Every element of every value B fragment, times the lane's weight (value_weights), against the codec's decode:
-// lane (n, i) half q of step vs is token (C / 4) i + token_at(vs, q), channel pc + channel(j, n).
+// lane (n, i) half q of step vs is token (C / 4) i + value_token(vs, q), channel pc + channel(j, n).
 template <class V, int D, int C>
 void check_value_elements(const Block& b, int T, double rel, double abs) {
   constexpr int VD = value_space<V, D>(), DP = value_part<V, D>(), kParts = VD / DP, VS = C / 16, NJ = DP / 8;
@@ -797,7 +807,7 @@ void check_value_elements(const Block& b, int T, double rel, double abs) {
           V::template bfrags<D, DP, C>(st.codes.data(), st.prm, b.args, lane, j, pc, bf);
           for (int vs = 0; vs < VS; ++vs)
             for (int q = 0; q < 4; ++q) {
-              const int u = V::token_at(vs, q), t = C * cc + C / 4 * i + u, c = pc + V::channel(j, n);
+              const int u = value_token<V, C>(vs, q), t = C * cc + C / 4 * i + u, c = pc + V::channel(j, n);
               const double got = operand<V::kBf16>(bf[vs][q >> 1], q & 1) * w[u];
               const double want = b.y[static_cast<size_t>(t) * VD + static_cast<size_t>(c)];
               if (std::fabs(got - want) > rel * std::fabs(want) + abs && bad++ < 5)
@@ -853,6 +863,81 @@ TEST(CudaFragments, FloatPairsMatchTheCodec) {
   KVQ_FRESH_SEED();
   check_every_dim<FloatTraits<false>>("f16", seed);
   check_every_dim<FloatTraits<true>>("bf16", seed + 1);
+}
+
+// f16/bf16 stages (FloatStage) at every (D, C) the kernels instantiate: each lane's key and value fragments hold
+// exactly the chunk's elements that the unplaced rows give them (values read as ldmatrix.trans reads, from the row
+// address of lane 8m + r for row r of matrix m), and the 16-byte reads of one shared-memory wavefront (a value
+// matrix's 8 rows; a key load's quarter warp) fall in 8 distinct bank groups.
+template <int D, int C>
+void check_float_stage() {
+  SCOPED_TRACE("d=" + std::to_string(D) + " C=" + std::to_string(C));
+  using Key = FloatTraits<false>::Key;
+  using Value = FloatTraits<false>::Value;
+  std::vector<uint16_t> chunk(static_cast<size_t>(C) * D);
+  for (size_t x = 0; x < chunk.size(); ++x) chunk[x] = static_cast<uint16_t>(x);  // element (t, c) is t D + c
+  const std::vector<uint4> codes = float_stage<D, C>(reinterpret_cast<const uint8_t*>(chunk.data()));
+  const auto half = [](uint32_t w, int h) { return static_cast<int>(h ? w >> 16 : w & 0xffffu); };
+  const auto distinct_groups = [](const uint32_t (&offsets)[8]) {
+    int seen = 0;
+    for (uint32_t off : offsets) seen |= 1 << (off / 16 % 8);
+    return seen == 0xff;
+  };
+
+  for (int ks = 0; ks < D / 16; ks += 2)
+    for (int jj = 0; jj < C / 8; ++jj) {
+      for (int q = 0; q < 4; ++q) {
+        uint32_t offsets[8];
+        for (int l = 0; l < 8; ++l) offsets[l] = Key::column<D, C>(8 * q + l, jj, ks);
+        EXPECT_TRUE(distinct_groups(offsets)) << "keys: k steps " << ks << " tile " << jj << " quarter " << q;
+      }
+      for (int lane = 0; lane < 32; ++lane) {
+        const int n = lane >> 2, i = lane & 3, t = C / 8 * n + jj;
+        uint32_t b[C / 8][2];
+        for (int s = 0; s < 2; ++s) {
+          Key::bfrags<D, C>(codes.data(), ks + s, CodecArgs{}, lane, b);
+          for (int e = 0; e < 4; ++e)
+            ASSERT_EQ(half(b[jj][e >> 1], e & 1), t * D + Key::channel<D>(ks + s, frag_k(i, e)))
+                << "keys: k step " << ks + s << " tile " << jj << " lane " << lane;
+        }
+      }
+    }
+
+  if constexpr (C <= 32) {
+    for (int pc = 0; pc < D; pc += 128)
+      for (int j = 0; j < (D < 128 ? D : 128) / 8; ++j) {
+        const uint8_t* base = reinterpret_cast<const uint8_t*>(codes.data());
+        for (int m = 0; m < 2 * (C / 16); ++m) {
+          uint32_t offsets[8];
+          for (int r = 0; r < 8; ++r)
+            offsets[r] = static_cast<uint32_t>(Value::row<D, C>(codes.data(), Value::row_token<C>(m, r), j, pc) - base);
+          EXPECT_TRUE(distinct_groups(offsets)) << "values: tile " << j << " part " << pc << " matrix " << m;
+        }
+        for (int lane = 0; lane < 32; ++lane) {
+          const int n = lane >> 2, i = lane & 3;
+          uint32_t b[C / 16][2];
+          Value::bfrags<D, D, C>(codes.data(), nullptr, CodecArgs{}, lane, j, pc, b);
+          for (int vs = 0; vs < C / 16; ++vs)
+            for (int q = 0; q < 4; ++q) {
+              const int t = C / 4 * i + value_token<Value, C>(vs, q);
+              ASSERT_EQ(half(b[vs][q >> 1], q & 1), t * D + pc + Value::channel(j, n))
+                  << "values: tile " << j << " part " << pc << " step " << vs << " lane " << lane;
+            }
+        }
+      }
+  }
+}
+
+TEST(CudaFragments, FloatStageReadsAreExactAndConflictFree) {
+  check_float_stage<64, 16>();
+  check_float_stage<64, 32>();
+  check_float_stage<64, 64>();
+  check_float_stage<128, 16>();
+  check_float_stage<128, 32>();
+  check_float_stage<128, 64>();
+  check_float_stage<256, 16>();
+  check_float_stage<256, 32>();
+  check_float_stage<256, 64>();
 }
 
 TEST(CudaFragments, IntPairsMatchTheCodec) {
