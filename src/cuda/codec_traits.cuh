@@ -16,8 +16,8 @@
 // whose lanes share pieces (turbo_mse), into the codec's `slots` at `copy_slot(k, l)` (a piece at offset -1 is not
 // copied: `code_slots`, `lane_slot` below). Per-chunk
 // parameters (scales, minima, norms) are `ranges` of the block copied once per warp into shared memory (prm[r]).
-// Codecs with kBulk instead take the chunk's codes whole, as they lie in the block (chunk_bytes at cc *
-// chunk_bytes), by the copy engine; their fragments read that layout.
+// Codecs with kBulk (f16/bf16) instead take the chunk's rows (chunk_bytes at cc * chunk_bytes) by the copy engine,
+// in 8 units placed for conflict-free reads (float_stage.cuh); their fragments read that placement.
 //
 // Codes become exact fp16 integers without conversions (the 2^10 mantissa trick: 0x6400 | u is 1024 + u), with a
 // per-group or per-token factor applied in fp32 to the score tiles (keys) or in fp16 to the decoded value (values,
@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "codec/signed_byte_levels.hpp"
+#include "cuda/float_stage.cuh"
 #include "cuda/fragment_ops.cuh"
 
 namespace kvq::cuda::detail {
@@ -168,6 +169,14 @@ KVQ_HD constexpr int lane_slot(int k, int lane) {
   else return 32 * k + lane;
 }
 
+/// Which of lane i's run of C / 4 tokens a value codec puts at k = 2i, 2i + 1, 2i + 8, 2i + 9 (e = 0..3) of value
+/// step vs: V::token_at, or V::token_at<C> where that depends on the chunk size.
+template <class V, int C>
+KVQ_HD constexpr int value_token(int vs, int e) {
+  if constexpr (requires { V::template token_at<C>(0, 0); }) return V::template token_at<C>(vs, e);
+  else return V::token_at(vs, e);
+}
+
 // Table lookup of 4 indices (the low 4 nibbles of nib, each below 8) into fp16 levels (CodecArgs::table_hi's
 // layout): {level[n0], level[n1]}, {level[n2], level[n3]}.
 KVQ_HD void lookup4(uint32_t nib, const uint32_t (&t)[8], uint32_t& p01, uint32_t& p23) {
@@ -215,11 +224,11 @@ KVQ_UNROLL
 };
 
 // ---- f16 / bf16: [T x d] token-major ---------------------------------------------------------------------------
-// The chunk's rows come whole (kBulk: the kernel copies the C x d keys and the C x d values with the copy engine,
-// as they lie in the block), so the fragments read the block's own layout. Keys: lane (n, i) reads 16 bytes of
+// The chunk's rows come by the copy engine (kBulk: the kernel copies the C x d keys and the C x d values in the
+// units of FloatStage), and the fragments read them where FloatStage puts them. Keys: lane (n, i) reads 16 bytes of
 // token (C/8) n + jj (channels 8 (4m + i) ..), two k steps. Values: ldmatrix.trans of token rows, tile j = channels
-// 8j .. 8j + 7 of the part. Chunks of 16 tokens: these pairs stream the most bytes for their arithmetic, and small
-// stages let 12 warps share an SM.
+// 8j .. 8j + 7 of the part, row r of each matrix from unit r. Chunks of 16 tokens: these pairs stream the most bytes
+// for their arithmetic, and small stages let 12 warps share an SM.
 template <bool kBf16Codes>
 struct FloatTraits {
   struct Key : UnscaledKeyGroups {
@@ -244,12 +253,17 @@ struct FloatTraits {
     KVQ_HD static constexpr int channel(int ks, int k) {
       return 8 * (4 * (ks >> 1) + ((k & 7) >> 1)) + 4 * (ks & 1) + (k & 1) + 2 * (k >> 3);
     }
-    /// codes: the chunk's C x D values.
+    /// The stage byte offset of the 16 bytes that lane (n, i) reads for tile jj at k steps ks, ks + 1 (ks even).
+    template <int D, int C>
+    KVQ_HD static constexpr uint32_t column(int lane, int jj, int ks) {
+      return FloatStage<D, C>::at(C / 8 * (lane >> 2) + jj, 4 * (ks >> 1) + (lane & 3));
+    }
+    /// codes: the chunk's C x D values in FloatStage's units.
     template <int D, int C>
     KVQ_HD static void bfrags(const uint4* codes, int ks, const CodecArgs&, int lane, uint32_t (&b)[C / 8][2]) {
 KVQ_UNROLL
       for (int jj = 0; jj < C / 8; ++jj) {
-        const uint4 p = codes[(C / 8 * (lane >> 2) + jj) * (D / 8) + 4 * (ks >> 1) + (lane & 3)];
+        const uint4 p = codes[column<D, C>(lane, jj, ks) / 16];
         b[jj][0] = ks & 1 ? p.z : p.x;
         b[jj][1] = ks & 1 ? p.w : p.y;
       }
@@ -275,22 +289,27 @@ KVQ_UNROLL
     template <int D, int DP, int C>
     KVQ_HD static void range(const CodecArgs&, int, int, uint32_t&, uint32_t&) {}
     KVQ_HD static constexpr int channel(int j, int col) { return 8 * j + col; }
-    KVQ_HD static constexpr int token_at(int vs, int e) { return 4 * vs + e; }
+    /// Lane i's tokens of a step's matrix (k = 8h .. 8h + 7: local 2 vs + h and C / 8 + 2 vs + h) lie in distinct
+    /// units of FloatStage: the chunk's tokens (C / 8) r + 2 vs + h, r = 2i, 2i + 1.
+    template <int C>
+    KVQ_HD static constexpr int token_at(int vs, int e) {
+      return C / 8 * (e & 1) + 2 * vs + (e >> 1);
+    }
     template <int C>
     KVQ_HD static void weights(const uint8_t* const*, int, float (&w)[C / 4]) {
 KVQ_UNROLL
       for (int t = 0; t < C / 4; ++t) w[t] = 1.0f;
     }
     /// The 16 bytes of channels pc + 8j .. + 7 of the chunk's token t.
-    template <int D>
+    template <int D, int C>
     KVQ_HD static const uint8_t* row(const uint4* codes, int t, int j, int pc) {
-      return reinterpret_cast<const uint8_t*>(codes) + 2 * (t * D + pc + 8 * j);
+      return reinterpret_cast<const uint8_t*>(codes) + FloatStage<D, C>::at(t, (pc >> 3) + j);
     }
     /// The chunk token at row r of matrix m (= 2 vs + h: the tokens of k = 8h .. 8h + 7 of value step vs; k = 2i' +
-    /// e is lane i''s local token 4vs + 2h + e).
+    /// e is lane i''s local token token_at(vs, 2h + e)): row m of unit r.
     template <int C>
     KVQ_HD static constexpr int row_token(int m, int r) {
-      return C / 4 * (r >> 1) + 4 * (m >> 1) + 2 * (m & 1) + (r & 1);
+      return C / 8 * r + m;
     }
     /// Tile j for every value step: ldmatrix.trans of the token rows (x4: two steps, x2: one).
     template <int D, int DP, int C>
@@ -299,15 +318,15 @@ KVQ_UNROLL
 #if defined(__CUDA_ARCH__)
       const int m = lane >> 3, r = lane & 7;
       if constexpr (C == 32)
-        ldmatrix_x4_trans(row<D>(codes, row_token<C>(m, r), j, pc), b[0][0], b[0][1], b[1][0], b[1][1]);
+        ldmatrix_x4_trans(row<D, C>(codes, row_token<C>(m, r), j, pc), b[0][0], b[0][1], b[1][0], b[1][1]);
       else
-        ldmatrix_x2_trans(row<D>(codes, row_token<C>(m & 1, r), j, pc), b[0][0], b[0][1]);
+        ldmatrix_x2_trans(row<D, C>(codes, row_token<C>(m & 1, r), j, pc), b[0][0], b[0][1]);
 #else
       for (int m = 0; m < 2 * (C / 16); ++m) {
         uint32_t w = 0;
         for (int e = 0; e < 2; ++e) {
           const int r = 2 * (lane & 3) + e;  // the row this lane receives, from lane 8m + r's address
-          const uint8_t* p = row<D>(codes, row_token<C>(m, r), j, pc) + 2 * (lane >> 2);
+          const uint8_t* p = row<D, C>(codes, row_token<C>(m, r), j, pc) + 2 * (lane >> 2);
           w |= static_cast<uint32_t>(p[0] | p[1] << 8) << (16 * e);
         }
         b[m >> 1][m & 1] = w;
@@ -578,7 +597,7 @@ KVQ_UNROLL
 // ---- kivi:2 / kivi:4 (Kivi): unsigned b-bit codes in IntGroup's tiles (E = 32 / b per lane) -------------------
 // Keys: x_c = m_c + s_c u per channel of the block, so the score is <q o s, u> + <q, m>: the query fragments are
 // rebuilt per chunk (q o s, split hi + lo) and the constant added to the tile. Values: one (m, s) per token and
-// group, applied to the decoded fp16 code (fma, rounded once).
+// group, applied to the decoded fp16 code (fma, rounded once), or on the fast value path moved onto the weights.
 template <int kBits>
 struct KiviTraits {
   static_assert(kBits == 2 || kBits == 4, "kivi:2 and kivi:4 have kernels");
@@ -770,25 +789,72 @@ KVQ_UNROLL
     template <int D, int DP, int C>
     KVQ_HD static void bfrags(const uint4* codes, const uint8_t* const* prm, const CodecArgs& a, int lane, int j,
                               int pc, uint32_t (&b)[C / 16][2]) {
-      const int r = j >> 2, e = j & 3, n = lane >> 2, i = lane & 3;
-      const int gr = (pc + 32 * r + 16 * (n >> 2)) >> a.group_log2;
+      const int n = lane >> 2, i = lane & 3;
+      const int gr = (pc + 32 * (j >> 2) + 16 * (n >> 2)) >> a.group_log2;
       uint4 m[C / 32], s[C / 32];
       run_halves<C>(prm[0], a.groups, i, gr, m);
       run_halves<C>(prm[1], a.groups, i, gr, s);
-      const uint32_t w = word(codes[32 * r + lane], e);
+      code_bfrags<C>(codes, a, lane, j, b);
 KVQ_UNROLL
       for (int vs = 0; vs < C / 16; ++vs)
 KVQ_UNROLL
-        for (int h = 0; h < 2; ++h) {
-          const int x = 2 * vs + h, y = x + E / 2;  // tokens of pair x
-          b[vs][h] = h2_fma(kivi_pair<kBits>(w, x), run_pair(s, x, y), run_pair(m, x, y));
-        }
+        for (int h = 0; h < 2; ++h) b[vs][h] = h2_fma(b[vs][h], token_pair(s, vs, h), token_pair(m, vs, h));
+    }
+    /// The codes u of tile j as exact fp16 integers: b[vs][h] holds pair 2 vs + h of the lane word, the lane's
+    /// tokens token_at(vs, 2h), token_at(vs, 2h + 1).
+    template <int C>
+    KVQ_HD static void code_bfrags(const uint4* codes, const CodecArgs&, int lane, int j, uint32_t (&b)[C / 16][2]) {
+      const uint32_t w = word(codes[32 * (j >> 2) + lane], j & 3);
+KVQ_UNROLL
+      for (int vs = 0; vs < C / 16; ++vs)
+KVQ_UNROLL
+        for (int h = 0; h < 2; ++h) b[vs][h] = kivi_pair<kBits>(w, 2 * vs + h);
+    }
+
+    // The fast path (KVQ_ATTENTION=fast; decode_kernel.cuh, accumulate_values_fast): sum_t p_t v_tc =
+    // sum_t (p_t s_t,g) u_tc + sum_t p_t m_t,g. The scales go into the weights (one fp16 product p s per token and
+    // 32-channel block: groups of 32 channels or more), the codes enter unscaled, and the minima's term, one number
+    // per group and query row, comes from one more mma per value step (kFastOffsets): A = the minima of group n in
+    // row n (offset_afrags), B = the weights p, the same fp16 operand that the block products start from. The
+    // weights come without the kernel's 2^12 (p <= 1: p s stays below fp16's maximum).
+    static constexpr bool kFastValues = true, kFastBlockScales = true, kFastOffsets = true;
+    static constexpr int kFastWeightLog2 = 0;
+    KVQ_HD static bool fast_values(const CodecArgs& a) { return a.group_log2 >= 5; }
+    /// The B fragments of the weights for the 32 channels pc + 32 r ..: pw[vs][h] = p s of the tokens of
+    /// code_bfrags' b[vs][h], from the weights as fp16 pairs in the same order (ph).
+    template <int C>
+    KVQ_HD static void fast_weights(const uint8_t* const* prm, const CodecArgs& a, int lane, int pc, int r,
+                                    const uint32_t (&ph)[C / 16][2], uint32_t (&pw)[C / 16][2]) {
+      uint4 s[C / 32];
+      run_halves<C>(prm[1], a.groups, lane & 3, (pc + 32 * r) >> a.group_log2, s);
+KVQ_UNROLL
+      for (int vs = 0; vs < C / 16; ++vs)
+KVQ_UNROLL
+        for (int h = 0; h < 2; ++h) pw[vs][h] = h2_mul(ph[vs][h], token_pair(s, vs, h));
+    }
+    /// The A fragments of the minima (rows n + 8 zero): row n holds group offset_group(n) of the part starting at
+    /// channel pc, am[vs][h] its minima of the lane's tokens token_at(vs, 2h), token_at(vs, 2h + 1).
+    template <int C>
+    KVQ_HD static void offset_afrags(const uint8_t* const* prm, const CodecArgs& a, int lane, int pc,
+                                     uint32_t (&am)[C / 16][2]) {
+      const int gr = (pc >> a.group_log2) + (lane >> 2);  // rows past the part's groups: any group, never read
+      uint4 m[C / 32];
+      run_halves<C>(prm[0], a.groups, lane & 3, gr < a.groups ? gr : a.groups - 1, m);
+KVQ_UNROLL
+      for (int vs = 0; vs < C / 16; ++vs)
+KVQ_UNROLL
+        for (int h = 0; h < 2; ++h) am[vs][h] = token_pair(m, vs, h);
+    }
+    /// The row of offset_afrags that holds the group of channel pc + c (c < DP).
+    KVQ_HD static int offset_row(const CodecArgs& a, int pc, int c) {
+      return ((pc + c) >> a.group_log2) - (pc >> a.group_log2);
     }
 
    private:
-    /// {run token x, run token y} as fp16 (x, y of equal parity).
+    /// {token x, token x + E / 2} of a lane's run (run_halves) as fp16: pair x = 2 vs + h.
     template <int N>
-    KVQ_HD static uint32_t run_pair(const uint4 (&r)[N], int x, int y) {
+    KVQ_HD static uint32_t token_pair(const uint4 (&r)[N], int vs, int h) {
+      const int x = 2 * vs + h, y = x + E / 2;
       return half_pair(r[x >> 3], r[y >> 3], x & 7, y & 7);
     }
   };

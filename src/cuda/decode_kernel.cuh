@@ -6,7 +6,8 @@
 //   - the codes arrive kStages - 1 chunks ahead: every lane streams its own 16-byte pieces of the key and value
 //     codes into its own shared-memory slots with cp.async (no barrier: a lane reads only what it copied) and the
 //     warp copies the chunk's scales / minima / norms once into a shared area (one __syncwarp); f16/bf16 keys or
-//     values (kBulk) instead come whole by the copy engine (one lane issues it), completing on the stage's mbarrier;
+//     values (kBulk) instead come by the copy engine (8 copies a chunk, one a lane, placed by float_stage.cuh),
+//     completing on the stage's mbarrier;
 //   - scores S = Q K^T: the GQA group's queries (rows n < G of the A operand, fp32 split hi (row n) + lo (row n + 8),
 //     built once per block into shared memory) times the keys decoded in registers to exact fp16 (mma.m16n8k16,
 //     fp32 accumulation), each scale group's tiles scaled in fp32;
@@ -113,12 +114,20 @@ KVQ_HD constexpr bool has_block_digits() {
   else return false;
 }
 
-/// Whether value traits V have the fast value path (int4 and turbo_mse values: V::kFastValues; V::fast_values(args)
-/// says for which of their groups).
+/// Whether value traits V have the fast value path (int4, kivi and turbo_mse values: V::kFastValues;
+/// V::fast_values(args) says for which of their groups).
 template <class V>
 KVQ_HD constexpr bool has_fast_values() {
   if constexpr (requires { V::kFastValues; }) return V::kFastValues;
   else return false;
+}
+
+/// The output tiles of the fast value path beyond its DP / 16 value tiles: one for the values whose fast path adds
+/// a per-group offset (kivi's minima: V::kFastOffsets), its row g holding that sum for group g of the part.
+template <class V>
+KVQ_HD constexpr int fast_offset_tiles() {
+  if constexpr (requires { V::kFastOffsets; }) return V::kFastOffsets ? 1 : 0;
+  else return 0;
 }
 
 /// log2 of the factor of the softmax weights: 12 (small weights keep fp16's precision as hi + lo), or the fast value
@@ -146,9 +155,11 @@ struct SplitShape {
   static constexpr int kValuePieces = V::template pieces<D, DP, C>();
   static constexpr int kKeyChunkBytes = static_cast<int>(K::template chunk_bytes<D, C>());  // C tokens' codes
   static constexpr int kValueChunkBytes = static_cast<int>(V::template chunk_bytes<D, C>());
-  static constexpr int kKeyCodeBytes = K::kBulk ? kKeyChunkBytes : 16 * code_slots<K, D, C>();  // per warp, stage
-  static constexpr int kCodeBytes = kKeyCodeBytes + (V::kBulk ? kValueChunkBytes : 16 * code_slots<V, D, DP, C>());
+  static constexpr int kBulkStageBytes = static_cast<int>(FloatStage<D, C>::kBytes);
+  static constexpr int kKeyCodeBytes = K::kBulk ? kBulkStageBytes : 16 * code_slots<K, D, C>();  // per warp, stage
+  static constexpr int kCodeBytes = kKeyCodeBytes + (V::kBulk ? kBulkStageBytes : 16 * code_slots<V, D, DP, C>());
   static constexpr int kBulkBytes = (K::kBulk ? kKeyChunkBytes : 0) + (V::kBulk ? kValueChunkBytes : 0);
+  static constexpr int kBulkUnits = FloatStage<D, C>::kUnits * ((K::kBulk ? 1 : 0) + (V::kBulk ? 1 : 0));
   // Stages of 12 KB or more (f16/bf16 at d = 256) take 2-warp blocks with 3 stages. The int4 pair fits 128
   // registers: 16 warps per SM with 2 stages (4 blocks of 41 KB). The others: 12 warps per SM, 3 stages where a
   // 32-token stage is small.
@@ -163,14 +174,16 @@ struct SplitShape {
   static constexpr bool kHeavy = D > 128 || kParts > 1 || (C == 64 && K::kGroups);
   static constexpr int kMinBlocks = (kHeavy ? 256 : kDense ? 512 : 384) / kThreads;
   static constexpr int kTableBytes = KS * 32 * 16;                              // one [KS][32] fragment table
-  // Queries (+ their fp32 values; the integer path: its digit table, at most kTableBytes, or with block digits the
-  // rows' x' (int_query_values, kTableBytes), then S of the 8 rows).
+  // Queries (+ their fp32 values; the integer path: its digit table, at most kTableBytes, then S of the 8 rows, or
+  // with block digits the rows' x' (int_query_values, kTableBytes) and S in warp 0's A table until the chunk loop:
+  // 32 bytes less, which let kivi:2's blocks fit 4 to an SM).
   static constexpr bool kBlockDigits = kInt && has_block_digits<K>();
-  static constexpr int kBlockBytes = kTableBytes * (K::kChunkA && !kInt ? 2 : 1) + (kInt ? 32 : 0);
+  static constexpr int kBlockBytes = kTableBytes * (K::kChunkA && !kInt ? 2 : 1) + (kInt && !kBlockDigits ? 32 : 0);
   // Per warp: the query fragments rebuilt per chunk (K::kChunkA), or with block digits per key block ([KD / 32][32]),
   // then the stages' mbarriers.
   static constexpr int kATableBytes = K::kChunkA ? (kBlockDigits ? kTableBytes / 2 : kTableBytes) : 0;
   static constexpr int kWarpBytes = kATableBytes + (kBulk ? 16 * kStages : 0);
+  static_assert(!kBlockDigits || kATableBytes >= 32, "warp 0's A table holds the row scales");
   static_assert(kWarps % kParts == 0, "a block holds whole ranges");
   static_assert(K::kRanges <= kTableSlot && V::kRanges <= kTableSlot, "parameter ranges below the table slot");
 };
@@ -371,8 +384,10 @@ __device__ __forceinline__ void accumulate_values(const float (&p)[C / 4], const
 #pragma unroll
   for (int vs = 0; vs < VS; ++vs)
     pa[vs] = split_fragment<V::kBf16>(
-        p[V::token_at(vs, 0)] * w[V::token_at(vs, 0)], p[V::token_at(vs, 1)] * w[V::token_at(vs, 1)],
-        p[V::token_at(vs, 2)] * w[V::token_at(vs, 2)], p[V::token_at(vs, 3)] * w[V::token_at(vs, 3)]);
+        p[value_token<V, C>(vs, 0)] * w[value_token<V, C>(vs, 0)],
+        p[value_token<V, C>(vs, 1)] * w[value_token<V, C>(vs, 1)],
+        p[value_token<V, C>(vs, 2)] * w[value_token<V, C>(vs, 2)],
+        p[value_token<V, C>(vs, 3)] * w[value_token<V, C>(vs, 3)]);
 #pragma unroll
   for (int j = 0; j < NJ; ++j) {
     uint32_t b[VS][2];
@@ -387,11 +402,13 @@ __device__ __forceinline__ void accumulate_values(const float (&p)[C / 4], const
 /// tile 2m, rows n + 8: tile 2m + 1; V::code_bfrags), B the weights times the values' per-token factors
 /// (value_weights) as single fp16 operands, times the scales of each 32-channel block where the values have them
 /// (V::kFastBlockScales: V::fast_weights); no lo part: the contract's rounding, docs/METHODS.md. oT[m] holds
-/// C[channel][query row]: channels V::channel(2m, n), V::channel(2m + 1, n) of query rows 2i, 2i + 1.
+/// C[channel][query row]: channels V::channel(2m, n), V::channel(2m + 1, n) of query rows 2i, 2i + 1; with
+/// fast_offset_tiles, oT[DP / 16] the per-group offsets' sums (V::offset_afrags times the weights), added to the
+/// channels after the last chunk (add_value_offsets).
 template <class V, int D, int DP, int C>
 __device__ __forceinline__ void accumulate_values_fast(const float (&p)[C / 4], const uint4* vcodes,
                                                        const uint8_t* const* vprm, const CodecArgs& a, int lane,
-                                                       int pc, float (&oT)[DP / 16][4]) {
+                                                       int pc, float (&oT)[DP / 16 + fast_offset_tiles<V>()][4]) {
   constexpr int VS = C / 16;
   float w[C / 4];
   value_weights<V, D, C>(vprm, lane, pc, w);
@@ -400,9 +417,16 @@ __device__ __forceinline__ void accumulate_values_fast(const float (&p)[C / 4], 
   for (int vs = 0; vs < VS; ++vs)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int t0 = V::token_at(vs, 2 * h), t1 = V::token_at(vs, 2 * h + 1);
+      const int t0 = value_token<V, C>(vs, 2 * h), t1 = value_token<V, C>(vs, 2 * h + 1);
       ph[vs][h] = float2_to_h2(p[t0] * w[t0], p[t1] * w[t1]);
     }
+  if constexpr (fast_offset_tiles<V>() > 0) {
+    uint32_t am[VS][2];
+    V::template offset_afrags<C>(vprm, a, lane, pc, am);
+#pragma unroll
+    for (int vs = 0; vs < VS; ++vs)
+      mma<false>(oT[DP / 16], make_uint4(am[vs][0], 0u, am[vs][1], 0u), ph[vs][0], ph[vs][1]);
+  }
 #pragma unroll
   for (int r = 0; r < DP / 32; ++r) {
     uint32_t pw[VS][2];
@@ -420,6 +444,26 @@ __device__ __forceinline__ void accumulate_values_fast(const float (&p)[C / 4], 
 #pragma unroll
       for (int vs = 0; vs < VS; ++vs)
         mma<false>(oT[m], make_uint4(b0[vs][0], b1[vs][0], b0[vs][1], b1[vs][1]), pw[vs][0], pw[vs][1]);
+    }
+  }
+}
+
+/// The fast value path's offsets (fast_offset_tiles) onto the value tiles of accumulate_values_fast: each 32-channel
+/// block's row of oT[DP / 16] from the lane of its group (lane 4 g + i holds group g's sums of query rows 2i, 2i + 1).
+template <class V, int DP>
+__device__ __forceinline__ void add_value_offsets(const CodecArgs& a, int lane, int pc, float (&oT)[DP / 16 + 1][4]) {
+  const int n = lane >> 2, i = lane & 3;
+#pragma unroll
+  for (int r = 0; r < DP / 32; ++r) {
+    const int from = 4 * V::offset_row(a, pc, V::channel(4 * r, n)) + i;
+    const float b0 = __shfl_sync(0xffffffffu, oT[DP / 16][0], from);
+    const float b1 = __shfl_sync(0xffffffffu, oT[DP / 16][1], from);
+#pragma unroll
+    for (int m = 2 * r; m < 2 * r + 2; ++m) {
+      oT[m][0] += b0;
+      oT[m][1] += b1;
+      oT[m][2] += b0;
+      oT[m][3] += b1;
     }
   }
 }
@@ -468,7 +512,8 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
   constexpr int C = S::C, NT = S::NT, KS = S::KS, NJ = S::NJ, DP = S::DP;
   constexpr int kStages = S::kStages;
   constexpr int kWeightLog2 = weight_log2<V, kFastValues>();  // the weights' factor 2^kWeightLog2
-  constexpr int kOTiles = kFastValues ? DP / 16 : NJ;          // o: C fragments of 16 x 8
+  constexpr int kValueTiles = kFastValues ? DP / 16 : NJ;  // o: C fragments of 16 x 8, then the offsets' tile
+  constexpr int kOTiles = kValueTiles + (kFastValues ? fast_offset_tiles<V>() : 0);
 
   extern __shared__ __align__(16) uint8_t smem[];
   uint4* qtab = reinterpret_cast<uint4*>(smem);
@@ -480,6 +525,9 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
   uint4* atab = reinterpret_cast<uint4*>(wbase);
   uint64_t* bars = reinterpret_cast<uint64_t*>(wbase + S::kATableBytes);  // 16 bytes a stage
   uint8_t* ring = wbase + S::kWarpBytes;
+
+  // The integer path's row scales S_n (block digits: in warp 0's A table, read before the chunk loop rewrites it).
+  float* qscale = reinterpret_cast<float*>(S::kBlockDigits ? vtable + a.value.table_bytes : smem + S::kTableBytes);
 
   const int h = blockIdx.y, s = blockIdx.z;
   const int range = blockIdx.x * (S::kWarps / S::kParts) + warp / S::kParts;
@@ -545,11 +593,14 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
     const uint8_t* vc = vb + cc * S::kValueChunkBytes;
     uint8_t* st = ring + stage * a.stage_bytes;
     if constexpr (S::kBulk) {
-      if (lane == 0) {
+      // A unit a lane (FloatStage): the key units from lane 0, then the value units; lane 0 arms the barrier (the
+      // phase cannot complete before its arrival, whichever copy lands first).
+      using F = FloatStage<D, C>;
+      if (lane < S::kBulkUnits) {
         fence_proxy_async();  // the stage's earlier reads before the copy engine rewrites it
-        mbar_expect(bars + 2 * stage, S::kBulkBytes);
-        if constexpr (K::kBulk) bulk_copy(st, kc, S::kKeyChunkBytes, bars + 2 * stage);
-        if constexpr (V::kBulk) bulk_copy(st + S::kKeyCodeBytes, vc, S::kValueChunkBytes, bars + 2 * stage);
+        if (lane == 0) mbar_expect(bars + 2 * stage, S::kBulkBytes);
+        const bool key = K::kBulk && lane < F::kUnits;
+        F::copy_unit(key ? st : st + S::kKeyCodeBytes, key ? kc : vc, lane % F::kUnits, bars + 2 * stage);
       }
     }
     // The lanes' pieces (slot lane_slot(k, lane): st moves to the lane's slot 0; where lanes share pieces, a lane
@@ -594,7 +645,7 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
   // integer path: their digits and each row's scale.
   if constexpr (kInt) {
     int_query_table<K, D, GS == 0 ? 2 : 1, S::kThreads>(a.q_space + q_row0 * S::KD, a.scale_log2, a.G, qtab,
-                                                         reinterpret_cast<float*>(qf));
+                                                         qscale);
   } else {
     for (int idx = threadIdx.x; idx < KS * 32; idx += S::kThreads) {
       const int ks = idx >> 5, g = (idx & 31) >> 2, i = idx & 3;
@@ -615,7 +666,8 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
 
   // The integer path's factor of the lane's row n: S_n times 2^-kIntFactorLog2 (int4 codes enter times 16).
   float row_scale = 1.0f;
-  if constexpr (kInt) row_scale = reinterpret_cast<const float*>(qf)[lane >> 2] * (1.0f / (1 << K::kIntFactorLog2));
+  if constexpr (kInt) row_scale = qscale[lane >> 2] * (1.0f / (1 << K::kIntFactorLog2));
+  if constexpr (S::kBlockDigits) __syncthreads();  // every warp has read S before warp 0 writes its first A table
 
   float kb_max = 0, kb_bias = 0;  // block digits: the current key block's s_max and the row's <x', m>
 
@@ -692,12 +744,13 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
   const int n = lane >> 2, i = lane & 3;
   const auto row_of = [&](int query) { return (q_row0 + query) * a.n_splits + range; };
   if constexpr (kFastValues) {
+    if constexpr (kOTiles > kValueTiles) add_value_offsets<V, DP>(a.value, lane, pc, o);
 #pragma unroll
     for (int x = 0; x < 2; ++x)  // query rows 2i, 2i + 1
       if (2 * i + x < a.G) {
         float* po = a.partial_o + row_of(2 * i + x) * S::VD + pc;
 #pragma unroll
-        for (int m = 0; m < kOTiles; ++m) {
+        for (int m = 0; m < kValueTiles; ++m) {
           po[V::channel(2 * m, n)] = o[m][x] * kUnweight;
           po[V::channel(2 * m + 1, n)] = o[m][2 + x] * kUnweight;
         }

@@ -1,6 +1,7 @@
 // The fast paths of the CUDA decode kernel (KVQ_ATTENTION=fast, the default; docs/METHODS.md, "Fast attention
 // kernels" and "CUDA decode arithmetic"): the integer scores of int, kivi and turbo_mse keys and the fast value path
-// (int4 and turbo_mse values: single fp16 weights times the values' factors), under the CPU's fast-kernel contract:
+// (int4, kivi and turbo_mse values: single fp16 weights times the values' factors, kivi's minima by a product of
+// their own), under the CPU's fast-kernel contract:
 // per call, the summed relative error of the device output against the double-precision reference over the decoded
 // cache is at most a tenth of the codec's own error (that reference against the one over the original keys and
 // values), measured on the same inputs: Gaussian and key-like data with outlier channels, d = 64/128/256, GQA 1-8,
@@ -45,9 +46,10 @@ struct FastPair {
 // int4/int4, int8/int8, int4 keys in groups of 16 and 64, int8 keys in groups of 16 and 64, the default build's
 // int keys with non-int values (src/cuda/decode_pairs.cmake: int8/turbo_mse:3, int4/turbo_mse:2), int4 values in
 // groups of 64 and of 16 (the exact value path beside integer scores), int4 values beside keys without a fast
-// path (f16) and beside kivi:4 keys, kivi keys (the block's digits: kivi:2 and kivi:4 with themselves, kivi:4 /
-// kivi:2; the exact value path), and turbo_mse keys and values (turbo_mse:2 and :3 with themselves; turbo_mse:4 /
-// turbo_mse:2, whose 4-bit keys keep the fp16 path).
+// path (f16) and beside kivi:4 keys, kivi keys and values (the block's digits and the fast value path: kivi:2 and
+// kivi:4 with themselves, kivi:4 / kivi:2, kivi:4 values in groups of 64; in groups of 16 the exact value path), and
+// turbo_mse keys and values (turbo_mse:2 and :3 with themselves; turbo_mse:4 / turbo_mse:2, whose 4-bit keys keep
+// the fp16 path).
 const std::vector<FastPair> kFastPairs = {{"int4", "int4", "cuda_int4_int4_fast"},
                                           {"int8", "int8", "cuda_int8_int8_fast"},
                                           {"int4:16", "int4", "cuda_int4_int4_fast"},
@@ -62,6 +64,8 @@ const std::vector<FastPair> kFastPairs = {{"int4", "int4", "cuda_int4_int4_fast"
                                           {"kivi:2", "kivi:2", "cuda_kivi_kivi_fast"},
                                           {"kivi:4", "kivi:4", "cuda_kivi_kivi_fast"},
                                           {"kivi:4", "kivi:2", "cuda_kivi_kivi_fast"},
+                                          {"kivi:4", "kivi:4,g=64", "cuda_kivi_kivi_fast"},
+                                          {"kivi:4", "kivi:4,g=16", "cuda_kivi_kivi_fast"},
                                           {"turbo_mse:3", "turbo_mse:3", "cuda_turbo_mse_turbo_mse_fast"},
                                           {"turbo_mse:2", "turbo_mse:2", "cuda_turbo_mse_turbo_mse_fast"},
                                           {"turbo_mse:4", "turbo_mse:2", "cuda_turbo_mse_turbo_mse_fast"}};

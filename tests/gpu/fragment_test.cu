@@ -100,11 +100,13 @@ struct Block {
   std::vector<uint32_t> table;  // the codec's shared-memory table (vecinfer's codebook)
 };
 
-Block encode(const std::string& spec, int d, int T, bool key, uint64_t seed) {
+// A block of T tokens: key-like data (outlier channels) for keys or where `key_like`, else Gaussian.
+Block encode(const std::string& spec, int d, int T, bool key, uint64_t seed, bool key_like = false) {
   Block b;
   b.codec = make_codec(spec, CodecParams{d, T, seed, key ? Role::key : Role::value});
   const size_t n = static_cast<size_t>(T);
-  const auto x = key ? sample_profile(key_like_profile(d, seed), n, seed + 1) : gaussian_vectors(n, d, seed + 2);
+  const auto x = key || key_like ? sample_profile(key_like_profile(d, seed), n, seed + 1)
+                                 : gaussian_vectors(n, d, seed + 2);
   if (b.codec->needs_training() || int_group_params(*b.codec)) {
     const auto train =
         key ? sample_profile(key_like_profile(d, seed), 1024, seed + 3) : gaussian_vectors(1024, d, seed + 4);
@@ -134,15 +136,25 @@ struct Stage {
   const uint8_t* prm[kTableSlot + 1] = {params, params, params, params};
 };
 
-// Bulk-copied codecs: the chunk's codes as they lie in the block.
-void bulk_stage(const Block& b, int cc, uint32_t chunk_bytes, Stage& st) {
-  st.codes.assign(chunk_bytes / 16, uint4{});
-  std::memcpy(st.codes.data(), b.bytes.data() + cc * chunk_bytes, chunk_bytes);
+// A chunk of f16/bf16 rows (C x D, token-major) in FloatStage's units, as the kernel's bulk copies place them.
+template <int D, int C>
+std::vector<uint4> float_stage(const uint8_t* chunk) {
+  using F = FloatStage<D, C>;
+  std::vector<uint4> codes(F::kBytes / 16, uint4{});
+  for (int u = 0; u < F::kUnits; ++u)
+    std::memcpy(reinterpret_cast<uint8_t*>(codes.data()) + F::unit_offset(u), chunk + u * F::kUnitBytes, F::kUnitBytes);
+  return codes;
+}
+
+// Bulk-copied codecs (f16/bf16): chunk cc's rows as the kernel copies them.
+template <int D, int C>
+void bulk_stage(const Block& b, int cc, Stage& st) {
+  st.codes = float_stage<D, C>(b.bytes.data() + static_cast<size_t>(cc) * 2 * C * D);
 }
 
 template <class K, int D, int C>
 void key_stage(const Block& b, int cc, Stage& st) {
-  if constexpr (K::kBulk) return bulk_stage(b, cc, K::template chunk_bytes<D, C>(), st);
+  if constexpr (K::kBulk) return bulk_stage<D, C>(b, cc, st);
   st.prm[kTableSlot] = reinterpret_cast<const uint8_t*>(b.table.data());
   constexpr int P = K::template pieces<D, C>();
   st.codes.assign(code_slots<K, D, C>(), uint4{});
@@ -167,7 +179,7 @@ void key_stage(const Block& b, int cc, Stage& st) {
 
 template <class V, int D, int DP, int C>
 void value_stage(const Block& b, int cc, int pc, Stage& st) {
-  if constexpr (V::kBulk) return bulk_stage(b, cc, V::template chunk_bytes<D, C>(), st);
+  if constexpr (V::kBulk) return bulk_stage<D, C>(b, cc, st);
   st.prm[kTableSlot] = reinterpret_cast<const uint8_t*>(b.table.data());
   constexpr int P = V::template pieces<D, DP, C>();
   st.codes.assign(code_slots<V, D, DP, C>(), uint4{});
@@ -580,7 +592,7 @@ void check_values(const Block& b, int T, uint64_t seed) {
         for (int vs = 0; vs < VS; ++vs) {
           float x[4];
           for (int v = 0; v < 4; ++v) {
-            const int t = V::token_at(vs, v);
+            const int t = value_token<V, C>(vs, v);
             x[v] = p[g][C / 4 * i + t] * w[t];
           }
           a[vs][lane] = split_fragment<V::kBf16>(x[0], x[1], x[2], x[3]);
@@ -618,11 +630,37 @@ void check_values(const Block& b, int T, uint64_t seed) {
     }
 }
 
+// kivi values' fp16 minimum and scale of token t and group g (the codec's [T/16][groups][16] sections).
+double kivi_value_param(const Block& b, uint32_t section, int t, int g) {
+  const size_t at = section + 2 * ((static_cast<size_t>(t >> 4) * b.args.groups + g) * 16 + (t & 15));
+  return f16_to_f32(static_cast<uint16_t>(b.bytes[at] | b.bytes[at + 1] << 8));
+}
+
+// The fast value path's rounding bound for one output element of kivi values (v = m + s u; fast_offset_tiles), from
+// its arithmetic: ph = fp16(p), |ph - p| <= 2^-11 p + 2^-25 (below fp16's normals), multiplies m + s u as a whole
+// (the minima's mma and the block products start from the same ph); pw = fp16(ph s) adds |pw - ph s| <= 2^-11 ph s
+// + 2^-25 times u; the codec's fp32 decode of y differs from m + s u by at most 2^-23 (|m| + s u).
+double kivi_fast_value_bound(const Block& b, const float* p, int cc, int C, int c) {
+  const int VD = b.codec->space_dim(), g = c >> b.args.group_log2;
+  double bound = 0;
+  for (int t = 0; t < C; ++t) {
+    const int tok = C * cc + t;
+    const double y = b.y[static_cast<size_t>(tok) * VD + c], pt = p[t];
+    const double m = kivi_value_param(b, b.args.sec0, tok, g), sc = kivi_value_param(b, b.args.sec1, tok, g);
+    const double su = std::fabs(y - m), u = sc > 0 ? std::round(su / sc) : 0;
+    const double ph = pt * (1 + 0x1p-11) + 0x1p-25;
+    bound += (0x1p-11 * pt + 0x1p-25) * std::fabs(y) + (0x1p-11 * ph * sc + 0x1p-25) * u +
+             0x1p-23 * pt * (std::fabs(m) + su);
+  }
+  return bound;
+}
+
 // The fast value path (accumulate_values_fast) for every chunk and part, 8 rows of random weights p (times
 // 2^kFastWeightLog2, as the kernel has them; a quarter of them tiny): A from two tiles' unscaled codes, B the weights
-// times the per-token factors and block scales as fp16, against sum_t p_t y_tc. Bound: each weight rounded at most
-// twice to fp16 (p w, then p w s: 2^-10 relative, or 2^-25 absolute below fp16's normal range, times the largest
-// A element).
+// times the per-token factors and block scales as fp16, plus for values with offsets (kivi's minima) the offsets'
+// mma of V::offset_afrags and the weights, added per group as V::offset_row says, against sum_t p_t y_tc. Bound:
+// each weight rounded at most twice to fp16 (p w, then p w s: 2^-10 relative, or 2^-25 absolute below fp16's normal
+// range, times the largest A element); kivi: kivi_fast_value_bound.
 template <class V, int D, int C>
 void check_fast_values(const Block& b, int T, uint64_t seed) {
   constexpr int VD = value_space<V, D>(), DP = value_part<V, D>(), kParts = VD / DP, VS = C / 16;
@@ -639,23 +677,39 @@ void check_fast_values(const Block& b, int T, uint64_t seed) {
       float p[8][C];
       for (auto& row : p)
         for (float& x : row) x = top * unit(rng) * (unit(rng) < 0.25f ? 1e-6f : 1.0f);  // some below fp16's normals
-      double o[DP / 16][32][4] = {}, amax = 0;
+      double o[DP / 16][32][4] = {}, offsets[32][4] = {}, amax = 0;
+      uint32_t ph[32][VS][2];
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, i = lane & 3;
+        float w[C / 4];
+        value_weights<V, D, C>(st.prm, lane, pc, w);
+        for (int vs = 0; vs < VS; ++vs)
+          for (int h = 0; h < 2; ++h) {
+            const int t0 = value_token<V, C>(vs, 2 * h), t1 = value_token<V, C>(vs, 2 * h + 1);
+            ph[lane][vs][h] = float2_to_h2(p[g][C / 4 * i + t0] * w[t0], p[g][C / 4 * i + t1] * w[t1]);
+          }
+      }
+      if constexpr (fast_offset_tiles<V>() > 0) {
+        uint32_t am[32][VS][2];
+        for (int lane = 0; lane < 32; ++lane) V::template offset_afrags<C>(st.prm, b.args, lane, pc, am[lane]);
+        for (int vs = 0; vs < VS; ++vs) {
+          uint4 a[32];
+          uint32_t b0[32], b1[32];
+          for (int lane = 0; lane < 32; ++lane) {
+            a[lane] = make_uint4(am[lane][vs][0], 0u, am[lane][vs][1], 0u);
+            b0[lane] = ph[lane][vs][0];
+            b1[lane] = ph[lane][vs][1];
+          }
+          emulate_mma<false>(a, b0, b1, offsets);
+        }
+      }
       for (int r = 0; r < DP / 32; ++r) {
         uint32_t pw[32][VS][2];
         for (int lane = 0; lane < 32; ++lane) {
-          const int g = lane >> 2, i = lane & 3;
-          float w[C / 4];
-          value_weights<V, D, C>(st.prm, lane, pc, w);
-          uint32_t ph[VS][2];
-          for (int vs = 0; vs < VS; ++vs)
-            for (int h = 0; h < 2; ++h) {
-              const int t0 = V::token_at(vs, 2 * h), t1 = V::token_at(vs, 2 * h + 1);
-              ph[vs][h] = float2_to_h2(p[g][C / 4 * i + t0] * w[t0], p[g][C / 4 * i + t1] * w[t1]);
-            }
           if constexpr (V::kFastBlockScales) {
-            V::template fast_weights<C>(st.prm, b.args, lane, pc, r, ph, pw[lane]);
+            V::template fast_weights<C>(st.prm, b.args, lane, pc, r, ph[lane], pw[lane]);
           } else {
-            for (int vs = 0; vs < VS; ++vs) pw[lane][vs][0] = ph[vs][0], pw[lane][vs][1] = ph[vs][1];
+            for (int vs = 0; vs < VS; ++vs) pw[lane][vs][0] = ph[lane][vs][0], pw[lane][vs][1] = ph[lane][vs][1];
           }
         }
         for (int m = 2 * r; m < 2 * r + 2; ++m) {
@@ -685,14 +739,18 @@ void check_fast_values(const Block& b, int T, uint64_t seed) {
         for (int m = 0; m < DP / 16; ++m)
           for (int x = 0; x < 4; ++x) {
             const int row = 2 * i + (x & 1), c = pc + V::channel(2 * m + (x >> 1), n);
+            double got = o[m][lane][x];
+            if constexpr (fast_offset_tiles<V>() > 0)  // group g of the part: row g of the offsets, lane 4 g + i
+              got += offsets[4 * V::offset_row(b.args, pc, c - pc) + i][x & 1];
             double want = 0, size = 0;
             for (int t = 0; t < C; ++t) {
               const double term = p[row][t] * static_cast<double>(b.y[static_cast<size_t>(C * cc + t) * VD + c]);
               want += term;
               size += std::fabs(term);
             }
-            const double bound = (0x1p-10 + 1e-6) * size + C * 0x1p-25 * amax + 1e-30;
-            worst = std::max(worst, std::fabs(o[m][lane][x] - want) / bound);
+            double bound = (0x1p-10 + 1e-6) * size + C * 0x1p-25 * amax + 1e-30;
+            if constexpr (fast_offset_tiles<V>() > 0) bound = kivi_fast_value_bound(b, p[row], cc, C, c) + 1e-30;
+            worst = std::max(worst, std::fabs(got - want) / bound);
           }
       }
       EXPECT_LE(worst, 1.0);
@@ -730,7 +788,7 @@ void check_key_elements(const Block& b, int T, Factor factor, double rel, double
 }
 
 // Every element of every value B fragment, times the lane's weight (value_weights), against the codec's decode:
-// lane (n, i) half q of step vs is token (C / 4) i + token_at(vs, q), channel pc + channel(j, n).
+// lane (n, i) half q of step vs is token (C / 4) i + value_token(vs, q), channel pc + channel(j, n).
 template <class V, int D, int C>
 void check_value_elements(const Block& b, int T, double rel, double abs) {
   constexpr int VD = value_space<V, D>(), DP = value_part<V, D>(), kParts = VD / DP, VS = C / 16, NJ = DP / 8;
@@ -749,7 +807,7 @@ void check_value_elements(const Block& b, int T, double rel, double abs) {
           V::template bfrags<D, DP, C>(st.codes.data(), st.prm, b.args, lane, j, pc, bf);
           for (int vs = 0; vs < VS; ++vs)
             for (int q = 0; q < 4; ++q) {
-              const int u = V::token_at(vs, q), t = C * cc + C / 4 * i + u, c = pc + V::channel(j, n);
+              const int u = value_token<V, C>(vs, q), t = C * cc + C / 4 * i + u, c = pc + V::channel(j, n);
               const double got = operand<V::kBf16>(bf[vs][q >> 1], q & 1) * w[u];
               const double want = b.y[static_cast<size_t>(t) * VD + static_cast<size_t>(c)];
               if (std::fabs(got - want) > rel * std::fabs(want) + abs && bad++ < 5)
@@ -807,6 +865,81 @@ TEST(CudaFragments, FloatPairsMatchTheCodec) {
   check_every_dim<FloatTraits<true>>("bf16", seed + 1);
 }
 
+// f16/bf16 stages (FloatStage) at every (D, C) the kernels instantiate: each lane's key and value fragments hold
+// exactly the chunk's elements that the unplaced rows give them (values read as ldmatrix.trans reads, from the row
+// address of lane 8m + r for row r of matrix m), and the 16-byte reads of one shared-memory wavefront (a value
+// matrix's 8 rows; a key load's quarter warp) fall in 8 distinct bank groups.
+template <int D, int C>
+void check_float_stage() {
+  SCOPED_TRACE("d=" + std::to_string(D) + " C=" + std::to_string(C));
+  using Key = FloatTraits<false>::Key;
+  using Value = FloatTraits<false>::Value;
+  std::vector<uint16_t> chunk(static_cast<size_t>(C) * D);
+  for (size_t x = 0; x < chunk.size(); ++x) chunk[x] = static_cast<uint16_t>(x);  // element (t, c) is t D + c
+  const std::vector<uint4> codes = float_stage<D, C>(reinterpret_cast<const uint8_t*>(chunk.data()));
+  const auto half = [](uint32_t w, int h) { return static_cast<int>(h ? w >> 16 : w & 0xffffu); };
+  const auto distinct_groups = [](const uint32_t (&offsets)[8]) {
+    int seen = 0;
+    for (uint32_t off : offsets) seen |= 1 << (off / 16 % 8);
+    return seen == 0xff;
+  };
+
+  for (int ks = 0; ks < D / 16; ks += 2)
+    for (int jj = 0; jj < C / 8; ++jj) {
+      for (int q = 0; q < 4; ++q) {
+        uint32_t offsets[8];
+        for (int l = 0; l < 8; ++l) offsets[l] = Key::column<D, C>(8 * q + l, jj, ks);
+        EXPECT_TRUE(distinct_groups(offsets)) << "keys: k steps " << ks << " tile " << jj << " quarter " << q;
+      }
+      for (int lane = 0; lane < 32; ++lane) {
+        const int n = lane >> 2, i = lane & 3, t = C / 8 * n + jj;
+        uint32_t b[C / 8][2];
+        for (int s = 0; s < 2; ++s) {
+          Key::bfrags<D, C>(codes.data(), ks + s, CodecArgs{}, lane, b);
+          for (int e = 0; e < 4; ++e)
+            ASSERT_EQ(half(b[jj][e >> 1], e & 1), t * D + Key::channel<D>(ks + s, frag_k(i, e)))
+                << "keys: k step " << ks + s << " tile " << jj << " lane " << lane;
+        }
+      }
+    }
+
+  if constexpr (C <= 32) {
+    for (int pc = 0; pc < D; pc += 128)
+      for (int j = 0; j < (D < 128 ? D : 128) / 8; ++j) {
+        const uint8_t* base = reinterpret_cast<const uint8_t*>(codes.data());
+        for (int m = 0; m < 2 * (C / 16); ++m) {
+          uint32_t offsets[8];
+          for (int r = 0; r < 8; ++r)
+            offsets[r] = static_cast<uint32_t>(Value::row<D, C>(codes.data(), Value::row_token<C>(m, r), j, pc) - base);
+          EXPECT_TRUE(distinct_groups(offsets)) << "values: tile " << j << " part " << pc << " matrix " << m;
+        }
+        for (int lane = 0; lane < 32; ++lane) {
+          const int n = lane >> 2, i = lane & 3;
+          uint32_t b[C / 16][2];
+          Value::bfrags<D, D, C>(codes.data(), nullptr, CodecArgs{}, lane, j, pc, b);
+          for (int vs = 0; vs < C / 16; ++vs)
+            for (int q = 0; q < 4; ++q) {
+              const int t = C / 4 * i + value_token<Value, C>(vs, q);
+              ASSERT_EQ(half(b[vs][q >> 1], q & 1), t * D + pc + Value::channel(j, n))
+                  << "values: tile " << j << " part " << pc << " step " << vs << " lane " << lane;
+            }
+        }
+      }
+  }
+}
+
+TEST(CudaFragments, FloatStageReadsAreExactAndConflictFree) {
+  check_float_stage<64, 16>();
+  check_float_stage<64, 32>();
+  check_float_stage<64, 64>();
+  check_float_stage<128, 16>();
+  check_float_stage<128, 32>();
+  check_float_stage<128, 64>();
+  check_float_stage<256, 16>();
+  check_float_stage<256, 32>();
+  check_float_stage<256, 64>();
+}
+
 TEST(CudaFragments, IntPairsMatchTheCodec) {
   KVQ_FRESH_SEED();
   check_every_dim<IntTraits<4>>("int4", seed);
@@ -844,6 +977,33 @@ TEST(CudaFragments, TurboMseValuesFastPathMatchesTheCodec) {
   at.template operator()<TurboMseTraits<3>::Value, 128>("turbo_mse:3", seed + 2);
   at.template operator()<TurboMseTraits<3>::Value, 256>("turbo_mse:3", seed + 3);
   at.template operator()<TurboMseTraits<4>::Value, 128>("turbo_mse:4", seed + 4);
+}
+
+// kivi values on the fast path (groups of 32 channels or more), on Gaussian and on key-like data with outlier
+// channels; groups of 16 keep the exact value path.
+TEST(CudaFragments, KiviValuesFastPathMatchesTheCodec) {
+  KVQ_FRESH_SEED();
+  const auto at = [&]<class V, int D>(const std::string& spec, uint64_t s) {
+    for (int T : {64, 128})
+      for (bool key_like : {false, true}) {
+        SCOPED_TRACE(spec + " fast values d=" + std::to_string(D) + " T=" + std::to_string(T) +
+                     (key_like ? " key-like" : " Gaussian"));
+        const uint64_t bs = s + static_cast<uint64_t>(T) + (key_like ? 1 : 0);
+        check_fast_values<V, D, V::kChunk>(encode(spec, D, T, false, bs, key_like), T, s);
+      }
+  };
+  for (const std::string spec : {"kivi:2", "kivi:2,g=64"}) {
+    at.template operator()<KiviTraits<2>::Value, 64>(spec, seed);
+    at.template operator()<KiviTraits<2>::Value, 128>(spec, seed + 100);
+    at.template operator()<KiviTraits<2>::Value, 256>(spec, seed + 200);
+  }
+  for (const std::string spec : {"kivi:4", "kivi:4,g=64", "kivi:4,g=128"}) {
+    at.template operator()<KiviTraits<4>::Value, 128>(spec, seed + 300);
+    at.template operator()<KiviTraits<4>::Value, 256>(spec, seed + 400);
+  }
+  at.template operator()<KiviTraits<4>::Value, 64>("kivi:4", seed + 500);
+  EXPECT_FALSE(KiviTraits<2>::Value::fast_values(encode("kivi:2,g=16", 128, 64, false, seed).args));
+  EXPECT_FALSE(KiviTraits<4>::Value::fast_values(encode("kivi:4,g=16", 128, 64, false, seed).args));
 }
 
 TEST(CudaFragments, IntKeysIntegerPathMatchesTheCodec) {
