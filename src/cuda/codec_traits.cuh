@@ -13,8 +13,8 @@
 // The codes of a chunk come as 16-byte pieces: `piece(k)` is the byte offset of this lane's k-th piece in the
 // block's first chunk (chunk cc adds cc * chunk_bytes, the codes of C tokens); the kernel streams them into the
 // lane's own shared-memory slots (slot k of lane l at codes[32 k + l], codes the stage's first slot), or, for codecs
-// whose lanes share pieces (turbo_mse), into the codec's `slots` at `copy_slot(k, l)` (a piece at offset -1 is not
-// copied: `code_slots`, `lane_slot` below). Per-chunk
+// whose lanes share pieces (turbo_mse), into the codec's `slots` at `copy_slot(k, l)` by the lanes that
+// `lane_copies` (`code_slots`, `lane_slot` below). Per-chunk
 // parameters (scales, minima, norms) are `ranges` of the block copied once per warp into shared memory (prm[r]).
 // Codecs with kBulk (f16/bf16) instead take the chunk's rows (chunk_bytes at cc * chunk_bytes) by the copy engine,
 // in 8 units placed for conflict-free reads (float_stage.cuh); their fragments read that placement.
@@ -154,8 +154,7 @@ KVQ_HD constexpr int lane_code_tile(int v) {
 }
 
 /// The 16-byte shared-memory slots of a chunk's lane pieces (Shape: <D, C> for keys, <D, DP, C> for values), and the
-/// slot that a lane's piece k fills: the codec's own where its lanes share pieces (a lane then copies all its pieces
-/// or none: pieces at offset -1), else slot 32 k + lane.
+/// slot that a lane's piece k fills: the codec's own where its lanes share pieces, else slot 32 k + lane.
 template <class T, int... Shape>
 constexpr int code_slots() {
   if constexpr (requires { T::template slots<Shape...>(); }) return T::template slots<Shape...>();
@@ -167,6 +166,23 @@ template <class T>
 KVQ_HD constexpr int lane_slot(int k, int lane) {
   if constexpr (kSharesPieces<T>) return T::copy_slot(k, lane);
   else return 32 * k + lane;
+}
+/// The source of the lane's piece k in a chunk's codes: where lanes share pieces, its first piece plus the difference,
+/// which those codecs keep the same for every lane, so that the copies take one address and immediate offsets.
+template <class T, int N>
+KVQ_HD const uint8_t* piece_source(const uint8_t* chunk, const int (&piece)[N], int k) {
+  if constexpr (kSharesPieces<T>) return chunk + piece[0] + (piece[k] - piece[0]);
+  else return chunk + piece[k];
+}
+/// Whether the lane copies its pieces (all of them or none): where lanes share pieces, only the first slots / pieces
+/// lanes do (one a slot of each piece k), and the offsets of the others are not read. A test of the lane, not a
+/// sentinel offset, so that the offsets stay non-negative (no sign extension, no select per piece).
+template <class T, int... Shape>
+inline constexpr int kCopyLanes = code_slots<T, Shape...>() / T::template pieces<Shape...>();
+template <class T, int... Shape>
+KVQ_HD constexpr bool lane_copies(int lane) {
+  if constexpr (kSharesPieces<T>) return lane < kCopyLanes<T, Shape...>;
+  else return true;
 }
 
 /// Which of lane i's run of C / 4 tokens a value codec puts at k = 2i, 2i + 1, 2i + 8, 2i + 9 (e = 0..3) of value
@@ -876,9 +892,10 @@ struct TurboMseTraits {
   // The lanes of a quad n (lane = 4 n + v) read the same rows of their tiles (b = 3: each 2-bit tile for two of them,
   // the 1-bit tile for all four), so a region of a chunk (keys: 32 channels x C tokens' 8 quads of 4 tokens; values:
   // a pair of 16-channel tiles) holds each quad's row of each of its b tiles once, as the codes lie (128 b bytes):
-  // tile u of quad n at slot b n + u, which lane b n + u copies (lanes from 8 b on copy nothing). A quarter warp
-  // (quads 2m, 2m + 1) then reads distinct slots on distinct banks, and the low-bits slot is lane >> 2, lane >> 1
-  // and lane for b = 1, 2, 4 (b = 4: the lane's own, as without sharing).
+  // tile u of quad n at slot b n + u, which lane b n + u copies (lanes from 8 b on copy nothing: lane_copies). A
+  // quarter warp (quads 2m, 2m + 1) then reads distinct slots on distinct banks, and the low-bits slot is lane >> 2,
+  // lane >> 1 and lane for b = 1, 2, 4 (b = 4: the lane's own, as without sharing). A lane's pieces lie at the same
+  // steps from its first for every lane (piece_source: one address per lane, the steps as immediate offsets).
   static constexpr int kRegionSlots = 8 * kBits;
   KVQ_HD static constexpr int region_copy_slot(int r, int lane) { return kRegionSlots * r + lane; }
   /// Region r's slots of the lane's low-bits tile and of the 1-bit tile (read where b = 1, 3).
@@ -906,13 +923,13 @@ struct TurboMseTraits {
     static constexpr uint32_t chunk_bytes() {
       return C * D * kBits / 8;
     }
-    /// Lane b n + u's row of tile u in region k (-1: the lane copies nothing).
+    /// Lane b n + u's row of tile u in region k (read for lanes below 8 b): its row in region 0 (first token t =
+    /// (C / 8) n) plus k's step (tokens t + 4h share t's 16-token tile).
     template <int D, int C>
     KVQ_HD static int piece(const CodecArgs&, int lane, int k) {
-      if (lane >= kRegionSlots) return -1;
       const int h = k % (C / 32), kk = k / (C / 32);
-      const int t = C / 8 * (lane / kBits) + 4 * h;
-      return 64 * (kBits * ((t >> 4) * (D / 32) + kk) + lane % kBits) + 4 * (t & 15);
+      const int t = C / 8 * (lane / kBits);
+      return 64 * (kBits * (t >> 4) * (D / 32) + lane % kBits) + 4 * (t & 15) + 64 * kBits * kk + 16 * h;
     }
     template <int D>
     KVQ_HD static constexpr int channel(int ks, int k) {
@@ -1012,12 +1029,12 @@ KVQ_UNROLL
     static constexpr uint32_t chunk_bytes() {
       return C * D * kBits / 8;
     }
-    /// Lane b n + u's row of tile u in region k (-1: the lane copies nothing).
+    /// Lane b n + u's row of tile u in region k (read for lanes below 8 b): its row in region 0 plus k's step
+    /// (region k lies 2 k 16-channel tiles on).
     template <int D, int DP, int C>
     KVQ_HD static int piece(const CodecArgs&, int lane, int k, int pc) {
-      if (lane >= kRegionSlots) return -1;
       const int n = lane / kBits;
-      return 64 * (kBits * lane_tile_k16(pc, k, n) + lane % kBits) + 16 * (n & 3);
+      return 64 * (kBits * lane_tile_k16(pc, 0, n) + lane % kBits) + 16 * (n & 3) + 128 * kBits * k;
     }
     KVQ_HD static constexpr int channel(int j, int col) { return lane_tile_channel(j, col); }
     KVQ_HD static constexpr int token_at(int vs, int e) { return 4 * vs + e; }
@@ -1039,7 +1056,7 @@ KVQ_UNROLL
     static constexpr int kFastWeightLog2 = 12;
     KVQ_HD static bool fast_values(const CodecArgs&) { return true; }
   };
-  static_assert(kSharesPieces<Key> && kSharesPieces<Value>, "pieces of -1 are skipped only where lanes share them");
+  static_assert(kSharesPieces<Key> && kSharesPieces<Value>, "lanes from 8 b on copy nothing");
 };
 
 }  // namespace kvq::cuda::detail

@@ -604,16 +604,17 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
       }
     }
     // The lanes' pieces (slot lane_slot(k, lane): st moves to the lane's slot 0; where lanes share pieces, a lane
-    // copies all of its pieces or none) and the parameter ranges (none for f16/bf16).
+    // copies all of its pieces or none: lane_copies) and the parameter ranges (none for f16/bf16).
     st += 16 * lane;
-    if (!kSharesPieces<K> || kpiece[0] >= 0) {
+    if (lane_copies<K, D, C>(lane)) {
 #pragma unroll
-      for (int k = 0; k < S::kKeyPieces; ++k) cp_async16(st + 16 * (lane_slot<K>(k, lane) - lane), kc + kpiece[k]);
+      for (int k = 0; k < S::kKeyPieces; ++k)
+        cp_async16(st + 16 * (lane_slot<K>(k, lane) - lane), piece_source<K>(kc, kpiece, k));
     }
-    if (!kSharesPieces<V> || vpiece[0] >= 0) {
+    if (lane_copies<V, D, DP, C>(lane)) {
 #pragma unroll
       for (int k = 0; k < S::kValuePieces; ++k)
-        cp_async16(st + S::kKeyCodeBytes + 16 * (lane_slot<V>(k, lane) - lane), vc + vpiece[k]);
+        cp_async16(st + S::kKeyCodeBytes + 16 * (lane_slot<V>(k, lane) - lane), piece_source<V>(vc, vpiece, k));
     }
     st -= 16 * lane;
     uint8_t* prm = st + S::kCodeBytes;

@@ -160,8 +160,8 @@ void key_stage(const Block& b, int cc, Stage& st) {
   st.codes.assign(code_slots<K, D, C>(), uint4{});
   for (int lane = 0; lane < 32; ++lane)
     for (int k = 0; k < P; ++k) {
+      if (!lane_copies<K, D, C>(lane)) continue;
       const int piece = K::template piece<D, C>(b.args, lane, k);
-      if (piece < 0) continue;
       ASSERT_LT(lane_slot<K>(k, lane), static_cast<int>(st.codes.size()));
       std::memcpy(&st.codes[lane_slot<K>(k, lane)], b.bytes.data() + cc * K::template chunk_bytes<D, C>() + piece, 16);
     }
@@ -185,8 +185,8 @@ void value_stage(const Block& b, int cc, int pc, Stage& st) {
   st.codes.assign(code_slots<V, D, DP, C>(), uint4{});
   for (int lane = 0; lane < 32; ++lane)
     for (int k = 0; k < P; ++k) {
+      if (!lane_copies<V, D, DP, C>(lane)) continue;
       const int piece = V::template piece<D, DP, C>(b.args, lane, k, pc);
-      if (piece < 0) continue;
       ASSERT_LT(lane_slot<V>(k, lane), static_cast<int>(st.codes.size()));
       std::memcpy(&st.codes[lane_slot<V>(k, lane)], b.bytes.data() + cc * V::template chunk_bytes<D, C>() + piece, 16);
     }
@@ -1031,9 +1031,9 @@ TEST(CudaFragments, TurboMseKeysIntegerPathMatchesTheCodec) {
 }
 
 // turbo_mse's shared pieces: in every region the lanes below 8 b copy each of the region's 8 b slots once, the rest
-// nothing (a lane all of its pieces or none: the kernel tests the first); every lane reads its low-bits and 1-bit
-// slots inside the region; and the distinct slots that a quarter warp reads lie on distinct banks (slot mod 8: 16
-// bytes = 4 of the 32 banks), so the reads take one wavefront each.
+// nothing (lane_copies: a lane all of its pieces or none); every lane reads its low-bits and 1-bit slots inside the
+// region; and the distinct slots that a quarter warp reads lie on distinct banks (slot mod 8: 16 bytes = 4 of the 32
+// banks), so the reads take one wavefront each.
 template <int kBits>
 void check_shared_pieces() {
   using T = TurboMseTraits<kBits>;
@@ -1041,11 +1041,8 @@ void check_shared_pieces() {
   for (int r = 0; r < 3; ++r) {
     std::vector<int> copies(R, 0);
     for (int lane = 0; lane < 32; ++lane) {
-      const CodecArgs args;
-      const bool key_none = T::Key::template piece<128, 64>(args, lane, r) < 0;
-      const bool value_none = T::Value::template piece<128, 128, 32>(args, lane, r, 0) < 0;
-      EXPECT_EQ(key_none, lane >= R);
-      EXPECT_EQ(value_none, lane >= R);
+      EXPECT_EQ((lane_copies<typename T::Key, 128, 64>(lane)), lane < R);
+      EXPECT_EQ((lane_copies<typename T::Value, 128, 128, 32>(lane)), lane < R);
       const int slot = lane_slot<typename T::Key>(r, lane);
       if (lane >= R) continue;
       ASSERT_GE(slot, R * r);
@@ -1071,7 +1068,31 @@ void check_shared_pieces() {
   }
 }
 
+// piece_source's premise: a copying lane's piece k lies the same distance from its piece 0 for every lane.
+template <int kBits>
+void check_piece_steps() {
+  using T = TurboMseTraits<kBits>;
+  const CodecArgs args;
+  auto same_steps = [](auto piece, int pieces, int lanes) {
+    for (int k = 0; k < pieces; ++k)
+      for (int lane = 1; lane < lanes; ++lane)
+        EXPECT_EQ(piece(lane, k) - piece(lane, 0), piece(0, k) - piece(0, 0))
+            << "turbo_mse:" << kBits << " piece " << k;
+  };
+  same_steps([&](int lane, int k) { return T::Key::template piece<128, 64>(args, lane, k); },
+             T::Key::template pieces<128, 64>(), T::kRegionSlots);
+  same_steps([&](int lane, int k) { return T::Key::template piece<256, 32>(args, lane, k); },
+             T::Key::template pieces<256, 32>(), T::kRegionSlots);
+  for (const int pc : {0, 64, 128})
+    same_steps([&](int lane, int k) { return T::Value::template piece<256, 128, 32>(args, lane, k, pc); },
+               T::Value::template pieces<256, 128, 32>(), T::kRegionSlots);
+}
+
 TEST(CudaFragments, TurboMseSharedPiecesAreCopiedOnceAndReadWithoutConflicts) {
+  check_piece_steps<1>();
+  check_piece_steps<2>();
+  check_piece_steps<3>();
+  check_piece_steps<4>();
   check_shared_pieces<1>();
   check_shared_pieces<2>();
   check_shared_pieces<3>();
