@@ -45,6 +45,18 @@ def test_device_and_cpu_caches_agree(seed):
     assert relative_error(on_gpu.cpu(), on_cpu) < 1e-3
 
 
+def test_sink_tokens_on_the_device_agree_with_the_cpu(seed):
+    # sink_tokens on both devices: the same sinks and codes, attention within float32 rounding of each other.
+    cpu = tiny_model("llama", seed)
+    gpu = on_cuda(tiny_model("llama", seed))
+    ids = prompt(seed, 2, 150)
+    with torch.no_grad():
+        on_cpu, tokens = greedy(cpu, ids, kvq.hf.KvqCache(cpu.config, "int4", "int4", sink_tokens=4), 16)
+        on_gpu, _ = greedy(gpu, ids.cuda(), kvq.hf.KvqCache(gpu.config, "int4", "int4", sink_tokens=4), 16,
+                           follow=tokens.cuda())
+    assert relative_error(on_gpu.cpu(), on_cpu) < 1e-3
+
+
 def test_padded_batch_and_bf16_generate_on_the_device(seed):
     model = on_cuda(tiny_model("llama", seed), torch.bfloat16)
     lengths = [137, 70]
