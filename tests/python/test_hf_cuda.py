@@ -147,6 +147,19 @@ def test_decode_graph_follows_the_eager_steps(codecs, seed):
     assert cache.get_seq_length() == 140 + 90
 
 
+def test_decode_graph_with_sink_tokens_follows_the_eager_steps(seed):
+    # Sink tokens: the prompt fills them, the graph's steps append to pages and windows only.
+    model = on_cuda(tiny_model("llama", seed))
+    ids = prompt(seed, 2, 100).cuda()
+    with torch.no_grad():
+        ref_logits, ref_tokens = greedy(model, ids, kvq.hf.KvqCache(model.config, "int4", "int4", max_tokens=200,
+                                                                    sink_tokens=4), 40)
+        cache = kvq.hf.KvqCache(model.config, "int4", "int4", max_tokens=200, sink_tokens=4)
+        logits, tokens, graph = graph_greedy(model, ids, cache, 40)
+    assert relative_error(logits, ref_logits) < 1e-4
+    assert torch.equal(tokens, ref_tokens)
+
+
 def test_compiled_decode_graph_follows_the_eager_steps(seed):
     # The step torch.compile'd before its capture: the compiler's fused kernels around kvq's append and attention
     # (fp32 model: the fused norms and activations round as the eager ones within float32's order effects).
