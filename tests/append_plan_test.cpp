@@ -173,6 +173,40 @@ TEST(AppendPlan, ErrorPositionsNameTheSequenceAndToken) {
   }
 }
 
+// A chunk's first tokens that go to the sink tokens leave the stream: the plan is that of the rest of the chunk,
+// read from after them in the batch's arrays, and error positions count them as the caller does.
+TEST(AppendPlan, SinkTokensLeaveTheStream) {
+  // Sequences: all of a chunk to the sinks, the sinks' end inside a chunk (behind an empty window, with pages).
+  const std::vector<SequenceChunk> with = {{0, 3, false, 3}, {0, 70, false, 4}, {0, 200, false, 1}};
+  const std::vector<SequenceChunk> without = {{0, 0, false}, {0, 66, false}, {0, 199, false}};
+  const AppendPlan a = plan_append(with, kT, 0, false), b = plan_append(without, kT, 0, false);
+  EXPECT_EQ(a.fresh_tokens, 273u);  // every token of the batch's arrays
+  EXPECT_EQ(a.pages, b.pages);
+  EXPECT_EQ(a.scratch_tokens, b.scratch_tokens);
+  const std::vector<size_t> first = {3, 7, 74};  // each stream's first token in the batch's arrays
+  for (size_t i = 0; i < with.size(); ++i) {
+    SCOPED_TRACE(i);
+    const SequencePlan &p = a.seqs[i], &q = b.seqs[i];
+    EXPECT_EQ(p.fresh_first, first[i]);
+    EXPECT_EQ(p.sinks, with[i].sinks);
+    EXPECT_EQ(p.n_tokens, q.n_tokens);
+    EXPECT_EQ(p.first_page, q.first_page);
+    EXPECT_EQ(p.n_pages, q.n_pages);
+    EXPECT_EQ(p.kept, q.kept);
+    EXPECT_EQ(p.gather_first, q.gather_first);
+    EXPECT_EQ(p.gather_count, q.gather_count);
+  }
+  // Sequence 2's stream starts at array token 74, its chunk's token 1.
+  const StreamToken fresh = locate_fresh_token(a, 74 + 10);
+  EXPECT_EQ(fresh.seq, 2u);
+  EXPECT_EQ(fresh.index, 11u);
+  const StreamToken paged = locate_page_token(a, a.seqs[2].first_page, 5, kT);
+  EXPECT_EQ(paged.seq, 2u);
+  EXPECT_FALSE(paged.in_window);
+  EXPECT_EQ(paged.index, 6u);
+  EXPECT_EQ(locate_fresh_token(a, 7 + 2).index, 6u);  // sequence 1: 4 sinks, then its stream
+}
+
 TEST(AppendPlan, KeyOffsetIsSetByTheFirstPageOnly) {
   const std::vector<SequenceChunk> chunks = {{0, 64, false}, {0, 63, false}, {10, 60, true}, {0, 1, false}};
   const AppendPlan plan = plan_append(chunks, kT, 0, true);

@@ -47,6 +47,28 @@ TEST(WindowStart, LeavesTheTokensTheCpuSees) {
     }
 }
 
+// With sink tokens before the pages (CacheConfig::sink_tokens), positions count from the first sink: a window longer
+// than pages and fp32 window hides the sinks before it, as the CPU's mask hides them.
+TEST(WindowStart, SinksBeforeTheWindowAreHidden) {
+  for (const int S : {1, 4, 70})
+    for (const size_t n_pages : {0, 1, 3})
+      for (const int residual : {0, 1, 63, 100}) {
+        if (n_pages > 0 && residual < 64) continue;  // R = 64, T = 64
+        for (const size_t window : {0, 1, 2, 63, 64, 65, 100, 200, 260, 5000}) {
+          SCOPED_TRACE(std::to_string(S) + " sinks, " + std::to_string(n_pages) + " pages, " +
+                       std::to_string(residual) + " fp32 tokens, window " + std::to_string(window));
+          const WindowStart w = window_start(n_pages, 64, residual, window, S);
+          std::vector<bool> seen(static_cast<size_t>(S), false);
+          for (int i = w.in_sinks; i < S; ++i) seen[static_cast<size_t>(i)] = true;
+          const std::vector<bool> stream = device_sees(n_pages, 64, residual, w);
+          seen.insert(seen.end(), stream.begin(), stream.end());
+          const size_t length = seen.size(), first = window > 0 && length > window ? length - window : 0;
+          for (size_t i = 0; i < length; ++i) ASSERT_EQ(seen[i], i >= first) << "token " << i;
+          ASSERT_TRUE(w.in_sinks >= 0 && w.in_sinks <= S);
+        }
+      }
+}
+
 TEST(WindowStart, NoWindowReadsEverything) {
   const WindowStart w = window_start(9, 64, 70, 0);
   EXPECT_EQ(w.page, 0u);

@@ -111,7 +111,7 @@ struct CacheMemory {
 };
 
 /// What attention reads of one (sequence, layer). The pointers are in the cache's device memory (a CUDA cache's
-/// window, key offset and device_pages on its device); `pages` is the host copy of the block table.
+/// window, key offset, sinks and device_pages on its device); `pages` is the host copy of the block table.
 struct LayerView {
   int sink_count = 0;                     ///< f16 sink tokens, positions 0 .. sink_count - 1 (CacheConfig::sink_tokens)
   const uint16_t* sink_keys = nullptr;    ///< [kv head][sink_stride / d slots][d] f16, sink_count used; not centered
@@ -240,8 +240,9 @@ class KVCache {
     std::vector<float> key_offset;  // [H][d] once the first page is encoded (center_keys), else empty
     int sink_count = 0;             // sink tokens held, at most sink_tokens
     size_t sink_slots = 0;          // tokens per head `sinks` has room for: grows with use, up to sink_tokens
-    std::vector<uint16_t> sinks;    // f16 keys [H][sink_slots][d], then values
-    // A CUDA cache's part: the device block table, window and key offset (the host vectors above stay empty).
+    std::vector<uint16_t> sinks;    // f16 keys [H][sink_slots][d], then values (a CUDA cache's: the device's copy)
+    // A CUDA cache's part: the device block table, window, key offset and sinks (the host vectors above stay empty,
+    // but for the sinks, whose host copy appends, `to` and `save` read).
     std::unique_ptr<cuda::detail::DeviceLayer, cuda::detail::DeviceDeleter> device;
   };
   using Sequence = detail::SequenceTable<LayerState>::Sequence;
@@ -259,6 +260,12 @@ class KVCache {
   size_t residual_slots() const;                                // R + T - 1
   void reserve_window(LayerState& layer, size_t tokens) const;  // room for `tokens` per head, the held ones kept
   void reserve_sinks(LayerState& layer, size_t tokens) const;   // the same for the sinks, up to sink_tokens
+  // Sink tokens (CacheConfig::sink_tokens) of an append of n_tokens to `layer`: how many of its first tokens go to
+  // the sinks; the check that f16 holds them ([n][H][d], finite already; `who` names the caller in the error); and
+  // their store after the held ones, rounded to f16 (the room grown as reserve_sinks grows it).
+  size_t sinks_taken(const LayerState& layer, size_t n_tokens) const;
+  void check_sink_range(const std::string& who, const float* keys, const float* values, size_t n_sink) const;
+  void store_sinks(LayerState& layer, const float* keys, const float* values, size_t n_sink) const;
   uint8_t* page_mut(PageId id);
   void zero_page_padding(uint8_t* page) const;
   // append's work on a layer's host state (a CPU cache's own, or a host copy of a CUDA cache's window and key

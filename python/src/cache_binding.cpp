@@ -192,6 +192,7 @@ nb::dict memory(PyKVCache& self) {
   d["block_table_bytes"] = m.block_table_bytes;
   d["codec_state_bytes"] = m.codec_state_bytes;
   d["key_offset_bytes"] = m.key_offset_bytes;
+  d["sink_bytes"] = m.sink_bytes;
   d["used_bytes"] = m.used_bytes;
   d["total_bytes"] = m.total_bytes;
   d["bits_per_element"] = m.bits_per_element;
@@ -227,7 +228,7 @@ void bind_cache(nb::module_& m) {
          "capacity_pages: pages in the pool, allocated now, shared by every layer and sequence (a page holds "
          "block_tokens tokens of one layer of one sequence); block_tokens: 64 or 128; residual_tokens: newest "
          "tokens kept in fp32, a multiple of block_tokens; center_keys: store quantized keys minus their first "
-         "page's mean; sink_tokens: the first tokens of every sequence kept in f16, never encoded (a CPU cache's; "
+         "page's mean; sink_tokens: the first tokens of every sequence kept in f16, never encoded (either device; "
          "docs/quality.md, \"Sink tokens\"); threads: a CPU cache's attention thread pool (0: one per core); device: 'cpu', 'cuda' or "
          "'cuda:N' (kvq.Error where this build or machine has no such device). Codecs that need training are "
          "trained on a CPU cache, then copied: to().")
@@ -325,7 +326,8 @@ void bind_cache(nb::module_& m) {
           "codec pair without one).")
       .def("memory", &memory,
            "True bytes held: page_bytes, pages_in_use, pages_capacity, encoded_bytes, pool_bytes, residual_bytes, "
-           "block_table_bytes, codec_state_bytes, key_offset_bytes, used_bytes, total_bytes, bits_per_element.")
+           "block_table_bytes, codec_state_bytes, key_offset_bytes, sink_bytes, used_bytes, total_bytes, "
+           "bits_per_element.")
       .def_prop_ro("free_pages",
                    [](PyKVCache& self) { return without_gil(self.mutex, [&] { return self.cache.free_pages(); }); });
   nb::class_<PyDecodePlan>(m, "DecodePlan",

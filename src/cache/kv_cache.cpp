@@ -109,8 +109,6 @@ KVCache::KVCache(const CacheConfig& config, Device device) : config_(config), de
             "KVCache: ", config_.capacity_pages, " pages of ", page_bytes, " bytes overflow the address space");
   free_ = detail::FreePages(config_.capacity_pages);
   if (device_.is_cuda()) {
-    KVQ_CHECK(config_.sink_tokens == 0, "KVCache: sink_tokens = ", config_.sink_tokens, " on ", device_.str(),
-              ": the CUDA backend keeps no sink tokens (use a CPU cache, or sink_tokens = 0)");
     cuda::detail::Backend::open(*this, device_.index);
   } else if (config_.capacity_pages > 0) {
     // A pool larger than the machine could never be filled: a mistake or a crafted file, refused before the
@@ -295,14 +293,9 @@ void KVCache::append_on_host(LayerState& ls, int layer, SeqId seq, const float* 
               " head ", i / d % H, " channel ", i % d, " is ", x[i], " (NaN and Inf are rejected)");
   }
   // The first tokens of the sequence go to the f16 sinks, the rest to the stream of pages and window.
-  const size_t S = static_cast<size_t>(config_.sink_tokens), held = static_cast<size_t>(ls.sink_count);
-  const size_t n_sink = std::min(n_tokens, S - held);
-  for (const float* x : {keys, values})
-    for (size_t i = 0; i < n_sink * H * d; ++i)
-      KVQ_CHECK(std::abs(x[i]) <= 65504.f, "KVCache::append: ", x == keys ? "key" : "value", " of token ",
-                i / (H * d), " head ", i / d % H, " channel ", i % d, " is ", x[i],
-                ", beyond f16's range: sink tokens are kept in f16");
-  reserve_sinks(ls, held + n_sink);  // room, the held ones kept: nothing they hold changes
+  const size_t n_sink = sinks_taken(ls, n_tokens);
+  check_sink_range("KVCache::append", keys, values, n_sink);
+  reserve_sinks(ls, static_cast<size_t>(ls.sink_count) + n_sink);  // room, the held ones kept: nothing changes
   const float* sink_keys = keys;
   const float* sink_values = values;
   keys += n_sink * H * d;
@@ -350,12 +343,33 @@ void KVCache::append_on_host(LayerState& ls, int layer, SeqId seq, const float* 
   detail::advance_window(window_k, H, slots, d, u, encoded, centered.fresh(), n_tokens);
   detail::advance_window(window_v, H, slots, d, u, encoded, values, n_tokens);
   ls.residual_count = static_cast<int>(total - encoded);
+  store_sinks(ls, sink_keys, sink_values, n_sink);
+}
+
+size_t KVCache::sinks_taken(const LayerState& ls, size_t n_tokens) const {
+  return std::min(n_tokens, static_cast<size_t>(config_.sink_tokens - ls.sink_count));
+}
+
+void KVCache::check_sink_range(const std::string& who, const float* keys, const float* values, size_t n_sink) const {
+  const size_t H = static_cast<size_t>(config_.n_kv_heads), d = static_cast<size_t>(config_.head_dim);
+  for (const float* x : {keys, values})
+    for (size_t i = 0; i < n_sink * H * d; ++i)
+      KVQ_CHECK(std::abs(x[i]) <= 65504.f, who, ": ", x == keys ? "key" : "value", " of token ", i / (H * d),
+                " head ", i / d % H, " channel ", i % d, " is ", x[i],
+                ", beyond f16's range: sink tokens are kept in f16");
+}
+
+void KVCache::store_sinks(LayerState& ls, const float* keys, const float* values, size_t n_sink) const {
+  if (n_sink == 0) return;
+  const size_t H = static_cast<size_t>(config_.n_kv_heads), d = static_cast<size_t>(config_.head_dim);
+  const size_t held = static_cast<size_t>(ls.sink_count);
+  reserve_sinks(ls, held + n_sink);
   for (size_t t = 0; t < n_sink; ++t)
     for (size_t h = 0; h < H; ++h)
       for (size_t c = 0; c < d; ++c) {
         const size_t at = (h * ls.sink_slots + held + t) * d + c, from = (t * H + h) * d + c;
-        ls.sinks[at] = f32_to_f16(sink_keys[from]);
-        ls.sinks[H * ls.sink_slots * d + at] = f32_to_f16(sink_values[from]);
+        ls.sinks[at] = f32_to_f16(keys[from]);
+        ls.sinks[H * ls.sink_slots * d + at] = f32_to_f16(values[from]);
       }
   ls.sink_count = static_cast<int>(held + n_sink);
 }

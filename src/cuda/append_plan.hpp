@@ -5,7 +5,8 @@
 //
 // The batch's fresh tokens are the sequences' chunks concatenated in batch order ([sum n][H][d]); its new pages
 // are numbered in batch order too (sequence 0's first, ...), so that they take the free list's pages in the order
-// one append per sequence would.
+// one append per sequence would. A chunk's first tokens that go to the sink tokens (SequenceChunk::sinks) stay in
+// those arrays but are no part of the stream: the device store keeps them apart.
 #pragma once
 
 #include <cstddef>
@@ -19,12 +20,14 @@ struct SequenceChunk {
   size_t used = 0;  ///< window tokens
   size_t n_tokens = 0;
   bool has_offset = false;  ///< its key offset is set (centered keys)
+  size_t sinks = 0;         ///< the chunk's first tokens that go to the sink tokens (stored apart), not the stream
 };
 
 /// What one sequence's append does.
 struct SequencePlan {
-  size_t fresh_first = 0;  ///< its first fresh token in the batch's arrays
-  size_t used = 0, n_tokens = 0;
+  size_t fresh_first = 0;  ///< its first fresh stream token in the batch's arrays (after its sink tokens)
+  size_t sinks = 0;        ///< its chunk's sink tokens, before fresh_first
+  size_t used = 0, n_tokens = 0;  ///< n_tokens: the chunk's tokens that join the stream
   size_t first_page = 0, n_pages = 0;  ///< the batch's pages [first_page, first_page + n_pages)
   size_t encoded = 0;                  ///< n_pages * T stream tokens go to pages
   size_t kept = 0;                     ///< the window's tokens afterwards
@@ -50,10 +53,11 @@ inline AppendPlan plan_append(std::span<const SequenceChunk> chunks, size_t T, s
   AppendPlan plan;
   for (const SequenceChunk& c : chunks) {
     SequencePlan s;
-    s.fresh_first = plan.fresh_tokens;
+    s.sinks = c.sinks;
+    s.fresh_first = plan.fresh_tokens + c.sinks;
     s.used = c.used;
-    s.n_tokens = c.n_tokens;
-    const size_t total = c.used + c.n_tokens;
+    s.n_tokens = c.n_tokens - c.sinks;
+    const size_t total = c.used + s.n_tokens;
     s.n_pages = total >= R + T ? (total - R - T) / T + 1 : 0;
     s.first_page = plan.pages;
     s.encoded = s.n_pages * T;
@@ -61,7 +65,7 @@ inline AppendPlan plan_append(std::span<const SequenceChunk> chunks, size_t T, s
     s.new_offset = centers && !c.has_offset && s.n_pages > 0;
     if (s.encoded == 0) {  // the fresh tokens go behind the used slots
       s.gather_first = c.used;
-      s.gather_count = c.n_tokens;
+      s.gather_count = s.n_tokens;
       s.window_slot = c.used;
     } else {
       s.gather_first = s.encoded;
@@ -80,7 +84,8 @@ inline AppendPlan plan_append(std::span<const SequenceChunk> chunks, size_t T, s
   return plan;
 }
 
-/// A token of one sequence's stream: the window's token `index` (in_window) or its chunk's token `index`.
+/// A token of one sequence's stream: the window's token `index` (in_window) or its chunk's token `index` (counting
+/// the chunk's sink tokens, as an append's caller counts them).
 struct StreamToken {
   size_t seq = 0;
   bool in_window = false;
@@ -95,7 +100,7 @@ inline StreamToken locate_page_token(const AppendPlan& plan, size_t page, size_t
     if (plan.seqs[k].n_pages > 0 && plan.seqs[k].first_page <= page) i = k;
   const SequencePlan& s = plan.seqs[i];
   const size_t token = (page - s.first_page) * T + t;
-  return token < s.used ? StreamToken{i, true, token} : StreamToken{i, false, token - s.used};
+  return token < s.used ? StreamToken{i, true, token} : StreamToken{i, false, token - s.used + s.sinks};
 }
 
 /// The batch's fresh token `token` (an index into [sum n]).
@@ -103,7 +108,7 @@ inline StreamToken locate_fresh_token(const AppendPlan& plan, size_t token) {
   size_t i = 0;
   for (size_t k = 0; k < plan.seqs.size(); ++k)
     if (plan.seqs[k].n_tokens > 0 && plan.seqs[k].fresh_first <= token) i = k;
-  return {i, false, token - plan.seqs[i].fresh_first};
+  return {i, false, token - plan.seqs[i].fresh_first + plan.seqs[i].sinks};
 }
 
 }  // namespace kvq::cuda::detail

@@ -24,6 +24,7 @@
 #include "cuda/decode_kernel.cuh"
 #include "cuda/decode_pairs.hpp"
 #include "cuda/dependent_launch.cuh"
+#include "cuda/device_half.cuh"
 #include "cuda/device_memory.hpp"
 #include "cuda/window_start.hpp"
 #include "cache/cuda_backend.hpp"
@@ -85,7 +86,39 @@ bool dependent_launch_allowed() {
 
 constexpr int kWindowChunk = 64;
 
-// One (sequence, query head) per block, blockDim = D: merge the splits, map back, fold in the window, normalize.
+// Folds tokens [first, count) of the original space into this thread's channel c of (m, l, o), kWindowChunk at a
+// time: key(t, j) and value(t, j) token t's key and value in channel j. Scores by warps into sc, in the exp2 domain
+// of qv (the query times scale log2 e). Every thread of the block calls it alike (it synchronizes).
+template <class Key, class Value>
+__device__ __forceinline__ void fold_tokens(int first, int count, const float* qv, float* sc, Key key, Value value,
+                                            float& m, float& l, float& o) {
+  const int D = blockDim.x, c = threadIdx.x, lane = c & 31, warp = c >> 5, n_warps = D / 32;
+  for (int t0 = first; t0 < count; t0 += kWindowChunk) {
+    const int n = min(kWindowChunk, count - t0);
+    for (int t = warp; t < n; t += n_warps) {
+      float part = 0;
+      for (int j = lane; j < D; j += 32) part = fmaf(qv[j], key(t0 + t, j), part);
+      for (int off = 16; off > 0; off /= 2) part += __shfl_xor_sync(0xffffffffu, part, off);
+      if (lane == 0) sc[t] = part;
+    }
+    __syncthreads();
+    float mx = m;
+    for (int t = 0; t < n; ++t) mx = fmaxf(mx, sc[t]);
+    const float r = exp2f(m - mx);  // 0 while nothing was seen (m = -inf)
+    l *= r;
+    o *= r;
+    for (int t = 0; t < n; ++t) {
+      const float p = exp2f(sc[t] - mx);
+      l += p;
+      o = fmaf(p, value(t0 + t, c), o);
+    }
+    m = mx;
+    __syncthreads();
+  }
+}
+
+// One (sequence, query head) per block, blockDim = D: merge the splits, map back, fold in the window and the sink
+// tokens (as the CPU, after the window), normalize.
 // The splits are summed by 4 groups of D / 4 threads (a float4 of o each), then the groups are added.
 __global__ void merge_kernel(const MergeArgs a) {
   extern __shared__ float sh[];
@@ -135,27 +168,21 @@ __global__ void merge_kernel(const MergeArgs a) {
   const float* values = win.window + static_cast<size_t>(a.n_kv_heads + kvh) * a.slots * D;
   qv[c] = a.q[(static_cast<size_t>(s) * a.n_q_heads + qh) * D + c] * a.scale_log2;
   __syncthreads();
-  for (int t0 = win.first; t0 < win.count; t0 += kWindowChunk) {
-    const int n = min(kWindowChunk, win.count - t0);
-    for (int t = warp; t < n; t += n_warps) {
-      float part = 0;
-      for (int j = lane; j < D; j += 32) part = fmaf(qv[j], keys[static_cast<size_t>(t0 + t) * D + j], part);
-      for (int off = 16; off > 0; off /= 2) part += __shfl_xor_sync(0xffffffffu, part, off);
-      if (lane == 0) sc[t] = part;
-    }
-    __syncthreads();
-    float mx = m;
-    for (int t = 0; t < n; ++t) mx = fmaxf(mx, sc[t]);
-    const float r = exp2f(m - mx);  // 0 while nothing was seen (m = -inf)
-    l *= r;
-    o *= r;
-    for (int t = 0; t < n; ++t) {
-      const float p = exp2f(sc[t] - mx);
-      l += p;
-      o = fmaf(p, values[static_cast<size_t>(t0 + t) * D + c], o);
-    }
-    m = mx;
-    __syncthreads();
+  fold_tokens(
+      win.first, win.count, qv, sc, [&](int t, int j) { return keys[static_cast<size_t>(t) * D + j]; },
+      [&](int t, int j) { return values[static_cast<size_t>(t) * D + j]; }, m, l, o);
+  if (win.sinks != nullptr) {
+    // f16, widened exactly; keys minus the key offset where pages and window hold centered keys.
+    const uint16_t* sink_keys = win.sinks + static_cast<size_t>(kvh) * win.sink_slots * D;
+    const uint16_t* sink_values = win.sinks + static_cast<size_t>(a.n_kv_heads + kvh) * win.sink_slots * D;
+    const float* offset = win.key_offset != nullptr ? win.key_offset + static_cast<size_t>(kvh) * D : nullptr;
+    fold_tokens(
+        win.sink_first, win.sink_count, qv, sc,
+        [&](int t, int j) {
+          const float k = f16_bits_to_float(sink_keys[static_cast<size_t>(t) * D + j]);
+          return offset != nullptr ? k - offset[j] : k;
+        },
+        [&](int t, int j) { return f16_bits_to_float(sink_values[static_cast<size_t>(t) * D + j]); }, m, l, o);
   }
   a.out[(static_cast<size_t>(s) * a.n_q_heads + qh) * D + c] = l > 0 ? o / l : 0.0f;
 }
@@ -616,11 +643,13 @@ DevicePlan::DevicePlan(const KVCache& cache, int layer, std::span<const SeqId> s
   bool starts_inside_a_page = false;
   for (SeqId id : seqs) {
     const LayerView v = cache.view(id, layer);
-    const WindowStart w = window_start(v.pages.size(), T, v.residual_count, options.window);
+    const WindowStart w = window_start(v.pages.size(), T, v.residual_count, options.window, v.sink_count);
     const size_t whole = w.first_whole_page();
     pages.push_back({v.device_pages + whole, static_cast<int>(v.pages.size() - whole), 0});
     start_pages.push_back({v.device_pages + w.page, w.in_page > 0 ? 1 : 0, w.in_page});
-    windows.push_back({v.residual_keys, v.residual_count, w.in_residual});
+    const int sink_slots = static_cast<int>(v.sink_stride / static_cast<size_t>(cache.config().head_dim));
+    windows.push_back({v.residual_keys, v.residual_count, w.in_residual, v.sink_keys, sink_slots, v.sink_count,
+                       w.in_sinks, v.key_offset});
     max_pages = std::max(max_pages, pages.back().n_pages);
     starts_inside_a_page |= w.in_page > 0;
   }

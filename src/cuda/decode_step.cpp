@@ -198,9 +198,14 @@ void DecodeStep::prepare(void* stream_ptr) {
       const SeqId id = s.seqs[i];
       KVQ_CHECK(m.sequences().contains(id), "DecodeStep: sequence ", id, " was removed");
       const DeviceStore::Layer& l = m.sequences().at(id).layers[static_cast<size_t>(ls.layer)];
-      const size_t length = l.pages.size() * T + static_cast<size_t>(l.residual_count);
+      const size_t length =
+          static_cast<size_t>(l.sink_count) + l.pages.size() * T + static_cast<size_t>(l.residual_count);
       KVQ_CHECK(length < s.max_tokens, "DecodeStep: sequence ", id, " layer ", ls.layer, " holds ", length,
                 " tokens: the step was made for max_tokens = ", s.max_tokens);
+      // A step's launches append to pages and window only: the sinks must be full (an append fills them).
+      KVQ_CHECK(l.sink_count == cfg.sink_tokens, "DecodeStep: sequence ", id, " layer ", ls.layer, " holds ",
+                l.sink_count, " of its ", cfg.sink_tokens, " sink tokens: append its first ", cfg.sink_tokens,
+                " tokens before decode steps");
       chunks.push_back({static_cast<size_t>(l.residual_count), 1, l.device->has_offset});
     }
     plans.push_back(detail::plan_append(chunks, T, R, centered));
@@ -223,11 +228,18 @@ void DecodeStep::prepare(void* stream_ptr) {
     for (size_t j = 0; j < layers.size(); ++j) {
       const DeviceStore::Layer& l = *layers[j];
       const detail::WindowStart w = detail::window_start(l.pages.size(), cfg.block_tokens, l.residual_count,
-                                                         ls.options.window);
+                                                         ls.options.window, l.sink_count);
       const size_t whole = w.first_whole_page();
       const PageId* table = l.device->pages.get();
       detail::at<SeqPages>(host, ls.seqs_at)[j] = {table + whole, static_cast<int>(l.pages.size() - whole), 0};
-      detail::at<WindowDesc>(host, ls.windows_at)[j] = {l.device->window.get(), l.residual_count, w.in_residual};
+      detail::at<WindowDesc>(host, ls.windows_at)[j] = {l.device->window.get(),
+                                                        l.residual_count,
+                                                        w.in_residual,
+                                                        l.device->sinks.get(),
+                                                        static_cast<int>(l.sink_slots),
+                                                        l.sink_count,
+                                                        w.in_sinks,
+                                                        l.device->has_offset ? l.device->key_offset.get() : nullptr};
       detail::at<SeqPages>(host, ls.starts_at)[j] = {table + w.page, w.in_page > 0 ? 1 : 0, w.in_page};
     }
   }

@@ -8,6 +8,7 @@
 
 #include "cache/key_offset.hpp"
 #include "cache/cuda_backend.hpp"
+#include "core/finite.hpp"
 #include "cuda/device_store.hpp"
 #include "cuda/encode_layout.cuh"
 #include "kvq/cuda.hpp"
@@ -81,6 +82,12 @@ LayerView Backend::view(const KVCache& cache, SeqId seq, int layer) {
   v.residual_stride = head;
   if (l.device->has_offset) v.key_offset = l.device->key_offset.get();
   v.device_pages = l.device->pages.get();
+  v.sink_count = l.sink_count;
+  if (l.device->sinks) {
+    v.sink_stride = l.sink_slots * static_cast<size_t>(m.config().head_dim);
+    v.sink_keys = l.device->sinks.get();
+    v.sink_values = l.device->sinks.get() + static_cast<size_t>(m.config().n_kv_heads) * v.sink_stride;
+  }
   return v;
 }
 
@@ -156,6 +163,12 @@ void Backend::upload(KVCache& dev, const KVCache& host) {
       }
       KVQ_CUDA_CHECK(cudaMemcpy(dl.device->window.get(), window.data(), window.size() * sizeof(float),
                                 cudaMemcpyHostToDevice));
+      if (v.sink_count > 0) {
+        dl.sink_count = v.sink_count;
+        dl.sink_slots = v.sink_stride / d;
+        dl.sinks.assign(v.sink_keys, v.sink_keys + 2 * H * v.sink_stride);  // keys, then values right after
+        m.upload_sinks(dl, nullptr);
+      }
     }
   }
   m.sequences().next_id = host.next_sequence_id();
@@ -175,7 +188,22 @@ DeviceStore::Layer DeviceStore::host_layer(const Layer& l) const {
     KVQ_CUDA_CHECK(cudaMemcpy(host.key_offset.data(), l.device->key_offset.get(),
                               host.key_offset.size() * sizeof(float), cudaMemcpyDeviceToHost));
   }
+  host.sink_count = l.sink_count;
+  host.sink_slots = l.sink_slots;
+  host.sinks = l.sinks;
   return host;
+}
+
+void DeviceStore::upload_sinks(Layer& l, cudaStream_t st) const {
+  if (l.sinks.size() != l.device->sink_halves) {
+    KVQ_CUDA_CHECK(cudaDeviceSynchronize());  // a decode queued before may still read the old copy
+    l.device->sinks = device_alloc<uint16_t>(l.sinks.size(), "a sequence's f16 sink tokens");
+    l.device->sink_halves = l.sinks.size();
+  }
+  // Pageable memory: the call returns once the host copy is staged, so the next append may change it.
+  if (!l.sinks.empty())
+    KVQ_CUDA_CHECK(cudaMemcpyAsync(l.device->sinks.get(), l.sinks.data(), l.sinks.size() * sizeof(uint16_t),
+                                   cudaMemcpyHostToDevice, st));
 }
 
 void DeviceStore::append_on_host(Layer& ls, int layer, SeqId seq, const float* keys, const float* values,
@@ -194,6 +222,13 @@ void DeviceStore::append_on_host(Layer& ls, int layer, SeqId seq, const float* k
   ls.residual_count = host.residual_count;
   KVQ_CUDA_CHECK(cudaMemcpy(ls.device->window.get(), host.residual.data(), host.residual.size() * sizeof(float),
                             cudaMemcpyHostToDevice));
+  if (host.sink_count != ls.sink_count) {
+    ls.sink_count = host.sink_count;
+    ls.sink_slots = host.sink_slots;
+    ls.sinks = std::move(host.sinks);
+    upload_sinks(ls, nullptr);
+    KVQ_CUDA_CHECK(cudaDeviceSynchronize());
+  }
 }
 
 void DeviceStore::append_batch(const char* who, std::span<const SeqId> seqs, int layer, const float* keys_dev,
@@ -232,9 +267,13 @@ void DeviceStore::append_batch(const char* who, std::span<const SeqId> seqs, int
   const int H = config().n_kv_heads, d = config().head_dim, T = config().block_tokens;
   const size_t uT = static_cast<size_t>(T), hd = static_cast<size_t>(H) * d;
   const bool centered = kvq::detail::centers_keys(config());
+  std::vector<size_t> n_sink(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) n_sink[i] = cache->sinks_taken(*layers[i], n_tokens[i]);
+  const std::vector<float> sink_tokens = download_sinks(who, seqs, keys_dev, values_dev, n_tokens, n_sink, st);
   std::vector<detail::SequenceChunk> chunks;
   for (size_t i = 0; i < seqs.size(); ++i)
-    chunks.push_back({static_cast<size_t>(layers[i]->residual_count), n_tokens[i], layers[i]->device->has_offset});
+    chunks.push_back({static_cast<size_t>(layers[i]->residual_count), n_tokens[i], layers[i]->device->has_offset,
+                      n_sink[i]});
   const detail::AppendPlan plan =
       detail::plan_append(chunks, uT, static_cast<size_t>(config().residual_tokens), centered);
   if (plan.pages > free().size()) {
@@ -302,6 +341,46 @@ void DeviceStore::append_batch(const char* who, std::span<const SeqId> seqs, int
   }
   launch_commit(launch, st);
   commit_append(plan, layers);
+  commit_sinks(layers, n_sink, sink_tokens, st);
+}
+
+std::vector<float> DeviceStore::download_sinks(const char* who, std::span<const SeqId> seqs, const float* keys_dev,
+                                               const float* values_dev, std::span<const size_t> n_tokens,
+                                               std::span<const size_t> n_sink, cudaStream_t st) const {
+  const size_t hd = static_cast<size_t>(config().n_kv_heads) * config().head_dim;
+  size_t total = 0;
+  for (const size_t n : n_sink) total += n;
+  std::vector<float> tokens(2 * total * hd);  // keys [total][H][d], then values
+  if (total == 0) return tokens;
+  for (size_t i = 0, chunk = 0, at = 0; i < seqs.size(); chunk += n_tokens[i], at += n_sink[i], ++i)
+    for (int role = 0; role < 2 && n_sink[i] > 0; ++role)
+      KVQ_CUDA_CHECK(cudaMemcpyAsync(tokens.data() + (role * total + at) * hd,
+                                     (role == 0 ? keys_dev : values_dev) + chunk * hd, n_sink[i] * hd * sizeof(float),
+                                     cudaMemcpyDeviceToHost, st));
+  KVQ_CUDA_CHECK(cudaStreamSynchronize(st));
+  for (size_t i = 0, at = 0; i < seqs.size(); at += n_sink[i], ++i) {
+    const float* keys = tokens.data() + at * hd;
+    const float* values = keys + total * hd;
+    const size_t n = n_sink[i] * hd, d = static_cast<size_t>(config().head_dim);
+    for (const float* x : {keys, values}) {
+      const size_t j = first_non_finite(x, n);
+      KVQ_CHECK(j == n, who, ": sequence ", seqs[i], ": ", x == keys ? "key" : "value", " of token ", j / hd,
+                " head ", j / d % static_cast<size_t>(config().n_kv_heads), " channel ", j % d, " is ", x[j],
+                " (NaN and Inf are rejected)");
+    }
+    cache->check_sink_range(kvq::detail::concat(who, ": sequence ", seqs[i]), keys, values, n_sink[i]);
+  }
+  return tokens;
+}
+
+void DeviceStore::commit_sinks(std::span<Layer* const> layers, std::span<const size_t> n_sink,
+                               const std::vector<float>& tokens, cudaStream_t st) const {
+  const size_t hd = static_cast<size_t>(config().n_kv_heads) * config().head_dim, total = tokens.size() / (2 * hd);
+  for (size_t i = 0, at = 0; i < layers.size(); at += n_sink[i], ++i) {
+    if (n_sink[i] == 0) continue;
+    cache->store_sinks(*layers[i], tokens.data() + at * hd, tokens.data() + (total + at) * hd, n_sink[i]);
+    upload_sinks(*layers[i], st);
+  }
 }
 
 void DeviceStore::reserve_append(const detail::AppendPlan& plan, std::span<Layer* const> layers) {
@@ -415,6 +494,8 @@ SeqId add_sequence_repeating(KVCache& cache, SeqId src, size_t n_tokens) {
   detail::use_device(m.device);
   const size_t T = static_cast<size_t>(m.config().block_tokens);
   KVQ_CHECK(n_tokens % T == 0, "add_sequence_repeating: ", n_tokens, " tokens is not a multiple of the page size ", T);
+  KVQ_CHECK(m.config().sink_tokens == 0, "add_sequence_repeating: a cache with sink_tokens = ",
+            m.config().sink_tokens, " (its sequences start with their sinks, not with pages)");
   const size_t n_pages = n_tokens / T, layers = static_cast<size_t>(m.config().n_layers);
   size_t needed = 0;
   for (const DeviceStore::Layer& l : m.sequences().at(src).layers) {

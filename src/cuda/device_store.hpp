@@ -79,6 +79,8 @@ struct DeviceLayer {
   DevicePtr<float> window;      // keys [H][slots][d], then values
   DevicePtr<float> key_offset;  // centered keys (cache.hpp): [H][d] once the first page is encoded
   bool has_offset = false;
+  DevicePtr<uint16_t> sinks;  // f16 sink tokens: a copy of KVCache::LayerState::sinks, laid out as it is
+  size_t sink_halves = 0;     // its size
 };
 
 struct DeviceStore {
@@ -157,7 +159,7 @@ struct DeviceStore {
       KVQ_CUDA_CHECK(cudaMemcpyAsync(l.device->pages.get() + first, l.pages.data() + first, n * sizeof(PageId),
                                      cudaMemcpyHostToDevice));
   }
-  /// A host copy of the layer's window (every slot), window count and key offset.
+  /// A host copy of the layer's window (every slot), window count, key offset and sinks.
   Layer host_layer(const Layer& l) const;
   void set_key_offset(Layer& l, const float* host) const {
     const size_t n = static_cast<size_t>(config().n_kv_heads) * config().head_dim;
@@ -165,6 +167,8 @@ struct DeviceStore {
     KVQ_CUDA_CHECK(cudaMemcpy(l.device->key_offset.get(), host, n * sizeof(float), cudaMemcpyHostToDevice));
     l.device->has_offset = true;
   }
+  /// The layer's device sinks made a copy of its host sinks (regrown with them), queued on `stream`.
+  void upload_sinks(Layer& l, cudaStream_t stream) const;
   /// KVCache::append for a codec without append kernels: encoded by the CPU codecs (KVCache::append_on_host).
   void append_on_host(Layer& ls, int layer, SeqId seq, const float* keys, const float* values, size_t n_tokens);
   void append_batch(const char* who, std::span<const SeqId> seqs, int layer, const float* keys_dev,
@@ -185,6 +189,15 @@ struct DeviceStore {
   void launch_commit(const AppendLaunch& a, cudaStream_t stream) const;
   /// The commit of the bookkeeping: pages, window counts, key offsets, the free list.
   void commit_append(const detail::AppendPlan& plan, std::span<Layer* const> layers);
+
+  // The sink tokens of a batched append (CacheConfig::sink_tokens): each chunk's first n_sink[i] tokens, downloaded
+  // (keys [sum n_sink][H][d], then values) and checked on the host, then rounded and stored as the CPU stores them,
+  // on the host and the device. Only a sequence's first appends have any.
+  std::vector<float> download_sinks(const char* who, std::span<const SeqId> seqs, const float* keys_dev,
+                                    const float* values_dev, std::span<const size_t> n_tokens,
+                                    std::span<const size_t> n_sink, cudaStream_t stream) const;
+  void commit_sinks(std::span<Layer* const> layers, std::span<const size_t> n_sink, const std::vector<float>& tokens,
+                    cudaStream_t stream) const;
 };
 
 }  // namespace detail

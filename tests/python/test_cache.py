@@ -84,6 +84,7 @@ def test_sink_tokens_are_held_in_f16_and_attended(rng):
     out = cache.decode_attention(1, seqs, q)
     ref = decode_reference(cache, 1, seqs, q, [cache.read(s, 1) for s in seqs])
     assert ref.worst(out) <= 1.0
+    assert cache.memory()["sink_bytes"] == 2 * 2 * heads * (2 + sinks) * d  # f16 keys and values; 2 grows to 3
     with pytest.raises(kvq.Error, match="sink_tokens"):
         kvq.KVCache(1, heads, d, capacity_pages=1, sink_tokens=-1)
 
@@ -155,7 +156,7 @@ def test_sequences_lengths_memory_and_kernel(rng):
     assert m["pages_in_use"] == 2 and m["pages_capacity"] == cache.capacity_pages
     assert m["encoded_bytes"] == 2 * m["page_bytes"] and m["pool_bytes"] == cache.capacity_pages * m["page_bytes"]
     assert m["used_bytes"] == m["encoded_bytes"] + m["residual_bytes"] + m["block_table_bytes"] + \
-        m["codec_state_bytes"] + m["key_offset_bytes"]
+        m["codec_state_bytes"] + m["key_offset_bytes"] + m["sink_bytes"]
     assert m["bits_per_element"] == pytest.approx(4.5, rel=0.05)
     assert cache.free_pages == cache.capacity_pages - 2
     assert cache.attention_kernel(0).startswith(("fused_int4_int4", "generic"))

@@ -146,6 +146,34 @@ def test_appends_on_the_device_hold_what_the_cpu_cache_holds(rng, key_codec, val
 
 
 @needs_gpu
+@pytest.mark.parametrize("sinks", [1, 4])
+def test_sink_tokens_on_the_device_hold_and_attend_as_on_the_cpu(rng, sinks):
+    """sink_tokens on a device cache: appends in chunks (sequences shorter than the sinks included) hold what the CPU
+    cache holds, the sinks in f16, and decode attention matches it, with a sliding window that hides them too."""
+    lengths = [2, 3, 70, 200]
+    config = dict(capacity_pages=32, key_codec="int4", value_codec="int4", seed=int(rng.integers(2**32)),
+                  sink_tokens=sinks)
+    cpu, dev = kvq.KVCache(2, HEADS, D, **config), kvq.KVCache(2, HEADS, D, device="cuda", **config)
+    assert dev.sink_tokens == sinks
+    seqs = []
+    for n in lengths:
+        seqs.append(cpu.add_sequence())
+        assert dev.add_sequence() == seqs[-1]
+        keys, values = tokens(rng, n, HEADS, D)
+        for start, stop in chunks(n, (1, 2, 37)):
+            cpu.append(seqs[-1], LAYER, keys[start:stop], values[start:stop])
+            dev.append(seqs[-1], LAYER, cuda(keys[start:stop]), cuda(values[start:stop]))
+    expect_same_contents(dev.to("cpu"), cpu, seqs)
+    assert dev.memory()["sink_bytes"] == cpu.memory()["sink_bytes"] > 0
+    q = rng.standard_normal((len(seqs), 4 * HEADS, D)).astype(np.float32)
+    for window in (0, 2, 100):
+        got = dev.decode_attention(LAYER, seqs, cuda(q), window=window)
+        expect_device_matches_cpu(cpu, seqs, q, got, window=window)
+    copied = cpu.to("cuda")
+    expect_device_matches_cpu(cpu, seqs, q, copied.decode_attention(LAYER, seqs, cuda(q)))
+
+
+@needs_gpu
 @pytest.mark.parametrize("key_codec,value_codec", [("int4", "int4"), ("turbo_mse:3", "turbo_mse:3")])
 def test_append_batch_of_one_token_per_sequence(rng, key_codec, value_codec):
     """Decode steps: one append_batch per step with a token for each sequence, against one CPU append per sequence;

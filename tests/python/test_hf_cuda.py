@@ -45,6 +45,18 @@ def test_device_and_cpu_caches_agree(seed):
     assert relative_error(on_gpu.cpu(), on_cpu) < 1e-3
 
 
+def test_sink_tokens_on_the_device_agree_with_the_cpu(seed):
+    # sink_tokens on both devices: the same sinks and codes, attention within float32 rounding of each other.
+    cpu = tiny_model("llama", seed)
+    gpu = on_cuda(tiny_model("llama", seed))
+    ids = prompt(seed, 2, 150)
+    with torch.no_grad():
+        on_cpu, tokens = greedy(cpu, ids, kvq.hf.KvqCache(cpu.config, "int4", "int4", sink_tokens=4), 16)
+        on_gpu, _ = greedy(gpu, ids.cuda(), kvq.hf.KvqCache(gpu.config, "int4", "int4", sink_tokens=4), 16,
+                           follow=tokens.cuda())
+    assert relative_error(on_gpu.cpu(), on_cpu) < 1e-3
+
+
 def test_padded_batch_and_bf16_generate_on_the_device(seed):
     model = on_cuda(tiny_model("llama", seed), torch.bfloat16)
     lengths = [137, 70]
@@ -133,6 +145,19 @@ def test_decode_graph_follows_the_eager_steps(codecs, seed):
     assert relative_error(logits, ref_logits) < 1e-4
     assert torch.equal(tokens, ref_tokens)
     assert cache.get_seq_length() == 140 + 90
+
+
+def test_decode_graph_with_sink_tokens_follows_the_eager_steps(seed):
+    # Sink tokens: the prompt fills them, the graph's steps append to pages and windows only.
+    model = on_cuda(tiny_model("llama", seed))
+    ids = prompt(seed, 2, 100).cuda()
+    with torch.no_grad():
+        ref_logits, ref_tokens = greedy(model, ids, kvq.hf.KvqCache(model.config, "int4", "int4", max_tokens=200,
+                                                                    sink_tokens=4), 40)
+        cache = kvq.hf.KvqCache(model.config, "int4", "int4", max_tokens=200, sink_tokens=4)
+        logits, tokens, graph = graph_greedy(model, ids, cache, 40)
+    assert relative_error(logits, ref_logits) < 1e-4
+    assert torch.equal(tokens, ref_tokens)
 
 
 def test_compiled_decode_graph_follows_the_eager_steps(seed):
