@@ -13,7 +13,8 @@
 # the sanitized tests (racecheck by default the decode tests and the append test in reduced shapes: the other
 # append tests take over 7 minutes under it, run 13), KVQ_SANITIZE=0 skips them; KVQ_NCU="batch ctx codec kernel-regex[;...]" adds an ncu profile of one launch of each
 # pair's split kernel (ncu-<n>-<codec>-<batch>x<ctx>.txt; the regex matches the mangled name, e.g. "32 32768 int4 IntTraitsILi4EE3Key").
-# The split kernels' SASS opcode counts go to sass.txt (bench/gpu/sass_stats.py).
+# The split kernels' SASS opcode counts go to sass.txt (bench/gpu/sass_stats.py; about a minute, KVQ_GPU_SASS=0
+# skips it).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 unset KVQ_ATTENTION  # the default kernels (the tests choose their own)
@@ -91,7 +92,7 @@ lts__t_sectors_srcunit_tex_op_read.sum,lts__t_requests_srcunit_tex_op_read.sum,d
   echo "kvq-gpu: ncu done at $(( $(date +%s) - start )) s"
 fi
 
-command -v cuobjdump >/dev/null &&
+[ "${KVQ_GPU_SASS:-1}" = 1 ] && command -v cuobjdump >/dev/null &&
   cuobjdump -sass build/cuda-device/tests/kvq_gpu_tests | python3 bench/gpu/sass_stats.py >"$OUT/sass.txt"
 
 if [ "${KVQ_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
