@@ -14,7 +14,8 @@
 // block's first chunk (chunk cc adds cc * chunk_bytes, the codes of C tokens); the kernel streams them into the
 // lane's own shared-memory slots (slot k of lane l at codes[32 k + l], codes the stage's first slot), or, for codecs
 // whose lanes share pieces (turbo_mse), into the codec's `slots` at `copy_slot(k, l)` by the lanes that
-// `lane_copies` (`code_slots`, `lane_slot` below). Per-chunk
+// `lane_copies` (`code_slots`, `lane_slot` below); where a lane's pieces lie at fixed steps from its first, from one
+// address (`piece_source`). Per-chunk
 // parameters (scales, minima, norms) are `ranges` of the block copied once per warp into shared memory (prm[r]).
 // Codecs with kBulk (f16/bf16) instead take the chunk's rows (chunk_bytes at cc * chunk_bytes) by the copy engine,
 // in 8 units placed for conflict-free reads (float_stage.cuh); their fragments read that placement.
@@ -167,11 +168,16 @@ KVQ_HD constexpr int lane_slot(int k, int lane) {
   if constexpr (kSharesPieces<T>) return T::copy_slot(k, lane);
   else return 32 * k + lane;
 }
-/// The source of the lane's piece k in a chunk's codes: where lanes share pieces, its first piece plus the difference,
-/// which those codecs keep the same for every lane, so that the copies take one address and immediate offsets.
-template <class T, int N>
+/// Whether a lane's pieces lie at the same steps from its first for every lane (the codec's kFixedSteps: int, kivi
+/// and turbo_mse, whose `piece` adds the step last, so that the difference of two pieces folds to a constant).
+template <class T>
+inline constexpr bool kFixedPieceSteps = requires { requires T::kFixedSteps; };
+/// The source of the lane's piece k in a chunk's codes: where the steps are fixed (and kOneAddress), its first piece
+/// plus the step, so that the copies take one address and immediate offsets (no offset per piece held or recomputed
+/// in the chunk loop).
+template <class T, bool kOneAddress, int N>
 KVQ_HD const uint8_t* piece_source(const uint8_t* chunk, const int (&piece)[N], int k) {
-  if constexpr (kSharesPieces<T>) return chunk + piece[0] + (piece[k] - piece[0]);
+  if constexpr (kOneAddress && kFixedPieceSteps<T>) return chunk + piece[0] + (piece[k] - piece[0]);
   else return chunk + piece[k];
 }
 /// Whether the lane copies its pieces (all of them or none): where lanes share pieces, only the first slots / pieces
@@ -358,15 +364,18 @@ KVQ_UNROLL
 template <int E>
 struct LaneWordKeys {
   static constexpr int kSteps = E / 4;  // k steps per lane word
+  static constexpr bool kFixedSteps = true;
   template <int D, int C>
   static constexpr int pieces() {
     static_assert(C == 32 || C == 64, "lane-word keys: chunks of 32 or 64 tokens");
     return D / E / 4 * (C / 32);
   }
+  /// Its piece 0 (first token t; tokens t + 4h share t's 16-token tile), then k's step (h = k % (C / 32), lane
+  /// word 4 (k / (C / 32)) + i).
   template <int D, int C>
   KVQ_HD static int piece(const CodecArgs&, int lane, int k) {
-    const int t = C / 8 * (lane >> 2) + 4 * (k % (C / 32));
-    return 64 * ((t >> 4) * (D / E) + 4 * (k / (C / 32)) + (lane & 3)) + 4 * (t & 15);
+    const int t = C / 8 * (lane >> 2);
+    return 64 * ((t >> 4) * (D / E) + (lane & 3)) + 4 * (t & 15) + 256 * (k / (C / 32)) + 16 * (k % (C / 32));
   }
   template <int D>
   KVQ_HD static constexpr int channel(int ks, int k) {
@@ -519,6 +528,7 @@ KVQ_UNROLL
     static constexpr bool kBf16 = false, kDense = kBits == 4, kBulk = false;  // int4: 128 registers suffice
     static constexpr int kChunk = 32, kRanges = 1;
     static constexpr int kPiecesPerTile = kBits == 4 ? 1 : 2;  // pieces of 4 channels x 8 tokens
+    static constexpr bool kFixedSteps = true;
     /// Piece r * kPiecesPerTile + h: channels lane_tile_channel(4r + e, n) of tokens 8i .. 8i + 7 (int8: 8i + 4h ..).
     template <int D, int DP, int C>
     static constexpr int pieces() {
@@ -529,12 +539,13 @@ KVQ_UNROLL
     static constexpr uint32_t chunk_bytes() {
       return C * D * kBits / 8;
     }
+    /// Its piece 0, then k's step: tile r lies 2 r 16-channel tiles on, int8's piece h = 1 a lane word (D / 16
+    /// 64-byte rows) on.
     template <int D, int DP, int C>
     KVQ_HD static int piece(const CodecArgs&, int lane, int k, int pc) {
       const int n = lane >> 2, i = lane & 3;
-      const int a = 8 * i / E + (kBits == 8 ? (k & 1) : 0);
-      const int r = k / kPiecesPerTile;
-      return 64 * (a * (D / 16) + lane_tile_k16(pc, r, n)) + 16 * (n & 3);
+      return 64 * (8 * i / E * (D / 16) + lane_tile_k16(pc, 0, n)) + 16 * (n & 3) +
+             64 * (D / 16) * (k % kPiecesPerTile) + 128 * (k / kPiecesPerTile);
     }
     template <int D, int DP, int C>
     KVQ_HD static void range(const CodecArgs& a, int cc, int, uint32_t& offset, uint32_t& bytes) {
@@ -773,6 +784,7 @@ KVQ_UNROLL
   struct Value {
     static constexpr bool kBf16 = false, kDense = false, kBulk = false;
     static constexpr int kChunk = 4 * E, kRanges = 2;  // a lane word holds the lane's C / 4 tokens
+    static constexpr bool kFixedSteps = true;
     /// Piece r: channels lane_tile_channel(4r + e, n) of the lane's E tokens (C / 4) i .. (C / 4) i + E - 1.
     template <int D, int DP, int C>
     static constexpr int pieces() {
@@ -783,10 +795,11 @@ KVQ_UNROLL
     static constexpr uint32_t chunk_bytes() {
       return C * D * kBits / 8;
     }
+    /// Its piece 0, then k's step (tile k: 2 k 16-channel tiles on).
     template <int D, int DP, int C>
     KVQ_HD static int piece(const CodecArgs&, int lane, int k, int pc) {
       const int n = lane >> 2, a = lane & 3;
-      return 64 * (a * (D / 16) + lane_tile_k16(pc, k, n)) + 16 * (n & 3);
+      return 64 * (a * (D / 16) + lane_tile_k16(pc, 0, n)) + 16 * (n & 3) + 128 * k;
     }
     /// The chunk's minima (r = 0) and scales (r = 1): [C/16][D/G][16] fp16 each.
     template <int D, int DP, int C>
@@ -907,6 +920,7 @@ struct TurboMseTraits {
 
   struct Key : TokenNormKeys {
     static constexpr bool kBf16 = false, kSplitB = false, kChunkA = false, kDense = false, kBulk = false;
+    static constexpr bool kFixedSteps = true;
     static constexpr int kChunk = 32, kRanges = 1;
     /// Region k = kk (C / 32) + h: tokens (C / 8) n + 4h .. + 3 of the 32-channel chunk kk.
     template <int D, int C>
@@ -1012,6 +1026,7 @@ KVQ_UNROLL
 
   struct Value : TokenNormValues {
     static constexpr bool kBf16 = false, kDense = false, kBulk = false;
+    static constexpr bool kFixedSteps = true;
     static constexpr int kChunk = 32, kRanges = 1;
     /// Region r: channels lane_tile_channel(4r + e, n) of the chunk's 32-token lanes (nibble lane i: tokens 8i ..
     /// 8i + 7).

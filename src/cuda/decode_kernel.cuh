@@ -173,6 +173,9 @@ struct SplitShape {
   // chunks (beside kivi:2 values: 8 score tiles per scale group).
   static constexpr bool kHeavy = D > 128 || kParts > 1 || (C == 64 && K::kGroups);
   static constexpr int kMinBlocks = (kHeavy ? 256 : kDense ? 512 : 384) / kThreads;
+  // A lane's pieces from one address (piece_source) but in the dense pair: there, holding the address through the
+  // chunk spills the exact kernels at d = 128 (128 registers), so each piece keeps its own offset.
+  static constexpr bool kOneAddress = !kDense;
   static constexpr int kTableBytes = KS * 32 * 16;                              // one [KS][32] fragment table
   // Queries (+ their fp32 values; the integer path: its digit table, at most kTableBytes, then S of the 8 rows, or
   // with block digits the rows' x' (int_query_values, kTableBytes) and S in warp 0's A table until the chunk loop:
@@ -589,8 +592,8 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
     const uint8_t* page = a.pool + static_cast<size_t>(__shfl_sync(0xffffffffu, pid, p & 31)) * a.page_bytes;
     const uint8_t* kb = page + kblock;
     const uint8_t* vb = page + vblock;
-    const uint8_t* kc = kb + cc * S::kKeyChunkBytes;
-    const uint8_t* vc = vb + cc * S::kValueChunkBytes;
+    const uint8_t* kc = kb + static_cast<uint32_t>(cc) * S::kKeyChunkBytes;  // unsigned: no sign extension
+    const uint8_t* vc = vb + static_cast<uint32_t>(cc) * S::kValueChunkBytes;
     uint8_t* st = ring + stage * a.stage_bytes;
     if constexpr (S::kBulk) {
       // A unit a lane (FloatStage): the key units from lane 0, then the value units; lane 0 arms the barrier (the
@@ -609,12 +612,13 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
     if (lane_copies<K, D, C>(lane)) {
 #pragma unroll
       for (int k = 0; k < S::kKeyPieces; ++k)
-        cp_async16(st + 16 * (lane_slot<K>(k, lane) - lane), piece_source<K>(kc, kpiece, k));
+        cp_async16(st + 16 * (lane_slot<K>(k, lane) - lane), piece_source<K, S::kOneAddress>(kc, kpiece, k));
     }
     if (lane_copies<V, D, DP, C>(lane)) {
 #pragma unroll
       for (int k = 0; k < S::kValuePieces; ++k)
-        cp_async16(st + S::kKeyCodeBytes + 16 * (lane_slot<V>(k, lane) - lane), piece_source<V>(vc, vpiece, k));
+        cp_async16(st + S::kKeyCodeBytes + 16 * (lane_slot<V>(k, lane) - lane),
+                   piece_source<V, S::kOneAddress>(vc, vpiece, k));
     }
     st -= 16 * lane;
     uint8_t* prm = st + S::kCodeBytes;

@@ -1068,31 +1068,67 @@ void check_shared_pieces() {
   }
 }
 
-// piece_source's premise: a copying lane's piece k lies the same distance from its piece 0 for every lane.
-template <int kBits>
-void check_piece_steps() {
-  using T = TurboMseTraits<kBits>;
+// piece_source's premise: where a codec's steps are fixed (kFixedPieceSteps), a copying lane's piece k lies the same
+// distance from its piece 0 for every lane.
+template <class T, int D, int C>
+void check_key_steps(const char* name) {
+  static_assert(kFixedPieceSteps<T>);
   const CodecArgs args;
-  auto same_steps = [](auto piece, int pieces, int lanes) {
-    for (int k = 0; k < pieces; ++k)
-      for (int lane = 1; lane < lanes; ++lane)
+  const auto piece = [&](int lane, int k) { return T::template piece<D, C>(args, lane, k); };
+  for (int k = 0; k < T::template pieces<D, C>(); ++k)
+    for (int lane = 1; lane < 32; ++lane)
+      if (lane_copies<T, D, C>(lane))
         EXPECT_EQ(piece(lane, k) - piece(lane, 0), piece(0, k) - piece(0, 0))
-            << "turbo_mse:" << kBits << " piece " << k;
-  };
-  same_steps([&](int lane, int k) { return T::Key::template piece<128, 64>(args, lane, k); },
-             T::Key::template pieces<128, 64>(), T::kRegionSlots);
-  same_steps([&](int lane, int k) { return T::Key::template piece<256, 32>(args, lane, k); },
-             T::Key::template pieces<256, 32>(), T::kRegionSlots);
-  for (const int pc : {0, 64, 128})
-    same_steps([&](int lane, int k) { return T::Value::template piece<256, 128, 32>(args, lane, k, pc); },
-               T::Value::template pieces<256, 128, 32>(), T::kRegionSlots);
+            << name << " keys d " << D << " piece " << k;
+}
+template <class T, int D, int DP, int C>
+void check_value_steps(const char* name) {
+  static_assert(kFixedPieceSteps<T>);
+  const CodecArgs args;
+  for (int pc = 0; pc + DP <= D; pc += 64) {
+    const auto piece = [&](int lane, int k) { return T::template piece<D, DP, C>(args, lane, k, pc); };
+    for (int k = 0; k < T::template pieces<D, DP, C>(); ++k)
+      for (int lane = 1; lane < 32; ++lane)
+        if (lane_copies<T, D, DP, C>(lane))
+          EXPECT_EQ(piece(lane, k) - piece(lane, 0), piece(0, k) - piece(0, 0))
+              << name << " values d " << D << " pc " << pc << " piece " << k;
+  }
+}
+template <class T, int C>
+void check_key_piece_steps(const char* name) {
+  check_key_steps<typename T::Key, 64, C>(name);
+  check_key_steps<typename T::Key, 128, C>(name);
+  check_key_steps<typename T::Key, 256, C>(name);
+}
+template <class T, int C>
+void check_value_piece_steps(const char* name) {
+  check_value_steps<typename T::Value, 64, 64, C>(name);
+  check_value_steps<typename T::Value, 128, 128, C>(name);
+  check_value_steps<typename T::Value, 256, 128, C>(name);
+}
+
+TEST(CudaFragments, FixedPieceStepsAreTheSameForEveryLane) {
+  check_key_piece_steps<IntTraits<4>, 32>("int4");
+  check_key_piece_steps<IntTraits<4>, 64>("int4");
+  check_key_piece_steps<IntTraits<8>, 32>("int8");
+  check_key_piece_steps<IntTraits<8>, 64>("int8");
+  check_key_piece_steps<KiviTraits<2>, 64>("kivi:2");
+  check_key_piece_steps<KiviTraits<4>, 32>("kivi:4");
+  check_key_piece_steps<TurboMseTraits<1>, 32>("turbo_mse:1");
+  check_key_piece_steps<TurboMseTraits<2>, 64>("turbo_mse:2");
+  check_key_piece_steps<TurboMseTraits<3>, 32>("turbo_mse:3");
+  check_key_piece_steps<TurboMseTraits<4>, 64>("turbo_mse:4");
+  check_value_piece_steps<IntTraits<4>, 32>("int4");
+  check_value_piece_steps<IntTraits<8>, 32>("int8");
+  check_value_piece_steps<KiviTraits<2>, 64>("kivi:2");
+  check_value_piece_steps<KiviTraits<4>, 32>("kivi:4");
+  check_value_piece_steps<TurboMseTraits<1>, 32>("turbo_mse:1");
+  check_value_piece_steps<TurboMseTraits<2>, 32>("turbo_mse:2");
+  check_value_piece_steps<TurboMseTraits<3>, 32>("turbo_mse:3");
+  check_value_piece_steps<TurboMseTraits<4>, 32>("turbo_mse:4");
 }
 
 TEST(CudaFragments, TurboMseSharedPiecesAreCopiedOnceAndReadWithoutConflicts) {
-  check_piece_steps<1>();
-  check_piece_steps<2>();
-  check_piece_steps<3>();
-  check_piece_steps<4>();
   check_shared_pieces<1>();
   check_shared_pieces<2>();
   check_shared_pieces<3>();
