@@ -22,6 +22,7 @@
 #include "gguf_writer.hpp"
 #include "kvq/cache.hpp"
 #include "kvq/codec.hpp"
+#include "kvq/detail/calibration.hpp"
 #include "kvq/detail/ggml_quants.hpp"
 #include "kvq/detail/gguf.hpp"
 #include "kvq/detail/random.hpp"
@@ -358,6 +359,34 @@ int main(int argc, char** argv) {
     payload.insert(payload.end(), file.begin() + 24, file.end());
     write(out / "cache_payload", std::string(s.name) + ".payload", payload);
   }
+
+  // Calibration files without their checksum line (calibration_file_fuzzer appends it): one with a trained
+  // vecinfer state, one without, and the version 1 form.
+  for (const bool trained : {true, false}) {
+    kvq::Calibration c;
+    c.model = {"llama", 2, 4, 2, 16, 0x12345678u, "rope_adjacent_pairs"};
+    c.budget_bits = 3, c.calibration_tokens = 256, c.sink_tokens = trained ? 1 : 0, c.predicted_kld = 0.25;
+    c.layers = {{"int4", "kivi:2", true}, {"turbo_mse:3", "f16"}};
+    if (trained) {
+      const auto codec = kvq::make_codec("vecinfer:8/4", {16, 64, 0, kvq::Role::value});
+      std::vector<float> x(256 * 16);
+      kvq::Rng rng(1);
+      for (float& v : x) v = static_cast<float>(rng.normal());
+      codec->train(x.data(), 256);
+      c.layers[1].value = "vecinfer:8/4";
+      c.layers[1].value_state = codec->state();
+    }
+    const fs::path file = scratch / "kvq_seed.calib";
+    kvq::save_calibration(c, file);
+    Bytes text = read(file);
+    fs::remove(file);
+    text.resize(std::string_view(reinterpret_cast<const char*>(text.data()), text.size()).rfind("crc32c "));
+    write(out / "calibration_file", trained ? "trained_state.calib" : "untrained.calib", text);
+  }
+  const std::string version1 =
+      "kvq-calibration 1\narchitecture llama2.c\nlayers 1\nheads 2\nkv_heads 1\nhead_dim 16\nmodel_crc32c "
+      "0000abcd\nchannel_layout rope_halves\nbudget_bits 4\npredicted_kld 0.5\nlayer 0 int4 turbo_mse:3\n";
+  write(out / "calibration_file", "version1.calib", Bytes(version1.begin(), version1.end()));
 
   // Codec specs: every spec the tests sweep, and options.
   std::vector<std::string> specs = kvq::test::codec_test_specs();

@@ -333,16 +333,17 @@ Calibration example(const LlamaModel& model) {
   return c;
 }
 
-// A file as an older version wrote it: the layer lines without their centering (and, version 1, without
-// block_tokens and calibration_tokens), a fresh checksum.
+// A file as an older version wrote it: without trained states (before version 5), sink_tokens (before 4), the
+// layer lines' centering (before 3), block_tokens and calibration_tokens (version 1); a fresh checksum.
 std::string as_version(const std::string& file, int version) {
   std::istringstream lines(file.substr(0, file.rfind("crc32c ")));
   std::string body = "kvq-calibration " + std::to_string(version) + "\n", line;
   std::getline(lines, line);  // the current version's
   while (std::getline(lines, line)) {
     if (version == 1 && (line.starts_with("block_tokens ") || line.starts_with("calibration_tokens "))) continue;
-    if (line.starts_with("sink_tokens ")) continue;  // version 4 on
-    if (line.starts_with("layer ")) line.resize(line.rfind(' '));  // without its centering
+    if (version < 4 && line.starts_with("sink_tokens ")) continue;
+    if (line.starts_with("trained_states ") || line.starts_with("state ")) continue;
+    if (version < 3 && line.starts_with("layer ")) line.resize(line.rfind(' '));  // without its centering
     body += line + "\n";
   }
   char crc[16];
@@ -363,6 +364,7 @@ TEST(CalibrationFile, RoundTrip) {
   EXPECT_TRUE(back.layers[0].center_keys);
   EXPECT_FALSE(back.layers[1].center_keys);
   EXPECT_NE(read_all(file.path()).find("layer 0 int8 turbo_mse:2 centered\n"), std::string::npos);
+  EXPECT_NE(read_all(file.path()).find("trained_states 0\n"), std::string::npos);  // none of these codecs trains
   EXPECT_EQ(back.budget_bits, c.budget_bits);
   EXPECT_EQ(back.block_tokens, c.block_tokens);
   EXPECT_EQ(back.calibration_tokens, c.calibration_tokens);
@@ -399,6 +401,30 @@ TEST(CalibrationFile, ReadsVersions1And2AsPlainKeys) {
   test::expect_error([&] { load_calibration(file.path()); }, "has 'centered' after its layer's fields");
 }
 
+// Version 4 files (before trained states) and 3 (also before sink tokens) are read as they were written.
+TEST(CalibrationFile, ReadsVersions3And4) {
+  const SyntheticLlama m(1);
+  const test::TempFile file("calibration_versions_3_4.txt");
+  const Calibration c = example(m.model());
+  save_calibration(c, file.path());
+  const std::string current = read_all(file.path());
+  for (int version : {3, 4}) {
+    write_all(file.path(), as_version(current, version));
+    const Calibration back = load_calibration(file.path());
+    EXPECT_EQ(back.layers, c.layers) << "version " << version;
+    EXPECT_EQ(back.block_tokens, c.block_tokens);
+    EXPECT_EQ(back.sink_tokens, version == 4 ? c.sink_tokens : 0);
+    EXPECT_EQ(back.predicted_kld, c.predicted_kld);
+  }
+  // A version 4 file with a state line it could not have.
+  std::string v4 = as_version(current, 4);
+  v4 = v4.substr(0, v4.rfind("crc32c ")) + "trained_states 0\n";
+  char crc[16];
+  std::snprintf(crc, sizeof(crc), "%08x", crc32c(v4.data(), v4.size()));
+  write_all(file.path(), v4 + "crc32c " + crc + "\n");
+  test::expect_error([&] { load_calibration(file.path()); }, "follows the last layer's line");
+}
+
 TEST(CalibrationFile, RefusesDamageAndOtherModels) {
   const SyntheticLlama m(1);
   const test::TempFile file("calibration_refused.txt");
@@ -430,8 +456,8 @@ TEST(CalibrationFile, RefusesDamageAndOtherModels) {
     std::snprintf(crc, sizeof(crc), "%08x", crc32c(body.data(), body.size()));
     write_all(file.path(), body + "crc32c " + crc + "\n");
   };
-  rewritten("kvq-calibration 4", "kvq-calibration 5");  // a later version
-  test::expect_error([&] { load_calibration(file.path()); }, "format version 5; this kvq reads versions 1 to 4");
+  rewritten("kvq-calibration 5", "kvq-calibration 6");  // a later version
+  test::expect_error([&] { load_calibration(file.path()); }, "format version 6; this kvq reads versions 1 to 5");
   rewritten("sink_tokens 4", "sink_tokens 5000");
   test::expect_error([&] { load_calibration(file.path()); }, "sink_tokens 5000 is outside [0, 4096]");
   rewritten("kivi:4", "kivi:9");  // an unknown codec

@@ -46,6 +46,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvq/codec.hpp"
@@ -166,6 +167,10 @@ class KVCache {
   /// learns from the keys minus their mean, as it will encode them). Only before the layer holds encoded tokens:
   /// retraining would invalidate them. keys, values: host memory, on either device.
   void train_layer(int layer, const float* keys, const float* values, size_t n);
+  /// Restores the layer's codecs' trained state: Codec::state() of a key and a value codec of the same specs
+  /// (kvq calibrate's, trained as this layer's), an empty state leaving its codec as it is. kvq::Error for a state
+  /// the codec refuses (its size, non-finite numbers). The same conditions as train_layer.
+  void load_layer_state(int layer, const std::vector<uint8_t>& key_state, const std::vector<uint8_t>& value_state);
 
   // ---- sequences ----
   SeqId add_sequence();
@@ -257,6 +262,8 @@ class KVCache {
   friend struct cuda::detail::Backend;
 
   void check_layer(int layer) const;
+  /// check_layer, and kvq::Error naming `what` when a sequence holds encoded tokens in the layer.
+  void check_untouched(int layer, std::string_view what) const;
   size_t residual_slots() const;                                // R + T - 1
   void reserve_window(LayerState& layer, size_t tokens) const;  // room for `tokens` per head, the held ones kept
   void reserve_sinks(LayerState& layer, size_t tokens) const;   // the same for the sinks, up to sink_tokens

@@ -185,7 +185,14 @@ std::unique_ptr<Tokenizer> load_tokenizer(const LlamaModel& model, const std::fi
 struct LayerCodecs {
   std::string key, value;
   bool center_keys = false;
+  /// Trained state (Codec::state()) the layer's key / value codec starts with, e.g. from kvq calibrate: a cache
+  /// built with it needs no training text. Empty: none (a codec that needs no training, or one trained later).
+  std::vector<uint8_t> key_state, value_state;
   bool operator==(const LayerCodecs&) const = default;
+  /// Whether two layers store alike (codecs and centering; their trained states may differ).
+  bool same_codecs(const LayerCodecs& o) const {
+    return key == o.key && value == o.value && center_keys == o.center_keys;
+  }
 };
 
 /// The key/value cache of a runner. Both codec specs empty: the fp32 store with exact attention (no KVCache, the

@@ -157,13 +157,17 @@ const Codec& KVCache::value_codec(int layer) const {
 
 bool KVCache::ready(int layer) const { return key_codec(layer).trained() && value_codec(layer).trained(); }
 
-void KVCache::train_layer(int layer, const float* keys, const float* values, size_t n) {
+void KVCache::check_untouched(int layer, std::string_view what) const {
   check_layer(layer);
+  for (const auto& [id, seq] : sequences_)
+    KVQ_CHECK(seq.layers[static_cast<size_t>(layer)].pages.empty(), "KVCache::", what, "(", layer, "): sequence ", id,
+              " already holds encoded tokens in this layer; train before appending");
+}
+
+void KVCache::train_layer(int layer, const float* keys, const float* values, size_t n) {
+  check_untouched(layer, "train_layer");
   KVQ_CHECK(keys != nullptr && values != nullptr && n > 0, "KVCache::train_layer(", layer,
             "): needs n > 0 key and value vectors");
-  for (const auto& [id, seq] : sequences_)
-    KVQ_CHECK(seq.layers[static_cast<size_t>(layer)].pages.empty(), "KVCache::train_layer(", layer, "): sequence ", id,
-              " already holds encoded tokens in this layer; train before appending");
   if (detail::centers_keys(config_)) {
     const size_t d = static_cast<size_t>(config_.head_dim);
     std::vector<double> mean(d, 0.0);
@@ -177,6 +181,19 @@ void KVCache::train_layer(int layer, const float* keys, const float* values, siz
     key_codecs_[static_cast<size_t>(layer)]->train(keys, n);
   }
   value_codecs_[static_cast<size_t>(layer)]->train(values, n);
+  if (cuda_) cuda::detail::Backend::trained(*this, layer);
+}
+
+void KVCache::load_layer_state(int layer, const std::vector<uint8_t>& key_state,
+                               const std::vector<uint8_t>& value_state) {
+  check_untouched(layer, "load_layer_state");
+  Codec& key = *key_codecs_[static_cast<size_t>(layer)];
+  Codec& value = *value_codecs_[static_cast<size_t>(layer)];
+  // Both checked before either changes: a refused state leaves the layer as it was.
+  if (!key_state.empty()) make_codec(key.spec().str(), key.params())->load_state(key_state);
+  if (!value_state.empty()) make_codec(value.spec().str(), value.params())->load_state(value_state);
+  if (!key_state.empty()) key.load_state(key_state);
+  if (!value_state.empty()) value.load_state(value_state);
   if (cuda_) cuda::detail::Backend::trained(*this, layer);
 }
 

@@ -15,17 +15,33 @@ namespace kvq {
 namespace {
 
 constexpr std::string_view kMagic = "kvq-calibration";
-constexpr int kVersion = 4;
+constexpr int kVersion = 5;
 constexpr int kFirstVersion = 1;  // without block_tokens and calibration_tokens
 constexpr int kFirstCenteringVersion = 3;  // the layer lines' key centering
 constexpr int kFirstSinksVersion = 4;      // sink_tokens
-constexpr size_t kMaxFileBytes = 1 << 20;
+constexpr int kFirstStatesVersion = 5;     // trained_states
+// Trained states make files large (vecinfer:12/8 at d = 256: 262 KB of hex per codec); the whole file is read.
+constexpr size_t kMaxFileBytes = size_t{64} << 20;
 constexpr int kMaxLayers = 4096;
 
 std::string hex32(uint32_t x) {
   char s[9];
   std::snprintf(s, sizeof(s), "%08" PRIx32, x);
   return s;
+}
+
+std::string hex_bytes(const std::vector<uint8_t>& bytes) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string s;
+  s.reserve(2 * bytes.size());
+  for (uint8_t b : bytes) s += digits[b >> 4], s += digits[b & 15];
+  return s;
+}
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
 }
 
 // Reads the fields of a calibration, in the file's order; every failure names the file and the line.
@@ -71,6 +87,24 @@ class FieldReader {
   int line_no_ = 0;
 };
 
+// One `state L ROLE BYTES HEX` line's bytes, checked against its length before anything is allocated.
+std::vector<uint8_t> parse_state_bytes(std::istringstream& fields, const std::string& where) {
+  size_t n = 0;
+  std::string hex;
+  fields >> n >> hex;
+  KVQ_CHECK(!fields.fail() && n > 0 && n <= kMaxFileBytes / 2 && hex.size() == 2 * n, where,
+            "should be 'state LAYER key|value BYTES HEX' with 2 BYTES hex digits of a state of BYTES > 0 bytes");
+  std::vector<uint8_t> bytes(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
+    KVQ_CHECK(hi >= 0 && lo >= 0, where, "has '", hex.substr(2 * i, 2), "' where 2 lowercase hex digits belong");
+    bytes[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  std::string rest;
+  KVQ_CHECK(!(fields >> rest), where, "has '", rest, "' after its state");
+  return bytes;
+}
+
 uint32_t parse_hex32(std::istringstream fields, const std::string& where) {
   std::string word;
   fields >> word;
@@ -99,9 +133,17 @@ void save_calibration(const Calibration& c, const std::filesystem::path& path) {
     << "calibration_tokens " << c.calibration_tokens << '\n'
     << "sink_tokens " << c.sink_tokens << '\n'
     << "predicted_kld " << c.predicted_kld << '\n';
-  for (size_t l = 0; l < c.layers.size(); ++l)
+  size_t states = 0;
+  for (size_t l = 0; l < c.layers.size(); ++l) {
     s << "layer " << l << ' ' << c.layers[l].key << ' ' << c.layers[l].value << ' '
       << (c.layers[l].center_keys ? "centered" : "plain") << '\n';
+    states += !c.layers[l].key_state.empty() + !c.layers[l].value_state.empty();
+  }
+  s << "trained_states " << states << '\n';
+  for (size_t l = 0; l < c.layers.size(); ++l)
+    for (const auto& [role, state] : {std::pair{"key", &c.layers[l].key_state}, {"value", &c.layers[l].value_state}})
+      if (!state->empty())
+        s << "state " << l << ' ' << role << ' ' << state->size() << ' ' << hex_bytes(*state) << '\n';
   const std::string body = s.str();
   const std::filesystem::path tmp = path.string() + ".tmp";
   {
@@ -176,7 +218,38 @@ Calibration load_calibration(const std::filesystem::path& path) {
               ", which are stored as they are");
     c.layers.push_back(codecs);
   }
-  KVQ_CHECK(r.at_end(), r.where(), "follows the last layer's line");
+  if (version >= kFirstStatesVersion) {
+    const int states = r.value<int>("trained_states");
+    KVQ_CHECK(states >= 0 && states <= 2 * c.model.n_layers, r.where(), "trained_states ", states,
+              " is outside [0, ", 2 * c.model.n_layers, "] (a key and a value state per layer)");
+    int previous = -1;  // 2 layer + role of the previous state: in that order, each once
+    for (int i = 0; i < states; ++i) {
+      std::istringstream fields = r.next("state");
+      int layer = -1;
+      std::string role;
+      fields >> layer >> role;
+      KVQ_CHECK(!fields.fail() && layer >= 0 && layer < c.model.n_layers && (role == "key" || role == "value"),
+                r.where(), "should be 'state LAYER key|value BYTES HEX' with LAYER in [0, ", c.model.n_layers, ")");
+      const int at = 2 * layer + (role == "value");
+      KVQ_CHECK(at > previous, r.where(), "repeats or reorders the states: layer ", layer, "'s ", role,
+                " state comes after the previous one's");
+      previous = at;
+      LayerCodecs& codecs = c.layers[static_cast<size_t>(layer)];
+      std::vector<uint8_t>& state = role == "key" ? codecs.key_state : codecs.value_state;
+      state = parse_state_bytes(fields, r.where());
+      // A state the codec refuses (its size, non-finite numbers) is an error here, not when a cache is built.
+      try {
+        make_codec(role == "key" ? codecs.key : codecs.value,
+                   {c.model.head_dim, 64, 0, role == "key" ? Role::key : Role::value})
+            ->load_state(state);
+      } catch (const Error& e) {
+        throw Error(
+            detail::concat(r.where(), "holds a state that layer ", layer, "'s ", role, " codec refuses: ", e.what()));
+      }
+    }
+  }
+  KVQ_CHECK(r.at_end(), r.where(), version >= kFirstStatesVersion ? "follows the last state's line"
+                                                                  : "follows the last layer's line");
   return c;
 }
 

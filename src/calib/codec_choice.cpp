@@ -26,6 +26,8 @@ CodecChoice choose_layer_codecs(const LayerSensitivity& s, double budget_bits, i
   KVQ_CHECK(n_layers > 0, "no layers measured");
   KVQ_CHECK(!s.measured_centered() || s.centered_kld.size() == n_layers, "centered keys measured in ",
             s.centered_kld.size(), " of ", n_layers, " layers");
+  KVQ_CHECK(s.states.empty() || (s.states.size() == n_layers && s.states.front().size() == s.codecs.size()),
+            "trained states of ", s.states.size(), " layers for ", n_layers, " layers");
   // Every (layer, role) stores blocks of T x head_dim elements, so block bytes are the costs, and the budget is
   // B T head_dim / 8 bytes per (layer, role). Centered keys add their offsets' share of each block.
   std::array<std::vector<size_t>, 2> bytes;
@@ -83,7 +85,12 @@ CodecChoice choose_layer_codecs(const LayerSensitivity& s, double budget_bits, i
     const AllocationItem& k = groups[2 * l][chosen[2 * l]];
     const AllocationItem& v = groups[2 * l + 1][chosen[2 * l + 1]];
     const KeyItem key = key_items[l][chosen[2 * l]];
-    choice.layers.push_back({s.codecs[key.codec], s.codecs[chosen[2 * l + 1]], key.centered});
+    const size_t value = chosen[2 * l + 1];
+    LayerCodecs& c = choice.layers.emplace_back(LayerCodecs{s.codecs[key.codec], s.codecs[value], key.centered});
+    if (!s.states.empty()) {  // the states the chosen figures were measured with
+      c.key_state = key.centered ? s.states[l][key.codec].centered_key : s.states[l][key.codec].key;
+      c.value_state = s.states[l][value].value;
+    }
     choice.predicted_kld += k.loss + v.loss;
     total += k.cost + v.cost;
   }

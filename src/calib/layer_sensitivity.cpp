@@ -2,7 +2,7 @@
 // 0..l-1, exactly what the f16 reference computes, so each measured cache starts from the reference's residual
 // stream entering layer l (LlamaRunner::forward_chunk_from) and the reference runs once for all layers. With an
 // anchor codec, the other codecs (and centered keys) run through layer l alone and their figures are scaled from
-// the anchor's.
+// the anchor's. Codecs that need training learn each layer's state from the reference's keys and values first.
 #include <algorithm>
 #include <limits>
 #include <memory>
@@ -33,15 +33,58 @@ Residuals reference_residuals(LlamaRunner& reference, const std::vector<Perplexi
   return r;
 }
 
+// The reference's keys and values over every window (the training vectors of codecs that need training).
+KVSample reference_kv(LlamaRunner& reference, const std::vector<PerplexityWindow>& windows, int chunk) {
+  KVSample all;
+  for (const PerplexityWindow& w : windows) {
+    reference.reset();
+    KVSample one = reference.capture_kv(w.inputs, chunk);
+    all.keys.resize(one.keys.size());
+    all.values.resize(one.values.size());
+    for (size_t l = 0; l < one.keys.size(); ++l) {
+      all.keys[l].insert(all.keys[l].end(), one.keys[l].begin(), one.keys[l].end());
+      all.values[l].insert(all.values[l].end(), one.values[l].begin(), one.values[l].end());
+    }
+    all.tokens += one.tokens;
+  }
+  reference.reset();
+  return all;
+}
+
 // What a single-layer cache compresses: the layer's keys as they are, its values, or its keys centered.
 enum Slot : size_t { plain_keys, values, centered_keys };
 
-// A cache with only `layer`'s keys or values in `codec`, f16 elsewhere.
-KVCacheSpec single_layer_cache(const KVCacheSpec& f16, int n_layers, int layer, Slot slot, const std::string& codec) {
+std::vector<uint8_t>& state_of(TrainedStates& states, Slot slot) {
+  return slot == plain_keys ? states.key : slot == values ? states.value : states.centered_key;
+}
+
+// The state `codec` learns as `layer`'s codec in `slot` of a cache with f16's block size and seed (so its seeds),
+// from the layer's vectors in `sample`.
+std::vector<uint8_t> trained_state(const LlamaConfig& model, const KVCacheSpec& f16, const KVSample& sample,
+                                   int layer, Slot slot, const std::string& codec) {
+  CacheConfig config;
+  config.n_layers = model.n_layers;
+  config.n_kv_heads = model.n_kv_heads;
+  config.head_dim = model.head_dim();
+  config.block_tokens = f16.block_tokens;
+  config.seed = f16.seed;
+  (slot == values ? config.value_codec : config.key_codec) = codec;
+  config.center_keys = slot == centered_keys;  // train_layer centers the keys as the cache would
+  KVCache cache(config);  // no pages: only its codecs
+  const size_t l = static_cast<size_t>(layer);
+  cache.train_layer(layer, sample.keys[l].data(), sample.values[l].data(),
+                    sample.tokens * static_cast<size_t>(model.n_kv_heads));
+  return (slot == values ? cache.value_codec(layer) : cache.key_codec(layer)).state();
+}
+
+// A cache with only `layer`'s keys or values in `codec` (starting from `state`, if any), f16 elsewhere.
+KVCacheSpec single_layer_cache(const KVCacheSpec& f16, int n_layers, int layer, Slot slot, const std::string& codec,
+                               const std::vector<uint8_t>& state) {
   KVCacheSpec spec = f16;
   spec.layer_codecs.assign(static_cast<size_t>(n_layers), LayerCodecs{"f16", "f16"});
   LayerCodecs& c = spec.layer_codecs[static_cast<size_t>(layer)];
   (slot == values ? c.value : c.key) = codec;
+  (slot == values ? c.value_state : c.key_state) = state;
   c.center_keys = slot == centered_keys;
   return spec;
 }
@@ -146,13 +189,19 @@ LayerSensitivity measure_layer_sensitivity(const LlamaModel& model, const Tokeni
   const auto make_runner = [&](const KVCacheSpec& spec) {
     auto runner = std::make_unique<LlamaRunner>(model, options.window + bos, options.threads, spec);
     runner->set_product_input(options.product_input);
-    KVQ_CHECK(!runner->needs_calibration(), "the key/value codecs ", spec.label(), " need training, which kvq "
-              "calibrate does not do yet");
+    KVQ_CHECK(!runner->needs_calibration(), "the key/value codecs ", spec.label(), " were not trained");
     return runner;
   };
+  // Whether each candidate needs training (in either role: the codecs that do, need it in both).
+  std::vector<bool> trains(codecs.size());
+  for (size_t c = 0; c < codecs.size(); ++c)
+    trains[c] = make_codec(codecs[c], {config.head_dim(), cache.block_tokens, 0, Role::key})->needs_training();
   const std::vector<PerplexityWindow> windows = perplexity_windows(tokenizer, tokens, options.window);
   const std::unique_ptr<LlamaRunner> reference = make_runner(f16);
   const Residuals residuals = reference_residuals(*reference, windows, options.chunk);
+  const KVSample sample = std::find(trains.begin(), trains.end(), true) != trains.end()
+                              ? reference_kv(*reference, windows, options.chunk)
+                              : KVSample{};
   if (progress) progress(0, n_layers);
 
   LayerSensitivity s;
@@ -161,6 +210,7 @@ LayerSensitivity measure_layer_sensitivity(const LlamaModel& model, const Tokeni
   s.sink_tokens = cache.sink_tokens;
   s.kld.resize(static_cast<size_t>(n_layers));
   if (keys == KeyCandidates::plain_and_centered) s.centered_kld.resize(static_cast<size_t>(n_layers));
+  if (sample.tokens > 0) s.states.assign(static_cast<size_t>(n_layers), std::vector<TrainedStates>(codecs.size()));
   // The slots each codec is measured in.
   std::vector<std::vector<Slot>> slots(codecs.size());
   for (size_t c = 0; c < codecs.size(); ++c) {
@@ -180,7 +230,11 @@ LayerSensitivity measure_layer_sensitivity(const LlamaModel& model, const Tokeni
     std::vector<std::unique_ptr<LlamaRunner>> measured_runs, local_runs;
     for (size_t c = 0; c < codecs.size(); ++c)
       for (Slot slot : slots[c]) {
-        const KVCacheSpec spec = single_layer_cache(f16, n_layers, l, slot, codecs[c]);
+        std::vector<uint8_t> state;
+        if (trains[c])
+          state = state_of(s.states[static_cast<size_t>(l)][c], slot) =
+              trained_state(config, f16, sample, l, slot, codecs[c]);
+        const KVCacheSpec spec = single_layer_cache(f16, n_layers, l, slot, codecs[c], state);
         if (anchor.empty() || (codecs[c] == anchor && slot != centered_keys)) {
           measured_runs.push_back(make_runner(spec));
           measured.emplace_back(slot, c);

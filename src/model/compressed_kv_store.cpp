@@ -70,18 +70,23 @@ class CompressedKVStore final : public KVStore {
  public:
   // One KVCache per distinct codec pair and centering, each with every layer (so that layer l's codecs get the seeds
   // of a uniform cache) but holding only the layers routed to it; the spec's own pair, where it has one, first.
+  // Each layer's codecs start from the trained state the spec gives them.
   CompressedKVStore(const KVShape& shape, int capacity, const KVCacheSpec& spec, ThreadPool* pool)
       : shape_(shape), capacity_(capacity), pool_(pool) {
     const std::vector<LayerCodecs> codecs = codecs_per_layer(shape, spec);
     std::vector<LayerCodecs> pairs;
     if (spec.layer_codecs.empty()) pairs.push_back(spec_pair(spec));
     for (const LayerCodecs& c : codecs) {
-      auto it = std::find(pairs.begin(), pairs.end(), c);
+      auto it = std::find_if(pairs.begin(), pairs.end(), [&](const LayerCodecs& p) { return p.same_codecs(c); });
       if (it == pairs.end()) it = pairs.insert(pairs.end(), c);
       route_.push_back(static_cast<size_t>(it - pairs.begin()));
     }
     for (const LayerCodecs& c : pairs)
       caches_.push_back(std::make_unique<CacheSequence>(cache_config(shape, capacity, spec, c)));
+    for (int l = 0; l < shape.n_layers; ++l) {
+      const LayerCodecs& c = codecs[static_cast<size_t>(l)];
+      if (!c.key_state.empty() || !c.value_state.empty()) at(l).cache.load_layer_state(l, c.key_state, c.value_state);
+    }
     plans_.resize(static_cast<size_t>(shape.n_layers));
   }
 

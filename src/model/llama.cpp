@@ -116,7 +116,7 @@ std::string KVCacheSpec::label() const {
   if (!layer_codecs.empty()) {  // each pair once, with the number of layers it serves, in order of first use
     std::vector<std::pair<LayerCodecs, int>> pairs;
     for (const LayerCodecs& c : layer_codecs) {
-      const auto it = std::find_if(pairs.begin(), pairs.end(), [&](const auto& p) { return p.first == c; });
+      const auto it = std::find_if(pairs.begin(), pairs.end(), [&](const auto& p) { return p.first.same_codecs(c); });
       if (it == pairs.end()) pairs.emplace_back(c, 1); else ++it->second;
     }
     std::string s = sink_tokens > 0 ? std::to_string(sink_tokens) + " sink tokens, per layer:" : "per layer:";

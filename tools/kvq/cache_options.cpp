@@ -1,5 +1,6 @@
 #include "cache_options.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "kvq/cache.hpp"
@@ -94,7 +95,15 @@ KVCacheSpec calibrated_cache(const std::string& path, const LlamaModel& model, c
   if (like.sink_tokens != 0 && like.sink_tokens != calibration.sink_tokens)
     std::fprintf(stderr, "kvq: %s chose its codecs with %d sink tokens, --sink asks for %d: the calibration's are "
                  "kept\n", path.c_str(), calibration.sink_tokens, like.sink_tokens);
+  // Trained states belong to codecs of a seed-0 cache's seeds (a codebook lives in its codec's rotated space).
+  const bool trained = std::any_of(calibration.layers.begin(), calibration.layers.end(), [](const LayerCodecs& c) {
+    return !c.key_state.empty() || !c.value_state.empty();
+  });
+  if (trained && like.seed != 0)
+    std::fprintf(stderr, "kvq: %s holds codec states trained for cache seed 0, --cache-seed asks for %llu: seed 0 "
+                 "is kept\n", path.c_str(), static_cast<unsigned long long>(like.seed));
   KVCacheSpec spec = like;
+  if (trained) spec.seed = 0;
   spec.sink_tokens = calibration.sink_tokens;
   spec.key_codec = spec.value_codec = "";
   spec.layers.clear();

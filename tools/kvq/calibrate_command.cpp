@@ -5,7 +5,9 @@
 // codecs and the key centering of least predicted total KL divergence
 // within B stored bits per element, writes them to a calibration file (kvq ppl / generate --calib), then runs the
 // chosen cache on the same tokens to compare the measured KL divergence with the prediction. The measurement does
-// not depend on B: several budgets share it, each written to FILE with "{}" replaced by the budget.
+// not depend on B: several budgets share it, each written to FILE with "{}" replaced by the budget. Candidates that
+// need training (vecinfer) learn each layer's codebook from that layer's f16 keys or values of the same tokens; the
+// file keeps the chosen ones' states, so the calibrated cache needs no training text.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -173,7 +175,9 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--tokens", o->tokens, "calibration tokens, from the text's end")
       ->check(CLI::Range(2, 1 << 20))->capture_default_str();
   cmd->add_option("--ctx", o->ctx, "tokens per window")->check(CLI::Range(2, 1 << 20))->capture_default_str();
-  cmd->add_option("--codecs", o->codecs, "candidate codec specs (each layer and role picks one)")
+  cmd->add_option("--codecs", o->codecs,
+                  "candidate codec specs (each layer and role picks one); those that need training (vecinfer:c/s) "
+                  "are trained per layer and role on the calibration tokens' keys and values")
       ->delimiter(',')->capture_default_str();
   cmd->add_option("--anchor", o->anchor,
                   "measure only this candidate's KL divergences to the logits and predict the others' from their "

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <functional>
 #include <span>
 #include <string>
@@ -17,6 +18,12 @@ namespace kvq {
 /// every key codec that quantizes.
 enum class KeyCandidates { plain, plain_and_centered };
 
+/// The states (Codec::state()) one candidate that needs training (vecinfer) learned in one layer: as its keys, as
+/// its values, as its centered keys (empty where not measured).
+struct TrainedStates {
+  std::vector<uint8_t> key, value, centered_key;
+};
+
 /// KL divergence against the f16 cache with one layer's keys (or values) compressed, everything else f16.
 struct LayerSensitivity {
   std::vector<std::string> codecs;                       ///< the candidates
@@ -27,6 +34,9 @@ struct LayerSensitivity {
   size_t tokens = 0;                                     ///< scored tokens behind each figure
   int window = 0;                                        ///< tokens per window (the sequence length measured)
   int sink_tokens = 0;  ///< the measured caches' CacheConfig::sink_tokens (f16 tokens, in the budget of every choice)
+  /// [layer][codec]: what each candidate that needs training learned there, the state its figures were measured
+  /// with; empty states for the others. Empty when no candidate needs training.
+  std::vector<std::vector<TrainedStates>> states;
 
   bool measured_centered() const { return !centered_kld.empty(); }
 };
@@ -40,6 +50,10 @@ struct LayerSensitivity {
 /// also measured with the layer's keys centered (LayerSensitivity::centered_kld). A codec named "f16" is not run:
 /// its KL divergence against the f16 reference is 0. progress(layers done, layers), first with 0 when the
 /// reference has run.
+///
+/// Candidates that need training (Codec::needs_training: vecinfer) are trained in each layer and role (and as
+/// centered keys) on that layer's f16 keys or values of the measured tokens, as that layer's codec of the measured
+/// cache (its seeds), and measured with that state (LayerSensitivity::states).
 ///
 /// With an `anchor` (one of the candidates), only the anchor's figures are run to the logits; every other
 /// codec's is predicted as the anchor's times the ratio of their local errors: the mean squared distance of the
@@ -55,7 +69,7 @@ LayerSensitivity measure_layer_sensitivity(const LlamaModel& model, const Tokeni
                                            const std::function<void(int, int)>& progress = {});
 
 struct CodecChoice {
-  std::vector<LayerCodecs> layers;  ///< [n_layers], key centering included
+  std::vector<LayerCodecs> layers;  ///< [n_layers], key centering and trained states included
   double predicted_kld = 0;         ///< sum of the chosen single-layer KL divergences
   double bits_per_element = 0;      ///< stored bits per key and value element, block bytes, key offsets and sink
                                     ///< tokens (over windows of the sensitivity's length) counted, over all layers
@@ -66,7 +80,8 @@ struct CodecChoice {
 /// sequence_tokens / block_tokens blocks of a sequence of that length, rounded up.
 size_t key_offset_bytes_per_block(int head_dim, int block_tokens, int sequence_tokens);
 
-/// The key and value codec of every layer, and whether its keys are centered, that minimize the predicted KL
+/// The key and value codec of every layer, and whether its keys are centered (with the trained states they were
+/// measured with, LayerCodecs::key_state / value_state, for codecs that need training), that minimize the predicted KL
 /// divergence (the sum of the measured single-layer, single-role divergences: errors assumed additive) with the
 /// mean stored bits per element, keys and values of every layer alike (8 block_bytes / (T head_dim) of each chosen
 /// codec, plus key_offset_bytes_per_block for centered keys in sequences of sequence_tokens tokens (0: the
