@@ -34,6 +34,7 @@
 #include "kvq/cache.hpp"
 #include "kvq/detail/synthetic.hpp"
 #include "kvq/error.hpp"
+#include "progress.hpp"
 #include "system_info.hpp"
 
 namespace kvq::cli {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 #include "kvq/cache.hpp"
 #include "kvq/codec.hpp"
@@ -85,9 +86,13 @@ std::string codec_refusal(const LlamaConfig& config) {
   }
 }
 
-KVCacheSpec calibrated_cache(const std::string& path, const LlamaModel& model, const KVCacheSpec& like) {
+CalibratedCache calibrated_cache(const std::string& path, const LlamaModel& model, const KVCacheSpec& like) {
   const Calibration calibration = load_calibration(path);
-  check_calibration_model(calibration, model);
+  try {
+    check_calibration_model(calibration, model);
+  } catch (const Error& e) {  // several --calib files: say which one
+    throw Error(path + ": " + e.what());
+  }
   if (calibration.block_tokens != like.block_tokens)
     std::fprintf(stderr, "kvq: %s chose its codecs for pages of %d tokens, this cache has %d: its bits per element "
                  "differ from the budget of %g\n", path.c_str(), calibration.block_tokens, like.block_tokens,
@@ -108,7 +113,8 @@ KVCacheSpec calibrated_cache(const std::string& path, const LlamaModel& model, c
   spec.key_codec = spec.value_codec = "";
   spec.layers.clear();
   spec.layer_codecs = calibration.layers;
-  return spec;
+  const std::string name = std::filesystem::path(path).filename().string();
+  return {spec, detail::concat(name, " (", calibration.budget_bits, " bits)"), trained};
 }
 
 bool is_f16_cache(const KVCacheSpec& spec) { return spec.key_codec == "f16" && spec.value_codec == "f16"; }

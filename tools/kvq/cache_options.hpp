@@ -1,4 +1,4 @@
-// What kvq ppl, kvq generate and kvq demo share: the key/value cache options and text files.
+// What kvq ppl, generate, demo and bench decode share: the key/value cache options and text files.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -30,8 +30,15 @@ KVCacheSpec f16_cache_like(const KVCacheSpec& like);
 /// dimension 8), or "" when they can.
 std::string codec_refusal(const LlamaConfig& config);
 
+/// A --calib file's cache.
+struct CalibratedCache {
+  KVCacheSpec spec;   ///< `like` with the file's per-layer codecs, centering, trained states and sink tokens
+  std::string name;   ///< what its rows are called: the file's name and budget, e.g. "s-bc512-3.calib (3 bits)"
+  bool trained = false;  ///< whether the file carries trained codec states (kvq calibrate's vecinfer codebooks)
+};
+
 /// `like` with the per-layer codecs of a calibration file (kvq calibrate --out), checked against `model`.
-KVCacheSpec calibrated_cache(const std::string& path, const LlamaModel& model, const KVCacheSpec& like);
+CalibratedCache calibrated_cache(const std::string& path, const LlamaModel& model, const KVCacheSpec& like);
 
 /// Whether `spec` is the f16/f16 cache.
 bool is_f16_cache(const KVCacheSpec& spec);

@@ -15,17 +15,4 @@ void add_bench_command(CLI::App& app);
 /// kvq bench decode, under the bench subcommand.
 void add_decode_bench_command(CLI::App& bench);
 
-/// A one-line progress bar on stderr, drawn only when stderr is a terminal.
-class Progress {
- public:
-  explicit Progress(std::string label);
-  ~Progress();
-  void update(size_t done, size_t total);
-
- private:
-  std::string label_;
-  bool active_;
-  int last_permille_ = -1;
-};
-
 }  // namespace kvq::cli

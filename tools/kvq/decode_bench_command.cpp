@@ -1,10 +1,11 @@
-// kvq bench decode [--model M] [--depth 0,4096,...] [--k SPEC --v SPEC ...] [--steps N] [--threads T]
-//   [--json FILE]
+// kvq bench decode [--model M] [--depth 0,4096,...] [--k SPEC --v SPEC ...] [--calib FILE ...] [--steps N]
+//   [--threads T] [--json FILE]
 //
 // Whole-model decode speed: for every depth and cache, the depth's tokens run as a prompt (prefill tokens/s), then
 // greedy decode steps are timed (tokens/s) and split by the runner's stages: weights (matrix products), attention,
 // cache append and the rest. The caches take turns at each depth, so that drifting load from other processes hits
 // them alike. Depths past the model's trained context run on (RoPE extrapolates): speed only, marked in the output.
+// Each --calib file is one more row, its per-layer codecs (kvq calibrate), named by the file and its budget.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -31,8 +32,16 @@ struct DecodeBenchOptions {
   std::string model, tokenizer, text, json_file;
   std::vector<int> depths = {0, 4096};
   CacheListOptions caches;
+  std::vector<std::string> calib;
   int steps = 32;
   int threads = 2;
+};
+
+// One row's cache: a --k/--v pair (or the default) or a --calib file's per-layer codecs.
+struct BenchCache {
+  KVCacheSpec spec;
+  std::string name;   // the row's label
+  std::string calib;  // the --calib file, or empty
 };
 
 nlohmann::ordered_json row_json(const DecodeSpeed& s) {
@@ -61,17 +70,24 @@ void run_decode_bench(DecodeBenchOptions o) {
   }
   std::sort(o.depths.begin(), o.depths.end());
   o.depths.erase(std::unique(o.depths.begin(), o.depths.end()), o.depths.end());
-  std::vector<KVCacheSpec> caches = o.caches.specs();
+  std::vector<KVCacheSpec> specs = o.caches.specs();
   const LlamaModel model = load_model(o.model, "kvq bench decode");
   const auto tok = load_tokenizer(model, o.tokenizer);
   const LlamaConfig& c = model.config();
   // No --k/--v: the f16 cache, or the fp32 store where the codecs cannot hold the model's heads.
-  if (o.caches.keys.empty() && codec_refusal(c).empty()) caches = {f16_cache_like(o.caches.common)};
-  for (const KVCacheSpec& cache : caches)  // a bad spec fails here, before any row runs
-    if (cache.compressed()) {
-      make_codec(cache.key_codec, {c.head_dim(), cache.block_tokens, 0, Role::key});
-      make_codec(cache.value_codec, {c.head_dim(), cache.block_tokens, 0, Role::value});
+  if (o.caches.keys.empty() && codec_refusal(c).empty()) specs = {f16_cache_like(o.caches.common)};
+  std::vector<BenchCache> caches;
+  for (const KVCacheSpec& spec : specs) {  // a bad spec fails here, before any row runs
+    if (spec.compressed()) {
+      make_codec(spec.key_codec, {c.head_dim(), spec.block_tokens, 0, Role::key});
+      make_codec(spec.value_codec, {c.head_dim(), spec.block_tokens, 0, Role::value});
     }
+    caches.push_back({spec, spec.label(), ""});
+  }
+  for (const std::string& path : o.calib) {  // so does a file for another model
+    CalibratedCache calibrated = calibrated_cache(path, model, o.caches.common);
+    caches.push_back({std::move(calibrated.spec), std::move(calibrated.name), path});
+  }
   const TextFile text = default_text(o.text);
   const std::vector<int> tokens = tokenize_prefix(*tok, text.text, 1 << 16);
   KVQ_CHECK(!tokens.empty(), "kvq bench decode: ", text.name, " holds no tokens");
@@ -80,21 +96,24 @@ void run_decode_bench(DecodeBenchOptions o) {
               "cpu %s, isa %s, %d threads; prompt: %s, repeated to each depth; %d greedy steps per row\n\n",
               o.model.c_str(), c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim(), c.max_seq_len,
               cpu_model().c_str(), attention_isa().c_str(), o.threads, text.name.c_str(), o.steps);
-  std::printf("%-24s %6s %9s %9s %8s %8s %8s %8s %8s %11s\n", "k/v", "depth", "prefill", "decode", "ms/tok",
+  int width = 24;
+  for (const BenchCache& cache : caches) width = std::max(width, static_cast<int>(cache.name.size()));
+  std::printf("%-*s %6s %9s %9s %8s %8s %8s %8s %8s %11s\n", width, "k/v", "depth", "prefill", "decode", "ms/tok",
               "weights", "attn", "append", "rest", "cache MB");
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   bool beyond = false;
   for (int depth : o.depths)
-    for (const KVCacheSpec& cache : caches) {
-      const DecodeSpeed s = measure_decode_speed(model, *tok, tokens, cache, depth, o.steps, o.threads);
+    for (const BenchCache& cache : caches) {
+      const DecodeSpeed s = measure_decode_speed(model, *tok, tokens, cache.spec, depth, o.steps, o.threads);
       beyond = beyond || s.beyond_trained_context;
       const StageTimes& t = s.per_token;
-      std::printf("%-24s %6d %9.1f %9.1f %8.2f %8.2f %8.2f %8.2f %8.2f %11.1f%s\n", cache.label().c_str(), depth,
+      std::printf("%-*s %6d %9.1f %9.1f %8.2f %8.2f %8.2f %8.2f %8.2f %11.1f%s\n", width, cache.name.c_str(), depth,
                   s.prefill_tokens_per_second, s.decode_tokens_per_second, t.total * 1e3, t.weights * 1e3,
                   t.attention * 1e3, t.append * 1e3, t.rest() * 1e3, static_cast<double>(s.cache_bytes) / 1e6,
                   s.beyond_trained_context ? "  *" : "");
       std::fflush(stdout);
       rows.push_back(row_json(s));
+      if (!cache.calib.empty()) rows.back()["calib"] = cache.calib;  // k and v empty: the file's codecs are per layer
     }
   std::printf("\nprefill, decode: tokens/s; ms/tok: time per decode step, split into weights (matrix products), "
               "attention, cache append and the rest (norms, RoPE, sampling)%s\n",
@@ -126,11 +145,14 @@ void add_decode_bench_command(CLI::App& bench) {
   cmd->add_option("--depth", o->depths, "positions in the cache before decoding, comma-separated")
       ->delimiter(',')->check(CLI::Range(0, 1 << 20))->capture_default_str();
   add_cache_list_options(*cmd, o->caches);
+  cmd->add_option("--calib", o->calib, "a calibration file (kvq calibrate --out): one more row with its per-layer "
+                  "codecs, named by the file and its budget; repeatable");
   cmd->add_option("-n,--steps", o->steps, "timed decode steps per row")
       ->check(CLI::Range(2, 1 << 16))->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads")->check(CLI::Range(1, 1024))->capture_default_str();
   cmd->add_option("--json", o->json_file, "also write the rows to this file as JSON");
-  cmd->footer("Without --k/--v: the f16 cache (the fp32 store where the codecs cannot hold the model's heads).");
+  cmd->footer("Without --k/--v: the f16 cache (the fp32 store where the codecs cannot hold the model's heads). The "
+              "--calib rows come after these.");
   cmd->callback([o] { run_decode_bench(*o); });
 }
 

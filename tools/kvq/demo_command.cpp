@@ -1,7 +1,7 @@
 // kvq demo: the main job on a real model. Loads SmolLM2-135M (or stories260K when the GGUF is absent), continues a
 // fixed prompt greedily, then measures on a short text, for the f16 cache and a few compressed ones in lockstep:
 // bits per element, true cache bytes, compression, decode speed, perplexity change, KL divergence and top-1
-// agreement against f16.
+// agreement against f16. --calib FILE adds the cache of a calibration file (kvq calibrate) to the comparison.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -18,6 +18,7 @@
 #include "kvq/error.hpp"
 #include "kvq/model.hpp"
 #include "model_file.hpp"
+#include "progress.hpp"
 
 namespace kvq::cli {
 namespace {
@@ -32,6 +33,7 @@ struct DemoOptions {
   int steps = 32;
   int speed_depth = 2048;
   int threads = 0;
+  std::vector<std::string> calib;
   bool json = false;
 };
 
@@ -66,6 +68,8 @@ void run_demo(DemoOptions o) {
   const LlamaModel model = load_model(o.model, "kvq demo");
   const auto tok = load_tokenizer(model, o.tokenizer);
   const LlamaConfig& c = model.config();
+  std::vector<CalibratedCache> calibrated;  // loaded first: a file for another model fails before any work
+  for (const std::string& path : o.calib) calibrated.push_back(calibrated_cache(path, model, KVCacheSpec{}));
   std::vector<int> prompt;
   if (tok->add_bos()) prompt.push_back(tok->bos());
   for (int t : tok->encode(kPrompt)) prompt.push_back(t);
@@ -102,7 +106,15 @@ void run_demo(DemoOptions o) {
   options.threads = o.threads;
   options.reference = f16;
   options.caches.clear();
-  for (const DemoCache& dc : kCaches) options.caches.push_back({dc.k, dc.v});
+  std::vector<std::string> names = {f16.label()};  // per row: f16, the built-in caches, the --calib files
+  for (const DemoCache& dc : kCaches) {
+    options.caches.push_back({dc.k, dc.v});
+    names.push_back(options.caches.back().label());
+  }
+  for (const CalibratedCache& cc : calibrated) {
+    options.caches.push_back(cc.spec);
+    names.push_back(cc.name);
+  }
   Progress bar("perplexity");
   options.progress = [&bar](size_t done, size_t total) { bar.update(done, total); };
   const PerplexityResult r = measure_perplexity(model, *tok, tokens, options);
@@ -123,28 +135,33 @@ void run_demo(DemoOptions o) {
   std::vector<CacheQuality> rows = {*r.reference};
   rows.insert(rows.end(), r.caches.begin(), r.caches.end());
   nlohmann::ordered_json json_rows = nlohmann::ordered_json::array();
+  const size_t first_calibrated = 1 + kCaches.size();
+  int width = 26;
+  for (const std::string& name : names) width = std::max(width, static_cast<int>(name.size()));
   if (!o.json)
-    std::printf("%-26s %6s %12s %8s %9s %9s %9s %8s\n", "codec (k/v)", "bits", "cache bytes", "vs f16", "tokens/s",
-                "dPPL %", "KLD", "top-1");
+    std::printf("%-*s %6s %12s %8s %9s %9s %9s %8s\n", width, "codec (k/v)", "bits", "cache bytes", "vs f16",
+                "tokens/s", "dPPL %", "KLD", "top-1");
   for (size_t i = 0; i < rows.size(); ++i) {
     const CacheQuality& q = rows[i];
     const double bits = (q.bits_per_element_k + q.bits_per_element_v) / 2;
     const double compression = static_cast<double>(rows[0].cache_bytes) / static_cast<double>(q.cache_bytes);
     const double delta = 100.0 * (q.ppl - rows[0].ppl) / rows[0].ppl;
-    json_rows.push_back({{"k", q.cache.key_codec},
-                         {"v", q.cache.value_codec},
-                         {"bits_per_element_k", q.bits_per_element_k},
-                         {"bits_per_element_v", q.bits_per_element_v},
-                         {"cache_bytes", q.cache_bytes},
-                         {"compression_vs_f16", compression},
-                         {"decode_tokens_per_second", rates[i]},
-                         {"decode_depth", o.speed_depth},
-                         {"ppl", q.ppl},
-                         {"delta_ppl_pct", delta},
-                         {"kld", q.kld},
-                         {"top1_agree", q.top1_agree}});
+    nlohmann::ordered_json row = {{"k", q.cache.key_codec},
+                                  {"v", q.cache.value_codec},
+                                  {"bits_per_element_k", q.bits_per_element_k},
+                                  {"bits_per_element_v", q.bits_per_element_v},
+                                  {"cache_bytes", q.cache_bytes},
+                                  {"compression_vs_f16", compression},
+                                  {"decode_tokens_per_second", rates[i]},
+                                  {"decode_depth", o.speed_depth},
+                                  {"ppl", q.ppl},
+                                  {"delta_ppl_pct", delta},
+                                  {"kld", q.kld},
+                                  {"top1_agree", q.top1_agree}};
+    if (i >= first_calibrated) row["calib"] = o.calib[i - first_calibrated];  // k and v empty: codecs per layer
+    json_rows.push_back(row);
     if (!o.json)
-      std::printf("%-26s %6.2f %12zu %7.2fx %9.1f %+8.2f%% %9.5f %8.4f\n", q.cache.label().c_str(), bits,
+      std::printf("%-*s %6.2f %12zu %7.2fx %9.1f %+8.2f%% %9.5f %8.4f\n", width, names[i].c_str(), bits,
                   q.cache_bytes, compression, rates[i], delta, q.kld, q.top1_agree);
   }
   if (o.json) {
@@ -177,6 +194,8 @@ void add_demo_command(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20))->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads (0 = all cores)")
       ->check(CLI::Range(0, 1024))->capture_default_str();
+  cmd->add_option("--calib", o->calib, "a calibration file (kvq calibrate --out): one more cache with its per-layer "
+                  "codecs, named by the file and its budget; repeatable");
   cmd->add_flag("--json", o->json, "print the table as a JSON array");
   cmd->callback([o] { run_demo(*o); });
 }

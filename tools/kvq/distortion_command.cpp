@@ -5,6 +5,7 @@
 
 #include "commands.hpp"
 #include "kvq/detail/distortion.hpp"
+#include "progress.hpp"
 
 namespace kvq::cli {
 

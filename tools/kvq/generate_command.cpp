@@ -34,7 +34,7 @@ void run_generate(const GenerateOptions& o) {
   KVQ_CHECK(prompt.size() + static_cast<size_t>(o.steps) <= static_cast<size_t>(model.config().max_seq_len),
             "prompt (", prompt.size(), " tokens) + ", o.steps, " new tokens exceed the model's context of ",
             model.config().max_seq_len);
-  const KVCacheSpec cache = o.calib.empty() ? o.cache : calibrated_cache(o.calib, model, o.cache);
+  const KVCacheSpec cache = o.calib.empty() ? o.cache : calibrated_cache(o.calib, model, o.cache).spec;
   LlamaRunner runner(model, static_cast<int>(prompt.size()) + o.steps, o.threads, cache);
   if (runner.needs_calibration()) {
     KVQ_CHECK(!o.calib_text.empty(), "the key/value codecs ", cache.label(),
