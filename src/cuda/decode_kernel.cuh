@@ -278,6 +278,7 @@ __device__ __forceinline__ void block_digits(const uint8_t* const* kprm, const C
   const float sigma = smax > 0 ? 1.0f / smax : 0.0f;
   const float4* xt = reinterpret_cast<const float4*>(xtab);
   if (split) {
+    __syncwarp();  // every lane has read the previous block's table before other lanes' entries are replaced
     bias = K::template int_prepare<D>(kprm, a, lane & 15, lane >> 4, xt, sigma, atab);
     bias += __shfl_xor_sync(0xffffffffu, bias, 16);
   } else {
