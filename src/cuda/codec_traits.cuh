@@ -735,33 +735,42 @@ KVQ_UNROLL
       }
     }
     /// This lane's part of the block's max_c |s_c| as an fp16 pair (lane l: channels 8 l' .. 8 l' + 7, l' = l mod
-    /// D / 8, without a branch; the kernel takes the maximum over the warp and of the two halves).
+    /// D / 8, without a branch; sign bits cleared: the kernel takes the larger half and its maximum over the warp).
     template <int D>
     KVQ_HD static uint32_t scale_max(const uint8_t* const* prm, const CodecArgs& a, int lane) {
       static_assert(D / 8 <= 32, "a lane's 8 scales");
       const uint4 sv = load16(prm[0] + (a.sec1 - a.sec0) + 16 * (lane % (D / 8)));
       return h2_abs_max(h2_abs_max(sv.x, sv.y), h2_abs_max(sv.z, sv.w));
     }
-    /// The block's digit table: A fragments of w = x' s / s_max (sigma = 1 / s_max, 0 where every scale is 0) into
-    /// atab[32 ks + lane] (the lane's own entries); returns this lane's part of <x', m> (row n). xt: x' of the
-    /// query rows as int_query_values lays them out ([KD / 32][2][32]: k = 4i + j, then k = 16 + 4i + j).
-    /// v = x'_c (s_c sigma) rounds to an integer in the low bits of 1.5 2^23 + 128 + v (the fp32 add rounds to
+    /// The parts int_prepare splits a row's lane words into (two where a row has an even number of them, so that
+    /// with G <= 4 the lanes of rows 4..7 can form half of rows 0..3's table: block_digits).
+    template <int D>
+    KVQ_HD static constexpr int int_parts() {
+      return D / E / 4 % 2 == 0 ? 2 : 1;
+    }
+    /// Part `part` of the block's digit table for row-lane rl (query row rl >> 2, quad lane rl & 3; int_parts<D>()
+    /// parts of its lane words): A fragments of w = x' s / s_max (sigma = 1 / s_max, 0 where every scale is 0) into
+    /// atab[32 ks + rl] for the part's k32 steps; returns that part's <x', m> over rl's channels (one fp32 chain).
+    /// xt: x' of the query rows as int_query_values lays them out ([KD / 32][2][32]: k = 4i + j, then k = 16 + 4i +
+    /// j). v = x'_c (s_c sigma) rounds to an integer in the low bits of 1.5 2^23 + 128 + v (the fp32 add rounds to
     /// nearest even; |v| <= 32512 (1 + 2^-22)): bytes 1 and 0 of 128 + v are D0 and D1 ^ 0x80.
     template <int D>
-    KVQ_HD static float int_prepare(const uint8_t* const* prm, const CodecArgs& a, int lane, const float4* xt,
+    KVQ_HD static float int_prepare(const uint8_t* const* prm, const CodecArgs& a, int rl, int part, const float4* xt,
                                     float sigma, uint4* atab) {
+      constexpr int kWords = D / E / 4 / int_parts<D>();  // lane words per part
       float cst = 0;
 KVQ_UNROLL
-      for (int m = 0; m < D / E / 4; ++m) {
+      for (int mm = 0; mm < kWords; ++mm) {
+        const int m = kWords * part + mm;
         uint4 sv[E / 8], mv[E / 8];
-        lane_word_ranges(prm, a, m, lane, sv, mv);
+        lane_word_ranges(prm, a, m, rl, sv, mv);
 KVQ_UNROLL
         for (int sg = 0; sg < kIntSteps; ++sg) {
           const int ks = kIntSteps * m + sg;
           uint32_t w[4];
 KVQ_UNROLL
           for (int r = 0; r < 2; ++r) {
-            const float4 q = xt[32 * (2 * ks + r) + lane];
+            const float4 q = xt[32 * (2 * ks + r) + rl];
             const float qx[4] = {q.x, q.y, q.z, q.w};
             uint32_t u[4];
 KVQ_UNROLL
@@ -774,7 +783,7 @@ KVQ_UNROLL
             w[2 * r] = prmt(t01, t23, 0x7632u);                // D0: bytes 1
             w[2 * r + 1] = prmt(t01, t23, 0x5410u) ^ 0x80808080u;  // D1: bytes 0
           }
-          atab[32 * ks + lane] = make_uint4(w[0], w[1], w[2], w[3]);
+          atab[32 * ks + rl] = make_uint4(w[0], w[1], w[2], w[3]);
         }
       }
       return cst;

@@ -255,19 +255,40 @@ __device__ __forceinline__ void int_query_table(const float* q, float scale_log2
   }
 }
 
-/// The block digits' per-block step (has_block_digits, every lane of the warp): the block's s_max over the warp,
-/// K::int_prepare's table into atab, and the row's <x', m> over its quad.
+/// Whether the block digits' table is formed by all 32 lanes for rows 0..3 (has_block_digits, G <= 4, the key
+/// traits splitting a row's lane words in two: K::int_parts): lanes 16..31 take the second part of lanes 0..15's
+/// rows, whose own rows 4..7 stay zero (the kernel zeroes them once), so a page's table costs each lane half the
+/// work. With G > 4 every lane forms its own row's table, both parts.
 template <class K, int D>
-__device__ __forceinline__ void block_digits(const uint8_t* const* kprm, const CodecArgs& a, int lane,
+KVQ_HD bool split_block_digits(int G) {
+  return K::template int_parts<D>() == 2 && G <= 4;
+}
+
+/// The block digits' per-block step (has_block_digits, every lane of the warp): the block's s_max over the warp,
+/// K::int_prepare's table into atab (split_block_digits: the lanes' halves of rows 0..3), and the row's <x', m>:
+/// each part's fp32 chain, the parts added, then the quad's sum (the same bits split or not). Ends with a
+/// __syncwarp: a split table holds entries of other lanes.
+template <class K, int D>
+__device__ __forceinline__ void block_digits(const uint8_t* const* kprm, const CodecArgs& a, int lane, bool split,
                                              const uint4* xtab, uint4* atab, float& smax, float& bias) {
-  uint32_t sm = K::template scale_max<D>(kprm, a, lane);
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) sm = h2_abs_max(sm, __shfl_xor_sync(0xffffffffu, sm, off));
-  smax = fmaxf(half_to_float(sm, false), half_to_float(sm, true));
+  // The scales' largest |s_c| as fp16 bits (sign cleared): non-negative fp16 order as their bits, so one integer
+  // reduction over the warp.
+  const uint32_t sm = K::template scale_max<D>(kprm, a, lane);
+  smax = half_to_float(__reduce_max_sync(0xffffffffu, max(sm & 0xFFFFu, sm >> 16)), false);
   const float sigma = smax > 0 ? 1.0f / smax : 0.0f;
-  bias = K::template int_prepare<D>(kprm, a, lane, reinterpret_cast<const float4*>(xtab), sigma, atab);
+  const float4* xt = reinterpret_cast<const float4*>(xtab);
+  if (split) {
+    __syncwarp();  // every lane has read the previous block's table before other lanes' entries are replaced
+    bias = K::template int_prepare<D>(kprm, a, lane & 15, lane >> 4, xt, sigma, atab);
+    bias += __shfl_xor_sync(0xffffffffu, bias, 16);
+  } else {
+    bias = K::template int_prepare<D>(kprm, a, lane, 0, xt, sigma, atab);
+    if constexpr (K::template int_parts<D>() == 2)
+      bias += K::template int_prepare<D>(kprm, a, lane, 1, xt, sigma, atab);
+  }
   bias += __shfl_xor_sync(0xffffffffu, bias, 1);
   bias += __shfl_xor_sync(0xffffffffu, bias, 2);
+  __syncwarp();
 }
 
 /// Score stage, fp16/bf16 tensor cores: S = Q K^T of the chunk into sc (lane (n, i): row n, tokens (C/4) i + {jj,
@@ -672,7 +693,13 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
   // The integer path's factor of the lane's row n: S_n times 2^-kIntFactorLog2 (int4 codes enter times 16).
   float row_scale = 1.0f;
   if constexpr (kInt) row_scale = qscale[lane >> 2] * (1.0f / (1 << K::kIntFactorLog2));
-  if constexpr (S::kBlockDigits) __syncthreads();  // every warp has read S before warp 0 writes its first A table
+  bool split_digits = false;  // block digits: split_block_digits, whose rows 4..7 stay zero
+  if constexpr (S::kBlockDigits) {
+    __syncthreads();  // every warp has read S before warp 0 writes its first A table
+    split_digits = split_block_digits<K, D>(a.G);
+    if (split_digits && lane >= 16)
+      for (int ks = 0; ks < S::KD / 32; ++ks) atab[32 * ks + lane] = make_uint4(0u, 0u, 0u, 0u);
+  }
 
   float kb_max = 0, kb_bias = 0;  // block digits: the current key block's s_max and the row's <x', m>
 
@@ -706,7 +733,7 @@ __global__ void __launch_bounds__(SplitShape<K, V, D, kInt>::kThreads,
     for (int jj = 0; jj < NT; ++jj) sc[jj][0] = sc[jj][1] = 0;
     if constexpr (S::kBlockDigits) {
       if ((chunk & chunk_mask) == 0 || chunk == chunk_begin)  // a new key block: its digit table
-        block_digits<K, D>(kprm, a.key, lane, qtab, atab, kb_max, kb_bias);
+        block_digits<K, D>(kprm, a.key, lane, split_digits, qtab, atab, kb_max, kb_bias);
       int_scores<K, D, C, GS>(atab, kcodes, kprm, a.key, lane, sc);
 #pragma unroll
       for (int jj = 0; jj < NT; ++jj) {

@@ -287,6 +287,7 @@ void DeviceStore::append_batch(const char* who, std::span<const SeqId> seqs, int
             0xffffffffull / uT, ")");
 
   reserve_append(plan, layers);
+  reserve_sinks(layers, n_sink, st);
   // A buffer outgrown is replaced only once no earlier append's commit (queued on any stream) can still read it.
   size_t gathers = 0, means = 0, moves = 0;
   for (const detail::SequencePlan& p : plan.seqs) {
@@ -371,6 +372,16 @@ std::vector<float> DeviceStore::download_sinks(const char* who, std::span<const 
     cache->check_sink_range(kvq::detail::concat(who, ": sequence ", seqs[i]), keys, values, n_sink[i]);
   }
   return tokens;
+}
+
+void DeviceStore::reserve_sinks(std::span<Layer* const> layers, std::span<const size_t> n_sink,
+                                cudaStream_t st) const {
+  for (size_t i = 0; i < layers.size(); ++i) {
+    Layer& l = *layers[i];
+    if (n_sink[i] == 0) continue;
+    cache->reserve_sinks(l, static_cast<size_t>(l.sink_count) + n_sink[i]);
+    if (l.sinks.size() != l.device->sink_halves) upload_sinks(l, st);  // the held ones, in the regrown layout
+  }
 }
 
 void DeviceStore::commit_sinks(std::span<Layer* const> layers, std::span<const size_t> n_sink,

@@ -196,6 +196,9 @@ struct DeviceStore {
   std::vector<float> download_sinks(const char* who, std::span<const SeqId> seqs, const float* keys_dev,
                                     const float* values_dev, std::span<const size_t> n_tokens,
                                     std::span<const size_t> n_sink, cudaStream_t stream) const;
+  /// Room for them on the host and the device before anything is committed (the held ones kept, regrown), so that
+  /// storing them after the commit allocates nothing.
+  void reserve_sinks(std::span<Layer* const> layers, std::span<const size_t> n_sink, cudaStream_t stream) const;
   void commit_sinks(std::span<Layer* const> layers, std::span<const size_t> n_sink, const std::vector<float>& tokens,
                     cudaStream_t stream) const;
 };

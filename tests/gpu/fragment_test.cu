@@ -424,13 +424,14 @@ void check_every_dim_int_keys(const std::string& spec, uint64_t seed) {
   at.template operator()<256>(seed + 200);
 }
 
-// kivi keys' integer path (KVQ_ATTENTION=fast): per block the scales' maximum over the warp (scale_max, reduced as
-// the kernel's shuffles do), each lane's digit table (int_prepare, from the rows' x' of int_query_values) and the
-// quads' <x', m>; per chunk the byte B fragments through an emulated mma.m16n8k32, joined as the kernel does
-// (s_max P + <x', m>, times the row's S). Against sum_c x_c y_tc within the digits' rounding: |x'_c s_c - s_max v_c|
-// <= s_max (1/2 + 2^-8) per channel (v_c = x'_c (s_c / s_max) rounded to nearest, |x'_c| <= 32512, the fp32
-// quotient 2^-23 relative), times the code u_c = (y_tc - m_c) / s_c, plus fp32 rounding of the terms. Rows of very
-// different sizes and one too small for a normal S (its scores zero); a wrong channel or token shows.
+// kivi keys' integer path (KVQ_ATTENTION=fast): per block the scales' maximum over the warp (scale_max), each lane's
+// digit table (int_prepare's parts, from the rows' x' of int_query_values) and the quads' <x', m>, the same bits when
+// lanes 16..31 form rows 0..3's second parts (split_block_digits); per chunk the byte B fragments through an emulated
+// mma.m16n8k32, joined as the kernel does (s_max P + <x', m>, times the row's S). Against sum_c x_c y_tc within the
+// digits' rounding: |x'_c s_c - s_max v_c| <= s_max (1/2 + 2^-8) per channel (v_c = x'_c (s_c / s_max) rounded to
+// nearest, |x'_c| <= 32512, the fp32 quotient 2^-23 relative), times the code u_c = (y_tc - m_c) / s_c, plus fp32
+// rounding of the terms. Rows of very different sizes and one too small for a normal S (its scores zero); a wrong
+// channel or token shows.
 template <class K, int D, int C>
 void check_kivi_int_keys(const Block& b, int T, uint64_t seed) {
   constexpr int NT = C / 8, KD = D, KS32 = KD / 32;
@@ -476,10 +477,34 @@ void check_kivi_int_keys(const Block& b, int T, uint64_t seed) {
   for (int c = 0; c < KD; ++c) smax_want = std::max(smax_want, std::fabs(half(scales, c)));
   ASSERT_EQ(static_cast<double>(smax), smax_want);
   const float sigma = smax > 0 ? 1.0f / smax : 0.0f;
+  constexpr int kParts = K::template int_parts<D>();
   std::vector<uint4> atab(static_cast<size_t>(KS32 * 32));
   float bias[32];
-  for (int lane = 0; lane < 32; ++lane)
-    bias[lane] = K::template int_prepare<D>(st0.prm, b.args, lane, xt.data(), sigma, atab.data());
+  for (int lane = 0; lane < 32; ++lane) {
+    bias[lane] = K::template int_prepare<D>(st0.prm, b.args, lane, 0, xt.data(), sigma, atab.data());
+    if constexpr (kParts == 2)
+      bias[lane] += K::template int_prepare<D>(st0.prm, b.args, lane, 1, xt.data(), sigma, atab.data());
+  }
+  if constexpr (kParts == 2) {  // split: lane l < 16 forms row-lane l's part 0, lane l + 16 its part 1
+    std::vector<uint4> split(static_cast<size_t>(KS32 * 32), make_uint4(0u, 0u, 0u, 0u));
+    float part[32];
+    for (int lane = 0; lane < 32; ++lane)
+      part[lane] = K::template int_prepare<D>(st0.prm, b.args, lane & 15, lane >> 4, xt.data(), sigma, split.data());
+    for (int rl = 0; rl < 16; ++rl) {
+      EXPECT_EQ(float_bits(part[rl] + part[rl + 16]), float_bits(bias[rl])) << "row-lane " << rl;
+      EXPECT_EQ(float_bits(part[rl + 16] + part[rl]), float_bits(bias[rl])) << "row-lane " << rl;
+      for (int ks = 0; ks < KS32; ++ks)
+        EXPECT_EQ(std::memcmp(&split[static_cast<size_t>(32 * ks + rl)], &atab[static_cast<size_t>(32 * ks + rl)],
+                              sizeof(uint4)),
+                  0)
+            << "row-lane " << rl << " k32 step " << ks;
+    }
+    for (int ks = 0; ks < KS32; ++ks)
+      for (int rl = 16; rl < 32; ++rl) {
+        const uint4 a = split[static_cast<size_t>(32 * ks + rl)];
+        EXPECT_EQ(a.x | a.y | a.z | a.w, 0u) << "rows 4..7 are not written split";
+      }
+  }
   for (int lane = 0; lane < 32; lane += 4) {  // the kernel's quad reduction
     const float sum = (bias[lane] + bias[lane + 1]) + (bias[lane + 2] + bias[lane + 3]);
     for (int x = 0; x < 4; ++x) bias[lane + x] = sum;
