@@ -105,21 +105,26 @@ def test_trained_states_reach_the_layers(tmp_path, seed):
     # cache holds them and encodes with them (its tokens read back are those of a kvq.KVCache given the same states:
     # layer 0's keys and values are the model's own whatever the cache, its input being the embeddings), and other
     # codebooks give other logits.
+    # Layer 2 has the same pair with its own states: one kvq cache holds both layers, each with its own codebooks.
     model = tiny_model("llama", seed)
     train_k, train_v = model_keys(model, prompt(seed + 1, 1, 256), 0)
     states = trained_vecinfer(train_k.reshape(-1, D), train_v.reshape(-1, D), 3, 0)
     other = trained_vecinfer(train_v.reshape(-1, D), train_k.reshape(-1, D), 3, 0)
+    last = trained_vecinfer(train_k.reshape(-1, D)[::2], train_v.reshape(-1, D)[::2], 3, 2)
     files = {}
     for name, (ks, vs) in (("states", states), ("other", other)):
         files[name] = CalibrationFile([Layer("vecinfer:8/4", "vecinfer:8/4", key_state=ks, value_state=vs),
-                                       Layer("int4", "int4"), Layer("int8", "int8")]).write(tmp_path / f"{name}.calib")
+                                       Layer("int4", "int4"),
+                                       Layer("vecinfer:8/4", "vecinfer:8/4", key_state=last[0], value_state=last[1])]
+                                      ).write(tmp_path / f"{name}.calib")
     ids = prompt(seed, 1, 160)
     with torch.no_grad():
         cache = kvq.hf.KvqCache(model.config, calib=files["states"])
         logits, tokens = greedy(model, ids, cache, 6)
         other_logits, _ = greedy(model, ids, kvq.hf.KvqCache(model.config, calib=files["other"]), 6, follow=tokens)
     kv, seq = layer_of(cache, 0)
-    assert kv.layer_state(0) == states
+    assert layer_of(cache, 2)[0] is kv and len(cache._stores) == 2
+    assert kv.layer_state(0) == states and kv.layer_state(2) == last and last != states
     assert relative_error(other_logits, logits) > 1e-4
 
     # The same keys and values through a kvq.KVCache started from the states, as the KvqCache appended them (the
