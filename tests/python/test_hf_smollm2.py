@@ -108,7 +108,8 @@ def test_int4_perplexity_equals_kvq_ppl(model_and_tokenizer, monkeypatch):
 
 def test_calibrated_perplexity_equals_kvq_ppl(model_and_tokenizer):
     # A calibration of SmolLM2's GGUF (docs/quality.md): per-layer codecs, vecinfer codebooks trained on the GGUF's
-    # key layout (adjacent RoPE pairs), which KvqCache(calib=) hands kvq by itself, and one sink token.
+    # key layout (adjacent RoPE pairs), which KvqCache(calib=) hands kvq by itself, and one sink token. Measured:
+    # +0.06% of kvq ppl's perplexity; +2.2% with the keys left in transformers' layout.
     model, tokenizer, path = model_and_tokenizer
     calib = os.path.join(ROOT, "docs", "quality-data", "calib", "s-vq1024-bc512-3.calib")
     n_tokens, window, chunk = 512, 256, 64
