@@ -74,8 +74,7 @@ def check_arguments(calib: "_kvq.Calibration", head_dim: int, *, key_codec, valu
             continue
         specs = [given] * len(layers) if isinstance(given, str) else list(given)
         file = [getattr(l, f"{role}_codec") for l in layers]
-        canonical = lambda names: [_kvq.Codec(s, head_dim, role=role).spec for s in names]  # noqa: E731
-        if canonical(specs) != canonical(file):
+        if _canonical(specs, head_dim, role) != _canonical(file, head_dim, role):
             raise ValueError(f"kvq.hf: {role}_codec={given!r} contradicts the calibration, whose layers' {role} "
                              f"codecs are {file}: leave {role}_codec out to use the file's")
     for name, given, file in (("block_tokens", block_tokens, calib.block_tokens),
@@ -105,6 +104,10 @@ def explicit_setups(key_codec: str | Sequence[str], value_codec: str | Sequence[
     keys = _per_layer(key_codec, n_layers, "key_codec")
     values = _per_layer(value_codec, n_layers, "value_codec")
     return [LayerSetup(k, v, center_keys) for k, v in zip(keys, values)]
+
+
+def _canonical(specs: list[str], head_dim: int, role: str) -> list[str]:
+    return [_kvq.Codec(spec, head_dim, role=role).spec for spec in specs]
 
 
 def _per_layer(spec: str | Sequence[str], n_layers: int, what: str) -> list[str]:
