@@ -13,6 +13,9 @@ The API (docs/python.md has examples):
   why not.
 - ``distortion(codec, ...)`` and ``attention_error(key_codec, value_codec, ...)``: a codec's distortion on random
   unit vectors and a codec pair's error at the attention output, as dicts.
+- ``load_calibration(path)``: a calibration file written by ``kvq calibrate``, as a read-only ``Calibration``
+  (the model it was made for, its budget, and per layer a ``LayerCodecs``: codecs, key centering, trained states);
+  ``kvq.hf.KvqCache(config, calib=path)`` builds a transformers cache from it.
 - ``Error``: what every failed check of the library raises (a ``ValueError``); a wrong kind of array (dtype,
   device, not C-contiguous) raises ``TypeError``.
 
@@ -22,9 +25,11 @@ written into ``out=``.
 """
 
 from ._kvq import (
+    Calibration,
     Codec,
     Error,
     KVCache,
+    LayerCodecs,
     __version__,
     attention_error,
     attention_isa,
@@ -32,12 +37,15 @@ from ._kvq import (
     cuda_available,
     cuda_unavailable_reason,
     distortion,
+    load_calibration,
 )
 
 __all__ = [
+    "Calibration",
     "Codec",
     "Error",
     "KVCache",
+    "LayerCodecs",
     "__version__",
     "attention_error",
     "attention_isa",
@@ -45,4 +53,5 @@ __all__ = [
     "cuda_available",
     "cuda_unavailable_reason",
     "distortion",
+    "load_calibration",
 ]

@@ -87,6 +87,24 @@ void train_layer(PyKVCache& self, int layer, const InputArray& keys, const Input
   without_gil(self.mutex, [&] { self.cache.train_layer(layer, k, v, keys.shape(0)); });
 }
 
+void load_layer_state(PyKVCache& self, int layer, const nb::bytes& key_state, const nb::bytes& value_state) {
+  const auto vector_of = [](const nb::bytes& b) {
+    const auto* p = static_cast<const uint8_t*>(b.data());
+    return std::vector<uint8_t>(p, p + b.size());
+  };
+  const std::vector<uint8_t> k = vector_of(key_state), v = vector_of(value_state);
+  without_gil(self.mutex, [&] { self.cache.load_layer_state(layer, k, v); });
+}
+
+std::tuple<nb::bytes, nb::bytes> layer_state(PyKVCache& self, int layer) {
+  std::vector<uint8_t> k, v;
+  without_gil(self.mutex, [&] {
+    k = self.cache.key_codec(layer).state();
+    v = self.cache.value_codec(layer).state();
+  });
+  return {nb::bytes(k.data(), k.size()), nb::bytes(v.data(), v.size())};
+}
+
 std::tuple<Array, Array> read(PyKVCache& self, SeqId seq, int layer) {
   const CacheConfig& c = self.cache.config();
   const size_t row = static_cast<size_t>(c.n_kv_heads * c.head_dim);
@@ -291,6 +309,14 @@ void bind_cache(nb::module_& m) {
       .def("train_layer", &train_layer, nb::arg("layer"), nb::arg("keys"), nb::arg("values"),
            "Trains the layer's codecs on float32 [n, head_dim] example keys and values in CPU memory, before the "
            "layer holds encoded tokens.")
+      .def("load_layer_state", &load_layer_state, nb::arg("layer"), nb::arg("key_state"), nb::arg("value_state"),
+           "Starts the layer's codecs from trained states (bytes of Codec.state() of codecs of the same specs seeded "
+           "as this layer's, e.g. a calibration file's kvq.LayerCodecs key_state / value_state; empty bytes leave "
+           "that codec as it is), before the layer holds encoded tokens; either device. kvq.Error for a state a "
+           "codec refuses, changing neither.")
+      .def("layer_state", &layer_state, nb::arg("layer"),
+           "(key_state, value_state): Codec.state() of the layer's two codecs as bytes (empty where a codec has "
+           "none), what load_layer_state takes.")
       .def(
           "ready",
           [](PyKVCache& self, int layer) { return without_gil(self.mutex, [&] { return self.cache.ready(layer); }); },

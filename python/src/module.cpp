@@ -12,4 +12,5 @@ NB_MODULE(_kvq, m) {
   kvq::python::bind_codec(m);
   kvq::python::bind_cache(m);
   kvq::python::bind_measurements(m);
+  kvq::python::bind_calibration(m);
 }

@@ -1,20 +1,24 @@
 """KvqCache: a transformers `Cache` whose layers keep their keys and values in kvq's compressed pages.
 
-Each model layer is a `KvqLayer`; its tokens live in one kvq cache (a `Store`) per (device, codec pair), shared by
-the layers with that pair on that device, one kvq sequence per batch row. The layer's `update` only hands the new
-keys and values on: kvq's attention function (attention.py) appends them, leaving out padding, and attends."""
+Each model layer is a `KvqLayer`; its tokens live in one kvq cache (a `Store`) per (device, codec pair, key
+centering), shared by the layers with those on that device, one kvq sequence per batch row; each layer's codecs
+start from their own trained state where a calibration file gives one (calibration.py). The layer's `update` only
+hands the new keys and values on: kvq's attention function (attention.py) appends them, leaving out padding, and
+attends."""
 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, Union
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from .. import _kvq
-from . import attention
+from . import attention, calibration, channels
+from .calibration import LayerSetup
 from .store import Store
 
 
@@ -23,11 +27,11 @@ class Options:
     block_tokens: int
     residual_tokens: int
     seed: int
-    center_keys: bool
     sink_tokens: int
     threads: int
     prefill: str
     max_tokens: int
+    key_order: tuple[int, ...] | None  # keys' and queries' channels in the calibration's layout (channels.py)
 
 
 class KvqLayer(CacheLayerMixin):
@@ -37,19 +41,19 @@ class KvqLayer(CacheLayerMixin):
     is_compileable = False
     is_sliding = False
 
-    def __init__(self, parent: "KvqCache", layer_idx: int, key_codec: str, value_codec: str):
+    def __init__(self, parent: "KvqCache", layer_idx: int, setup: LayerSetup):
         super().__init__()
         self.parent = parent
         self.layer_idx = layer_idx
-        self.key_codec = key_codec
-        self.value_codec = value_codec
+        self.setup = setup
         self.store: Store | None = None
         self.seen = 0  # positions the model has passed through this layer, padding included
         self.pending: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device = key_states.device
-        self.store = self.parent._store(key_states.device, self.key_codec, self.value_codec, key_states.shape[0])
+        self.store = self.parent._store(key_states.device, self.setup, key_states.shape[0])
+        self.store.start_layer(self.layer_idx, self.setup)
         self.is_initialized = True
 
     # Run as Python under torch.compile: the hand-over to the attention call below is bookkeeping on Python objects
@@ -104,15 +108,6 @@ class KvqLayer(CacheLayerMixin):
         raise NotImplementedError("kvq.hf: selecting rows of the cache is not supported yet")
 
 
-def _per_layer(spec: str | Sequence[str], n_layers: int, what: str) -> list[str]:
-    if isinstance(spec, str):
-        return [spec] * n_layers
-    specs = list(spec)
-    if len(specs) != n_layers:
-        raise ValueError(f"kvq.hf: {what} lists {len(specs)} codecs for a model of {n_layers} layers")
-    return specs
-
-
 class KvqCache(Cache):
     """A transformers cache whose keys and values are stored compressed by kvq codecs, with attention computed on
     the packed pages. Use it with a model loaded with `attn_implementation="kvq"`:
@@ -121,20 +116,33 @@ class KvqCache(Cache):
         cache = kvq.hf.KvqCache(model.config, key_codec="int4", value_codec="int4")
         model.generate(**inputs, past_key_values=cache, max_new_tokens=64)
 
-    key_codec, value_codec: codec specs (docs/METHODS.md), one for every layer or a list with one per layer.
+    key_codec, value_codec: codec specs (docs/METHODS.md), one for every layer or a list with one per layer (default
+    int4); codecs that need training only from a calibration file that holds their trained state.
+    calib: a calibration file written by `kvq calibrate` for this model (a path, or a kvq.Calibration from
+    kvq.load_calibration): every layer's key and value codec, key centering and trained codec states, and the
+    file's block_tokens and sink_tokens. key_codec, value_codec, block_tokens, sink_tokens and center_keys are then
+    left out (given, they must say what the file says: ValueError otherwise), and seed stays 0 where the file holds
+    trained states. The file must be for a model of this config's architecture, layers, heads, kv heads and head
+    dimension (ValueError naming the first difference); its checksum is of the GGUF's metadata, which a transformers
+    model has not, so a model of the same shape and architecture with other weights cannot be detected. Where the
+    file's key channel layout is not transformers' (a GGUF Llama model's interleaved RoPE pairs), keys and queries
+    reach kvq permuted into the file's layout (channels.py): attention is the same, and the codecs see the channels
+    they were chosen and trained on.
     prefill: "exact" (the prompt attends to its own full-precision keys and values through SDPA, as with
     DynamicCache, then they are encoded) or "cache" (every position attends through the compressed cache, as
     decoding would: what `kvq ppl` measures). Later chunks of a prompt and every decode step always attend through
     the cache.
     max_tokens: positions per row the cache must hold (prompt plus new tokens; default: the model's
     max_position_embeddings, at most 8192); the pages for them are reserved at the first forward (address space on
-    the CPU, device memory on CUDA). block_tokens (64 or 128), residual_tokens (newest tokens kept in fp32), seed,
-    center_keys, sink_tokens: as kvq.KVCache. threads: the CPU attention's threads (0: one per core)."""
+    the CPU, device memory on CUDA). block_tokens (64 or 128; default 64), residual_tokens (newest tokens kept in
+    fp32), seed, center_keys (default False), sink_tokens (default 0): as kvq.KVCache. threads: the CPU attention's
+    threads (0: one per core)."""
 
-    def __init__(self, config, key_codec: str | Sequence[str] = "int4", value_codec: str | Sequence[str] = "int4", *,
-                 prefill: str = "exact", max_tokens: int | None = None, block_tokens: int = 64,
-                 residual_tokens: int = 0, seed: int = 0, center_keys: bool = False, sink_tokens: int = 0,
-                 threads: int = 0):
+    def __init__(self, config, key_codec: str | Sequence[str] | None = None,
+                 value_codec: str | Sequence[str] | None = None, *,
+                 calib: Union[str, os.PathLike, "_kvq.Calibration", None] = None, prefill: str = "exact",
+                 max_tokens: int | None = None, block_tokens: int | None = None, residual_tokens: int = 0,
+                 seed: int = 0, center_keys: bool | None = None, sink_tokens: int | None = None, threads: int = 0):
         text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
         n_layers = text.num_hidden_layers
         self.n_kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
@@ -145,25 +153,36 @@ class KvqCache(Cache):
             max_tokens = min(getattr(text, "max_position_embeddings", 8192) or 8192, 8192)
         if max_tokens < 1:
             raise ValueError(f"kvq.hf: max_tokens = {max_tokens} (need >= 1)")
-        self.options = Options(block_tokens, residual_tokens, seed, center_keys, sink_tokens, threads, prefill,
-                               max_tokens)
-        keys = _per_layer(key_codec, n_layers, "key_codec")
-        values = _per_layer(value_codec, n_layers, "value_codec")
-        for spec in set(keys) | set(values):
-            if _kvq.Codec(spec, self.head_dim).needs_training:
-                raise NotImplementedError(f"kvq.hf: codec '{spec}' needs training on the model's keys and values, "
-                                          "which kvq.hf does not do yet; choose a codec without training")
+        key_order = None
+        if calib is None:
+            setups = calibration.explicit_setups(key_codec or "int4", value_codec or "int4", bool(center_keys),
+                                                 n_layers)
+            block_tokens = 64 if block_tokens is None else block_tokens
+            sink_tokens = 0 if sink_tokens is None else sink_tokens
+        else:
+            calib = calibration.load(calib)
+            calibration.check_model(calib, text)
+            calibration.check_arguments(calib, self.head_dim, key_codec=key_codec, value_codec=value_codec,
+                                        block_tokens=block_tokens, sink_tokens=sink_tokens, center_keys=center_keys,
+                                        seed=seed)
+            setups = calibration.layer_setups(calib)
+            block_tokens, sink_tokens = calib.block_tokens, calib.sink_tokens
+            order = channels.key_order(calib.channel_layout, self.head_dim, _partial_rotary_factor(text))
+            key_order = None if order is None else tuple(order)
+        _check_trained(setups, self.head_dim)
+        self.options = Options(block_tokens, residual_tokens, seed, sink_tokens, threads, prefill, max_tokens,
+                               key_order)
         self._stores: dict[tuple, Store] = {}
-        super().__init__(layers=[KvqLayer(self, i, keys[i], values[i]) for i in range(n_layers)])
+        super().__init__(layers=[KvqLayer(self, i, setup) for i, setup in enumerate(setups)])
 
-    def _store(self, device: torch.device, key_codec: str, value_codec: str, batch: int) -> Store:
-        key = (device, key_codec, value_codec)
+    def _store(self, device: torch.device, setup: LayerSetup, batch: int) -> Store:
+        key = (device, *setup.store_key)
         if key not in self._stores:
             n_layers = len(self.layers)
-            sharing = sum(1 for l in self.layers if (l.key_codec, l.value_codec) == (key_codec, value_codec))
+            sharing = sum(1 for l in self.layers if l.setup.store_key == setup.store_key)
             pages = sharing * batch * math.ceil(self.options.max_tokens / self.options.block_tokens)
-            self._stores[key] = Store(device, n_layers, self.n_kv_heads, self.head_dim, key_codec, value_codec,
-                                      batch, pages, self.options)
+            self._stores[key] = Store(device, n_layers, self.n_kv_heads, self.head_dim, setup, batch, pages,
+                                      self.options)
         store = self._stores[key]
         if len(store.seqs) != batch:
             raise ValueError(f"kvq.hf: a batch of {batch} rows where the cache holds {len(store.seqs)}: reset() "
@@ -191,3 +210,24 @@ class KvqCache(Cache):
         pages = total.get("pages_in_use", 0)
         total["bits_per_element"] = weighted_bits / pages if pages else 0.0
         return total
+
+
+def _check_trained(setups: list[LayerSetup], head_dim: int) -> None:
+    """NotImplementedError for a codec that needs training (vecinfer) without a trained state to start from."""
+    needs_training: dict[tuple[str, str], bool] = {}
+    for i, setup in enumerate(setups):
+        for role, spec, state in (("key", setup.key_codec, setup.key_state),
+                                  ("value", setup.value_codec, setup.value_state)):
+            if (spec, role) not in needs_training:
+                needs_training[spec, role] = _kvq.Codec(spec, head_dim, role=role).needs_training
+            if needs_training[spec, role] and not state:
+                raise NotImplementedError(f"kvq.hf: layer {i}'s {role} codec '{spec}' needs training on the "
+                                          "model's keys and values, which kvq.hf does not do; choose a codec "
+                                          "without training, or give a calibration file (calib=) that holds its "
+                                          "trained state")
+
+
+def _partial_rotary_factor(text_config) -> float:
+    rope = getattr(text_config, "rope_parameters", None)
+    factor = rope.get("partial_rotary_factor") if isinstance(rope, dict) else None
+    return float(factor or getattr(text_config, "partial_rotary_factor", None) or 1.0)

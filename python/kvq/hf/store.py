@@ -16,15 +16,16 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
 
 
 class Store:
-    """A kvq.KVCache on the CPU or a CUDA device with one sequence per batch row."""
+    """A kvq.KVCache on the CPU or a CUDA device with one sequence per batch row: the layers of one codec pair and key
+    centering (`setup`, calibration.LayerSetup). With options.key_order, keys and queries are handed to kvq with
+    their channels in that order (channels.py: a calibration file's layout); values as they are."""
 
-    def __init__(self, device: torch.device, n_layers: int, n_kv_heads: int, head_dim: int, key_codec: str,
-                 value_codec: str, batch: int, capacity_pages: int, options):
+    def __init__(self, device: torch.device, n_layers: int, n_kv_heads: int, head_dim: int, setup, batch: int,
+                 capacity_pages: int, options):
         self.device = device
-        common = dict(capacity_pages=capacity_pages, key_codec=key_codec, value_codec=value_codec,
+        common = dict(capacity_pages=capacity_pages, key_codec=setup.key_codec, value_codec=setup.value_codec,
                       block_tokens=options.block_tokens, residual_tokens=options.residual_tokens,
-                      seed=options.seed, center_keys=options.center_keys,
-                      sink_tokens=options.sink_tokens)
+                      seed=options.seed, center_keys=setup.center_keys, sink_tokens=options.sink_tokens)
         if device.type not in ("cpu", "cuda"):
             raise NotImplementedError(f"kvq.hf: a model layer on device '{device}': kvq caches live on the CPU or "
                                       "on CUDA devices")
@@ -32,10 +33,24 @@ class Store:
         self.cache = _kvq.KVCache(n_layers, n_kv_heads, head_dim, threads=options.threads, device=where, **common)
         self.block_tokens = options.block_tokens
         self.residual_tokens = options.residual_tokens
+        self.sink_tokens = options.sink_tokens
+        self.key_order = None if options.key_order is None else torch.tensor(options.key_order, device=device)
         self.seqs = [self.cache.add_sequence() for _ in range(batch)]
         self.attention_args: dict[int, tuple[float, int]] = {}  # layer -> (scale, window) of its decode steps
         self.plans: dict[int, tuple] = {}  # CPU: layer -> ((n_q_heads, scale, window), kvq.DecodePlan)
         self.graph_step = None  # a kvq.DecodeStep while a DecodeGraph captures or replays (graph.py)
+
+    def start_layer(self, layer: int, setup) -> None:
+        """Before the layer's first append: its codecs start from the setup's trained states, and on CUDA the
+        layer's codec pair must have a decode kernel in this build (NotImplementedError naming it otherwise)."""
+        if setup.key_state or setup.value_state:
+            self.cache.load_layer_state(layer, setup.key_state, setup.value_state)
+        if self.device.type == "cuda":
+            try:
+                self.cache.attention_kernel(layer)
+            except _kvq.Error as e:
+                raise NotImplementedError(f"kvq.hf: layer {layer}'s codecs '{setup.key_codec}' / "
+                                          f"'{setup.value_codec}' on {self.cache.device}: {e}") from e
 
     def length(self, row: int, layer: int) -> int:
         return self.cache.length(self.seqs[row], layer)
@@ -44,15 +59,15 @@ class Store:
         """keys, values: [kv heads, n, d] of one row."""
         if keys.shape[1] == 0:
             return
-        self.cache.append(self.seqs[row], layer, _rows(keys), _rows(values))
+        self.cache.append(self.seqs[row], layer, _rows(self._in_key_order(keys)), _rows(values))
 
     def decode_step(self, layer: int, keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor, scale: float,
                     window: int) -> torch.Tensor:
         """One new token per row: keys, values [batch, kv heads, 1, d], query [batch, q heads, 1, d]; appends,
         then attends every row at once. Returns float32 [batch, q heads, d]."""
-        k = keys[:, :, 0].to(torch.float32).contiguous()
+        k = self._in_key_order(keys[:, :, 0]).to(torch.float32).contiguous()
         v = values[:, :, 0].to(torch.float32).contiguous()
-        q = query[:, :, 0].to(torch.float32).contiguous()
+        q = self._in_key_order(query[:, :, 0]).to(torch.float32).contiguous()
         if self.graph_step is not None:  # launches only: a CUDA graph is being captured
             out = torch.empty_like(q)
             self.graph_step.run(layer, k, v, q, out)
@@ -71,7 +86,7 @@ class Store:
         cache as it would when decoding: a position attends before the append that encodes the window's oldest
         block, the position that triggers it after. keys, values [kv heads, n, d], query [q heads, n, d].
         Returns float32 [n, q heads, d]."""
-        k, v, q = _rows(keys), _rows(values), _rows(query)
+        k, v, q = _rows(self._in_key_order(keys)), _rows(values), _rows(self._in_key_order(query))
         n = q.shape[0]
         out = torch.empty_like(q)  # [n, q heads, d]
         seq = self.seqs[row]
@@ -102,12 +117,19 @@ class Store:
     def _is_cpu(self) -> bool:
         return self.device.type == "cpu"
 
+    def _in_key_order(self, x: torch.Tensor) -> torch.Tensor:
+        """Keys or queries (channels last) in the order kvq stores keys in (options.key_order)."""
+        return x if self.key_order is None else x.index_select(-1, self.key_order)
+
     def _tokens_before_encoding(self, length: int) -> int:
         """How many tokens can be appended before the one whose append encodes the window's oldest block (at least
-        one): the fp32 window holds `length` tokens until it first reaches R + T, then R + (length - R) mod T."""
-        R, T = self.residual_tokens, self.block_tokens
-        window = length if length < R else R + (length - R) % T
-        return max(R + T - 1 - window, 1)
+        one): the first S tokens go to the sinks, then the fp32 window holds the tokens after them until it first
+        reaches R + T, then R + (tokens - R) mod T (CompressedKVStore::append_attend in C++)."""
+        R, T, S = self.residual_tokens, self.block_tokens, self.sink_tokens
+        sink_room = max(S - length, 0)
+        held = max(length - S, 0)
+        window = held if held < R else R + (held - R) % T
+        return max(R + T - 1 - window + sink_room, 1)
 
     def _plan(self, layer: int, n_q_heads: int, scale: float, window: int):
         """The layer's CPU decode plan, made at its first decode step (steps reuse its scratch)."""
