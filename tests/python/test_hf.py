@@ -145,8 +145,10 @@ def test_int8_logits_within_codec_error(seed):
 
 
 def test_cache_prefill_attends_as_decoding_does(seed):
-    # prefill="cache": a prompt in chunks attends through the compressed pages exactly as a token-by-token run.
-    model = tiny_model("qwen2", seed)
+    # prefill="cache": a prompt in chunks attends through the compressed pages exactly as a token-by-token run. The
+    # model in float64, so that its projections of a chunk and of one token round to the same float32 keys and
+    # values: in float32 they differ in the last bits, which a stored code's rounding can turn into a whole step.
+    model = tiny_model("qwen2", seed).double()
     ids = prompt(seed, 1, 150)
     with torch.no_grad():
         cache = kvq.hf.KvqCache(model.config, "int4", "turbo_mse:3", prefill="cache", residual_tokens=64)
@@ -156,7 +158,7 @@ def test_cache_prefill_attends_as_decoding_does(seed):
         cache = kvq.hf.KvqCache(model.config, "int4", "turbo_mse:3", prefill="cache", residual_tokens=64)
         single = torch.cat([model(input_ids=ids[:, i:i + 1], past_key_values=cache, use_cache=True).logits
                             for i in range(150)], dim=1)
-    assert relative_error(chunked, single) < 1e-4
+    assert relative_error(chunked, single) < 1e-7
 
 
 def test_later_chunks_of_exact_prefill_attend_through_the_cache(seed):

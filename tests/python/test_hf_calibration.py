@@ -239,8 +239,9 @@ def test_arguments_that_contradict_the_file_raise(tmp_path, seed):
 
 def test_cache_prefill_with_sink_tokens_attends_as_decoding_does(seed):
     # prefill="cache" in chunks attends as a token-by-token run also where the first tokens go to the sinks: the
-    # chunks must stop before each append that encodes a page, counting the sinks.
-    model = tiny_model("llama", seed)
+    # chunks must stop before each append that encodes a page, counting the sinks. The model in float64, as in
+    # test_hf.py's test without sinks (the sinks' f16 rounding would turn float32 noise into whole steps).
+    model = tiny_model("llama", seed).double()
     ids = prompt(seed, 1, 150)
     with torch.no_grad():
         cache = kvq.hf.KvqCache(model.config, "int4", "int4", prefill="cache", sink_tokens=5)
@@ -249,4 +250,4 @@ def test_cache_prefill_with_sink_tokens_attends_as_decoding_does(seed):
         cache = kvq.hf.KvqCache(model.config, "int4", "int4", prefill="cache", sink_tokens=5)
         single = torch.cat([model(input_ids=ids[:, i:i + 1], past_key_values=cache, use_cache=True).logits
                             for i in range(150)], dim=1)
-    assert relative_error(chunked, single) < 1e-4
+    assert relative_error(chunked, single) < 1e-7
