@@ -15,6 +15,7 @@ if caches:
 print("| keys / values | bits k / v | cache bytes | vs f16 | ppl | dPPL % | KLD | top-1 |")
 print("|---|---|---|---|---|---|---|---|")
 for c in caches:
-    print(f"| `{c['k']}` / `{c['v']}` | {c['bits_k']:.2f} / {c['bits_v']:.2f} | {c['cache_bytes']} | "
+    name = f"`{c['k']}` / `{c['v']}`" if c["k"] else c["label"]
+    print(f"| {name} | {c['bits_k']:.2f} / {c['bits_v']:.2f} | {c['cache_bytes']} | "
           f"{c['cache_bytes_f16'] / c['cache_bytes']:.2f}x | {c['ppl']:.4f} | {c['dppl_pct']:+.2f} | "
           f"{c['kld']:.4f} | {c['top1']:.4f} |")
