@@ -266,6 +266,7 @@ TEST(AttentionKernelsDispatch, PairsWithoutAFusedKernelRunTheGenericLoop) {
            {"int8", "f32"},
            {"turbo_rvq:2", "f16"},
            {"qjl:40", "kivi:4"},  // sign tiles of 32 rows: m a multiple of 32 only
+           {"kivi:3", "kivi:3"},  // two code planes
            {"int4", "qjl"}}) {    // qjl values
     CacheConfig cfg;
     cfg.key_codec = k;

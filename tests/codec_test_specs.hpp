@@ -11,7 +11,7 @@ inline std::vector<std::string> codec_test_specs() {
   return {
       "f32", "f16", "bf16",
       "int8", "int8:16", "int4", "int4:16",
-      "kivi:2", "kivi:4",
+      "kivi:2", "kivi:3", "kivi:4",
       "turbo_mse:1", "turbo_mse:2", "turbo_mse:3", "turbo_mse:4",
       "turbo_prod:2", "turbo_prod:3", "turbo_prod:4",
       // qjl with its default m = d rows decodes with relative error pi/2 - 1/d (it is an inner-product sketch, not a

@@ -345,9 +345,16 @@ KiviShape kivi_shape(const Codec& codec) {
   return {codec.spec().args.at(0), std::stoi(codec.spec().option("g", "32")), codec.role() == Role::key};
 }
 
-// Code of token t, channel c: b-bit unsigned codes in the lanes of 64-byte tiles (b = 2, 4 never straddle a byte).
+// Code of token t, channel c: b-bit unsigned codes in the lanes of 64-byte tiles (b = 2, 4 never straddle a byte;
+// b = 3 as a 2-bit and a 1-bit plane).
 int stored_kivi_code(const std::vector<uint8_t>& block, const layout::Kivi& l, int t, int c) {
   const auto ut = static_cast<size_t>(t), uc = static_cast<size_t>(c);
+  if (l.bits == 3) {
+    const layout::IntGroup lo{l.d, l.T, 2, l.G, l.key}, hi{l.d, l.T, 1, l.G, l.key};
+    const size_t hi_at = l.code_tokens() * l.d / 4;
+    return ((block[lo.code_byte(ut, uc)] >> lo.code_shift(ut, uc)) & 3) |
+           ((block[hi_at + hi.code_byte(ut, uc)] >> hi.code_shift(ut, uc)) & 1) << 2;
+  }
   return (block[l.code_byte(ut, uc)] >> l.code_shift(ut, uc)) & ((1 << l.bits) - 1);
 }
 
@@ -411,7 +418,7 @@ void check_kivi_block(const Codec& codec, const std::vector<float>& x, int n, co
 
 TEST(KiviCodec, CodesMatchReferenceAndStayWithinHalfAStep) {
   KVQ_FRESH_SEED();
-  for (const char* spec : {"kivi:2", "kivi:4", "kivi:2,g=64", "kivi:4,g=16"})
+  for (const char* spec : {"kivi:2", "kivi:3", "kivi:4", "kivi:2,g=64", "kivi:3,g=16", "kivi:4,g=16"})
     for (Role role : {Role::key, Role::value})
       for (int d : {128, 96})
         for (bool outliers : {false, true}) {
@@ -431,7 +438,8 @@ TEST(KiviCodec, BitsPerElementAsDocumented) {
   const std::tuple<const char*, Role, double> cases[] = {
       {"kivi:2", Role::key, 2.5},   {"kivi:4", Role::key, 4.5},         {"kivi:2", Role::value, 3.0},
       {"kivi:4", Role::value, 5.0}, {"kivi:2,g=64", Role::value, 2.5},  {"kivi:2,g=128", Role::value, 2.25},
-      {"kivi:2,g=64", Role::key, 2.5}};
+      {"kivi:2,g=64", Role::key, 2.5},  {"kivi:3", Role::key, 3.5},        {"kivi:3", Role::value, 4.0},
+      {"kivi:3,g=64", Role::value, 3.5}};
   for (const auto& [spec, role, bits] : cases) {
     const auto codec = make_codec(spec, CodecParams{128, kT, 0, role});
     EXPECT_DOUBLE_EQ(codec->bits_per_element(), bits) << spec << (role == Role::key ? " key" : " value");
@@ -500,13 +508,16 @@ TEST(KiviSpecs, BadSpecsGiveClearErrors) {
       EXPECT_NE(what.find(needle), std::string::npos) << spec << " at d=" << d << ": " << what;
     }
   };
-  expect_error("kivi:3", 128, "3 bits unsupported");
+  expect_error("kivi:5", 128, "5 bits unsupported");
+  expect_error("kivi:1", 128, "1 bits unsupported");
   expect_error("kivi", 128, "needs a bit width");
   expect_error("kivi:2,g=7", 128, "value group size 7 unsupported");
   expect_error("kivi:2,g=x", 128, "is not an integer");
   expect_error("kivi:2,g=128", 96, "does not divide head dimension 96");
   expect_error("kivi:2,rot=hadamard", 128, "unknown option 'rot'");
   expect_error("kivi:2/2", 128, "at most 1 argument");
+  EXPECT_NE(error_of("kivi:3,g=16", 80, Role::key).find("multiple of 32"), std::string::npos);
+  EXPECT_NO_THROW(make_codec("kivi:3,g=16", CodecParams{80, 64, 0, Role::value}));
 }
 
 // ---- the fused kernels of both families on partial blocks (the contract test covers full ones) ----------------

@@ -26,9 +26,11 @@ Format format_of(const Codec& codec, int T) {
                              static_cast<size_t>(p->group), codec.role() == Role::key};
     return {p->bits == 8 ? BlockFormat::int8 : BlockFormat::int4, p->lambda, p->group, l.scales_offset()};
   }
-  if (const auto l = kivi_layout(codec))
+  if (const auto l = kivi_layout(codec)) {
+    if (l->bits == 3) return {};  // two code planes: no fused kernel yet, the codec's own scorer
     return {l->bits == 2 ? BlockFormat::kivi2 : BlockFormat::kivi4, nullptr, static_cast<int>(l->G),
             l->scales_offset(), l->mins_offset()};
+  }
   if (const auto p = turbo_mse_params(codec)) {
     const auto& l = p->layout;
     if (!(l.key ? l.d % 32 == 0 : l.T % 32 == 0)) return {};  // whole 32-element chunks

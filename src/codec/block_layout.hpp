@@ -38,7 +38,7 @@ static_assert(Float{128, 64, 2}.block_bytes() == 16384);
 // Bits per element (T a multiple of 16): bits + 16/G. d=128: int4 G=16/32/64 -> 5 / 4.5 / 4.25, int8 G=16/32/64 ->
 // 9 / 8.5 / 8.25.
 struct IntGroup {
-  size_t d, T, bits, G;  // bits: 4 or 8; G divides d
+  size_t d, T, bits, G;  // bits: 4 or 8 (kivi's code planes also 1 and 2); G divides d
   bool key;              // keys and values are tiled differently
   constexpr size_t groups() const { return d / G; }  // per token
   constexpr size_t lane_elements() const { return 32 / bits; }  // E
@@ -75,44 +75,71 @@ static_assert(IntGroup{128, 64, 8, 32, false}.block_bytes() == 8704);  // 8.5
 
 
 // ---- kivi ------------------------------------------------------------------------------------------------------
-// Asymmetric b-bit codes (b = 2 or 4) with an fp16 minimum m and scale s: x ~ m + s * q, q in [0, 2^b - 1].
+// Asymmetric b-bit codes (b = 2, 3 or 4) with an fp16 minimum m and scale s: x ~ m + s * q, q in [0, 2^b - 1].
 // Keys: one (m, s) per channel over the tokens of the block. Values: one (m, s) per token and group of G channels.
 //   [codes: unsigned b-bit q in the 64-byte tiles of IntGroup, E = 32 / b codes a 32-bit lane (element j at bits
 //    j b .. (j + 1) b - 1; a shift left then a logical shift right gives it back): keys "tokens in lanes" (16
 //    tokens x E channels a tile), values "channels in lanes" (E tokens x 16 channels a tile); the tiles cover T
-//    rounded up to 16 (keys) or E (values) tokens, the padding codes zero]
+//    rounded up to 16 (keys) or E (values) tokens, the padding codes zero.
+//    b = 3: two planes one after the other, each in those tiles: the low two bits of q as kivi:2's codes (E = 16),
+//    then the high bit as a 1-bit code (E = 32: keys 16 tokens x 32 channels a tile, so d a multiple of 32; values
+//    32 tokens x 16 channels), both planes covering T rounded up to 16 (keys) or 32 (values) tokens.]
 //   [mins: P fp16]  [scales: P fp16]   keys: P = d, in channel order; values: P = d/G x T rounded up to 16, in tiles
 //    of 16 tokens like IntGroup's scales ([T/16][d/G groups][16 tokens]: the minima or scales of 16 tokens of one
 //    group are one vector), the padding zero.
-// Bits per element (T a multiple of 16): keys b + 32/T (d=128, T=64: kivi:2 2.5, kivi:4 4.5); values b + 32/G
-// (G=32: 3 and 5).
+// Bits per element (T a multiple of 16, and of 32 for kivi:3 values): keys b + 32/T (d=128, T=64: kivi:2 2.5,
+// kivi:3 3.5, kivi:4 4.5); values b + 32/G (G=32: 3, 4 and 5).
 struct Kivi {
   size_t d, T, bits, G;  // G: the value group size (keys ignore it)
   bool key;
-  constexpr size_t lane_elements() const { return 32 / bits; }  // E
+  constexpr size_t planes() const { return bits == 3 ? 2 : 1; }
+  /// The bits of plane p's codes (b = 3: 2 then 1).
+  constexpr size_t plane_bits(size_t p) const { return bits == 3 ? 2 - p : bits; }
+  constexpr IntGroup plane(size_t p) const { return IntGroup{d, T, plane_bits(p), G, key}; }
+  constexpr size_t lane_elements() const { return 32 / plane_bits(planes() - 1); }  // E of the last plane
   constexpr size_t param_tokens() const { return (T + 15) / 16 * 16; }
   constexpr size_t code_tokens() const {
     return key ? param_tokens() : (T + lane_elements() - 1) / lane_elements() * lane_elements();
   }
+  /// The byte where plane p starts (a multiple of 64).
+  constexpr size_t plane_offset(size_t p) const { return p == 0 ? 0 : code_tokens() * d * plane_bits(0) / 8; }
   constexpr size_t param_count() const { return key ? d : param_tokens() * (d / G); }
   constexpr size_t mins_offset() const { return align16(code_tokens() * d * bits / 8); }
   constexpr size_t scales_offset() const { return mins_offset() + align16(2 * param_count()); }
   constexpr size_t block_bytes() const { return scales_offset() + 2 * param_count(); }
-  /// The byte holding the code of token t, channel c, at bit code_shift(t, c).
-  constexpr size_t code_byte(size_t t, size_t c) const {
-    return IntGroup{d, T, bits, G, key}.code_byte(t, c);
-  }
-  constexpr unsigned code_shift(size_t t, size_t c) const { return IntGroup{d, T, bits, G, key}.code_shift(t, c); }
-  /// The code stored at bit `shift` of `byte`: 0 .. 2^b - 1.
+  /// The byte holding the code of token t, channel c, at bit code_shift(t, c) (b = 2, 4: one plane).
+  constexpr size_t code_byte(size_t t, size_t c) const { return plane(0).code_byte(t, c); }
+  constexpr unsigned code_shift(size_t t, size_t c) const { return plane(0).code_shift(t, c); }
+  /// The code stored at bit `shift` of `byte`: 0 .. 2^b - 1 (b = 2, 4).
   constexpr unsigned code(unsigned byte, unsigned shift) const { return (byte >> shift) & ((1u << bits) - 1); }
+  /// The code of token t, channel c, read from its planes: 0 .. 2^b - 1.
+  constexpr unsigned read_code(const unsigned char* block, size_t t, size_t c) const {
+    unsigned q = 0;
+    for (size_t p = 0, low = 0; p < planes(); low += plane_bits(p), ++p) {
+      const IntGroup l = plane(p);
+      q |= ((block[plane_offset(p) + l.code_byte(t, c)] >> l.code_shift(t, c)) & ((1u << l.bits) - 1)) << low;
+    }
+    return q;
+  }
+  /// Sets the bits of code q of token t, channel c in a zeroed code section.
+  constexpr void write_code(unsigned char* block, size_t t, size_t c, unsigned q) const {
+    for (size_t p = 0, low = 0; p < planes(); low += plane_bits(p), ++p) {
+      const IntGroup l = plane(p);
+      block[plane_offset(p) + l.code_byte(t, c)] |=
+          static_cast<unsigned char>(((q >> low) & ((1u << l.bits) - 1)) << l.code_shift(t, c));
+    }
+  }
   /// The number of the (m, s) pair of token t, channel c: c (keys), or its place in the value tiles.
   constexpr size_t param(size_t t, size_t c) const {
     return key ? c : (t / 16 * (d / G) + c / G) * 16 + t % 16;
   }
 };
 static_assert(Kivi{128, 64, 2, 32, true}.block_bytes() == 2560);   // 2.5 bits per element
+static_assert(Kivi{128, 64, 3, 32, true}.block_bytes() == 3584);   // 3.5
 static_assert(Kivi{128, 64, 2, 32, false}.block_bytes() == 3072);  // 3
+static_assert(Kivi{128, 64, 3, 32, false}.block_bytes() == 4096);  // 4
 static_assert(Kivi{128, 64, 4, 32, false}.block_bytes() == 5120);  // 5
+static_assert(Kivi{128, 64, 3, 32, true}.plane_offset(1) == 2048);
 
 
 // ---- turbo_mse / turbo_prod / qjl / turbo_rvq ------------------------------------------------------------------

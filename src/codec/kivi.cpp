@@ -1,4 +1,4 @@
-// kivi:b (b = 2 or 4): KIVI's asymmetric quantization with a zero point, no rotation (the codec space is the
+// kivi:b (b = 2, 3 or 4): KIVI's asymmetric quantization with a zero point, no rotation (the codec space is the
 // original space). Keys: one range per channel over the n encoded tokens of a block, which gives outlier channels
 // their own range; values: one range per token and group of G channels (option g, default 32). Layout: layout::Kivi.
 //
@@ -32,6 +32,9 @@ class KiviCodec final : public Codec {
       : Codec(spec, params), levels_((1 << bits) - 1) {
     KVQ_CHECK(params.dim % group == 0, spec.str(), ": value group size ", group, " does not divide head dimension ",
               params.dim);
+    KVQ_CHECK(bits != 3 || params.role != Role::key || params.dim % 32 == 0, spec.str(),
+              ": 3-bit keys need a head dimension that is a multiple of 32 (their high bits lie in 32-channel lanes), "
+              "not ", params.dim);
     layout_ = layout::Kivi{static_cast<size_t>(params.dim), static_cast<size_t>(params.block_tokens),
                            static_cast<size_t>(bits), static_cast<size_t>(group), params.role == Role::key};
     set_layout(layout_.block_bytes(), params.dim);
@@ -46,8 +49,7 @@ class KiviCodec final : public Codec {
   void read_codes(const uint8_t* block, int n, uint8_t* q) const {
     const size_t d = layout_.d;
     for (size_t t = 0; t < static_cast<size_t>(n); ++t)
-      for (size_t c = 0; c < d; ++c)
-        q[t * d + c] = static_cast<uint8_t>(layout_.code(block[layout_.code_byte(t, c)], layout_.code_shift(t, c)));
+      for (size_t c = 0; c < d; ++c) q[t * d + c] = static_cast<uint8_t>(layout_.read_code(block, t, c));
   }
   /// Minimum and scale number p (layout::Kivi::param).
   float min_at(const uint8_t* block, size_t p) const { return load_f16(block + layout_.mins_offset() + 2 * p); }
@@ -84,8 +86,7 @@ class KiviCodec final : public Codec {
         }
     }
     for (size_t t = 0; t < static_cast<size_t>(T); ++t)
-      for (size_t c = 0; c < static_cast<size_t>(d); ++c)
-        block[layout_.code_byte(t, c)] |= static_cast<uint8_t>(q[t * d + c] << layout_.code_shift(t, c));
+      for (size_t c = 0; c < static_cast<size_t>(d); ++c) layout_.write_code(block, t, c, q[t * d + c]);
   }
 
   void decode_block_space(const uint8_t* block, int n, float* y) const override {
@@ -249,9 +250,9 @@ std::optional<layout::Kivi> kivi_layout(const Codec& codec) {
 
 std::unique_ptr<Codec> make_kivi_codec(const CodecSpec& spec, const CodecParams& params) {
   check_spec_shape(spec, 1, "g");
-  KVQ_CHECK(spec.args.size() == 1, "codec '", spec.str(), "' needs a bit width (kivi:2 or kivi:4)");
+  KVQ_CHECK(spec.args.size() == 1, "codec '", spec.str(), "' needs a bit width (kivi:2, kivi:3 or kivi:4)");
   const int bits = spec.args[0];
-  KVQ_CHECK(bits == 2 || bits == 4, spec.str(), ": ", bits, " bits unsupported (kivi:2 or kivi:4)");
+  KVQ_CHECK(bits >= 2 && bits <= 4, spec.str(), ": ", bits, " bits unsupported (kivi:2, kivi:3 or kivi:4)");
   return std::make_unique<KiviCodec>(spec, params, bits, parse_group(spec));
 }
 

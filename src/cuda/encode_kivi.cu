@@ -157,7 +157,7 @@ class KiviEncoder final : public EncoderOf<KiviEnc> {
 
 std::unique_ptr<DeviceEncoder> make_kivi_encoder(const Codec& codec) {
   const auto l = kivi_layout(codec);
-  if (!l) return nullptr;
+  if (!l || l->bits == 3) return nullptr;  // kivi:3's two code planes: no device encoder yet
   return std::make_unique<KiviEncoder>(codec, *l);
 }
 
