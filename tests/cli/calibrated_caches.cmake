@@ -64,6 +64,8 @@ set(stories --model ${models}/stories260K.bin --tokenizer ${models}/tok512.bin -
 expect_error("s-bc512-3.calib: the calibration is for another model" bench decode ${stories} --depth 0 --steps 2
              --calib ${plain})
 expect_error("s-bc512-3.calib: the calibration is for another model" demo ${stories} --calib ${plain})
-# --calib-tokens would retrain every compressed cache, the file's trained codecs too.
-expect_error("--calib .*s-vq1024-bc512-3.calib carries trained codec states that --calib-tokens 64 would retrain"
+# --calib-tokens would retrain every compressed cache: a file's trained codecs, and its int layers' scales.
+expect_error("--calib .*s-vq1024-bc512-3.calib is used as calibrated, which --calib-tokens 64 would retrain"
              ppl --model ${model} --text ${text} --max-tokens 64 --calib ${trained} --calib-tokens 64)
+expect_error("--calib .*s-bc512-3.calib is used as calibrated, which --calib-tokens 64 would retrain"
+             ppl --model ${model} --text ${text} --max-tokens 64 --calib ${plain} --calib-tokens 64)

@@ -114,7 +114,7 @@ CalibratedCache calibrated_cache(const std::string& path, const LlamaModel& mode
   spec.layers.clear();
   spec.layer_codecs = calibration.layers;
   const std::string name = std::filesystem::path(path).filename().string();
-  return {spec, detail::concat(name, " (", calibration.budget_bits, " bits)"), trained};
+  return {spec, detail::concat(name, " (", calibration.budget_bits, " bits)")};
 }
 
 bool is_f16_cache(const KVCacheSpec& spec) { return spec.key_codec == "f16" && spec.value_codec == "f16"; }

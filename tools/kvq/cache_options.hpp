@@ -34,7 +34,6 @@ std::string codec_refusal(const LlamaConfig& config);
 struct CalibratedCache {
   KVCacheSpec spec;   ///< `like` with the file's per-layer codecs, centering, trained states and sink tokens
   std::string name;   ///< what its rows are called: the file's name and budget, e.g. "s-bc512-3.calib (3 bits)"
-  bool trained = false;  ///< whether the file carries trained codec states (kvq calibrate's vecinfer codebooks)
 };
 
 /// `like` with the per-layer codecs of a calibration file (kvq calibrate --out), checked against `model`.

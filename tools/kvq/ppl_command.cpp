@@ -119,14 +119,13 @@ void run_ppl(const PplOptions& o) {
   options.caches = o.caches.specs();
   if (!o.calib.empty()) {  // the calibrated caches alone, or after the --k/--v pairs
     if (o.caches.keys.empty()) options.caches.clear();
-    for (const std::string& path : o.calib) {
-      const CalibratedCache calibrated = calibrated_cache(path, model, o.caches.common);
-      // --calib-tokens trains every compressed cache, which would replace the file's trained codecs.
-      KVQ_CHECK(!calibrated.trained || o.calib_tokens == 0, "--calib ", path, " carries trained codec states that "
-                "--calib-tokens ", o.calib_tokens, " would retrain: leave out --calib-tokens (measure the --k/--v "
-                "caches that need training in another run)");
-      options.caches.push_back(calibrated.spec);
-    }
+    // --calib-tokens trains every compressed cache: it would replace a file's trained codecs, and give its int
+    // layers per-channel scales that kvq calibrate never measured.
+    KVQ_CHECK(o.calib_tokens == 0, "--calib ", o.calib.front(), " is used as calibrated, which --calib-tokens ",
+              o.calib_tokens, " would retrain: leave out --calib-tokens (measure the --k/--v caches that need "
+              "training in another run)");
+    for (const std::string& path : o.calib)
+      options.caches.push_back(calibrated_cache(path, model, o.caches.common).spec);
   }
   if (o.sweep_layers) {  // each cache once per layer, compressing that layer only
     std::vector<KVCacheSpec> per_layer;
@@ -172,8 +171,8 @@ void add_ppl_command(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 16))->capture_default_str();
   cmd->add_option("--calib-tokens", o->calib_tokens,
                   "train the codecs (vecinfer needs it; int8/int4 set channel scales) on the keys and values of the "
-                  "last N tokens of the text, never among the scored ones; every compressed cache, --calib ones "
-                  "included, so not with a --calib file that carries trained states")->check(CLI::Range(0, 1 << 24))
+                  "last N tokens of the text, never among the scored ones; every compressed cache, so not with "
+                  "--calib (a file's codecs are used as calibrated)")->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
   add_cache_list_options(*cmd, o->caches);
   cmd->add_option("--calib", o->calib, "a calibration file (kvq calibrate --out): its per-layer codecs, measured "
