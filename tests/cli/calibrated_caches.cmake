@@ -35,7 +35,7 @@ if(NOT rows EQUAL 3 OR NOT no_calib OR NOT second_calib STREQUAL plain OR NOT th
 endif()
 
 # demo: the file's cache after the built-in ones, in the quality and the speed figures alike.
-execute_process(COMMAND ${KVQ} demo --model ${model} --text ${text} --tokens 128 --ctx 64 --steps 2 --speed-depth 0
+execute_process(COMMAND ${KVQ} demo --model ${model} --text ${text} --tokens 128 --ctx 128 --steps 2 --speed-depth 0
                         --threads 2 --calib ${trained} --json
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
@@ -64,6 +64,9 @@ set(stories --model ${models}/stories260K.bin --tokenizer ${models}/tok512.bin -
 expect_error("s-bc512-3.calib: the calibration is for another model" bench decode ${stories} --depth 0 --steps 2
              --calib ${plain})
 expect_error("s-bc512-3.calib: the calibration is for another model" demo ${stories} --calib ${plain})
+# A window of one page encodes none: every cache would read as f16.
+expect_error("--ctx 64: a window must be longer than one page of 64 tokens" demo --model ${model} --text ${text}
+             --tokens 128 --ctx 64 --steps 0 --speed-depth 0)
 # --calib-tokens would retrain every compressed cache: a file's trained codecs, and its int layers' scales.
 expect_error("--calib .*s-vq1024-bc512-3.calib is used as calibrated, which --calib-tokens 64 would retrain"
              ppl --model ${model} --text ${text} --max-tokens 64 --calib ${trained} --calib-tokens 64)

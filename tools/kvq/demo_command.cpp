@@ -96,6 +96,11 @@ void run_demo(DemoOptions o) {
     if (o.json) std::printf("[]\n");
     return;
   }
+  // A page is encoded once full; until then its tokens are attended in f16.
+  const int page = KVCacheSpec{}.block_tokens;
+  KVQ_CHECK(ctx > page, "--ctx ", o.ctx, ": a window must be longer than one page of ", page, " tokens, or no page is "
+            "encoded in it and every cache would read as f16 (the partial page is kept in f16); use --ctx ", 2 * page,
+            " or more");
   if (!o.json) {
     std::printf("Perplexity on %zu tokens of %s (windows of %d), every cache against f16:\n\n", tokens.size(),
                 text_name.c_str(), ctx);
