@@ -225,6 +225,8 @@ KernelFn fast_kernel(BlockFormat key, BlockFormat value) {
       return fused_kernel_with_keys<Avx2Dot, F::turbo3, 2>(value);
     case F::kivi2:
       return fused_kernel_with_keys<Avx2Dot, F::kivi2, 2>(value);
+    case F::kivi3:
+      return fused_kernel_with_keys<Avx2Dot, F::kivi3, 2>(value);
     case F::kivi4:
       return fused_kernel_with_keys<Avx2Dot, F::kivi4, 2>(value);
     default:
