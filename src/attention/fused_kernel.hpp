@@ -29,7 +29,9 @@
 //   turbo_prod:b values: the turbo_mse:(b-1) part as above into the first d floats of an output row, and
 //     sum_t p_t ||r_t|| sqrt(pi/2)/m sign_t,r into the m after them, from sign tiles of 32 tokens x 16 rows (one lane
 //     per row): a masked add of the token's weight per token, as the keys' rows.
-//   kivi keys and values: the int tiles with unsigned codes q (x = m + s q). Keys: per page the queries times the
+//   kivi keys and values: the int tiles with unsigned codes q (x = m + s q); kivi:3's codes in two planes of such
+//     tiles, the low two bits (kivi:2's) and the high bit (1-bit codes: keys 16 tokens x 32 channels a tile, values
+//     32 tokens x 16 channels), joined in registers (for_kivi_codes). Keys: per page the queries times the
 //     channel scales s_c and the bias <q, m> (one per query), then the int key loop without token scales (the fast
 //     kernels: the scaled queries as two 8-bit digits against the codes by integer dot products, key_scores_kivi_int).
 //     Values: the int value loop with the weights p_t s_t,g, plus sum_t p_t m_t,g added to every channel of group g
@@ -54,7 +56,8 @@ namespace {
 //   fma1(a, const float* b, c) = a * broadcast(*b) + c, mul, sub, max;
 //   load_f16(p): W fp16 values; f16_split(p, even, odd): 2W fp16 values as two vectors (even and odd elements),
 //   each value times 2^-112; load_i(p): W 32-bit lanes; element<Bits, J>(x): element J (Bits wide) of each lane
-//   as a signed float; uelement<Bits, J>(x): the same element as an unsigned float (kivi codes);
+//   as a signed float; uelement<Bits, J>(x): the same element as an unsigned float (kivi codes); u3element<J, H>(lo,
+//   hi): a kivi:3 code as an unsigned float, element J of the 2-bit lane lo below bit H of the 1-bit lane hi;
 //   shr<N>(x), shl<N>(x): 32-bit lanes shifted logically (N = 0: x); select_bits(a, b, mask): a's bits where mask
 //   is set, else b's; Table, load_table(16 floats), lookup(table, x): the entry of each lane's low 4 bits (turbo);
 //   Mask, test_bit<R>(x): the lanes whose bit R is set, add_masked(acc, mask, const float* b): acc + broadcast(*b)
@@ -67,7 +70,8 @@ namespace {
 //   lanes shifted), add_i, sub_i (an int32 broadcast from memory) and cvt (int32 -> fp32). AVX512-VNNI has them as
 //   instructions; AVX2's fast kernel for int4 keys by vpmaddubsw and vpmaddwd (kernels_avx2.cpp). For turbo_mse keys
 //   also kLevelDigitBits (the query digits' width that its dpbusd2 keeps exact against bytes up to 255),
-//   load_bytes16(p) (16 bytes in every 128-bit lane) and shuffle_bytes(table, x) (each byte's entry by its low 4 bits).
+//   load_bytes16(p) (16 bytes in every 128-bit lane) and shuffle_bytes(table, x) (each byte's entry by its low 4 bits;
+//   kivi:3's keys and bf16 values move the high bits' bytes with it, zero where an index byte's top bit is set).
 //   For kivi keys also abs(x) and kivi_digits(w, inv, order, out): 16 floats' two 8-bit digits of w inv as 32 bytes.
 //   Bf16Values (AVX512-BF16 only): tile_pairs<E>(x) (16 tokens in pairs (j, j + E/2) of each tile of E tokens),
 //   to_bf16(lo, hi) (32 bf16, rounded to nearest), store_i, bf16_ones(), dpbf16(acc, a, b) and dpbf16_1(acc, a, one
