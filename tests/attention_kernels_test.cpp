@@ -56,6 +56,14 @@ const std::vector<Pair>& fused_pairs() {
                                        {"kivi:2", "f16", "fused_kivi_f16"},
                                        {"int4", "kivi:2,g=64", "fused_int4_kivi"},
                                        {"f16", "kivi:4", "fused_f16_kivi"},
+                                       {"kivi:3", "kivi:3", "fused_kivi_kivi"},
+                                       {"kivi:3", "kivi:2,g=16", "fused_kivi_kivi"},
+                                       {"kivi:4", "kivi:3,g=64", "fused_kivi_kivi"},
+                                       {"kivi:3", "int8", "fused_kivi_int8"},
+                                       {"int4", "kivi:3", "fused_int4_kivi"},
+                                       {"kivi:3", "turbo_prod:3", "fused_kivi_turbo_prod"},
+                                       {"turbo_mse:2", "kivi:3,g=16", "fused_turbo_mse_kivi"},
+                                       {"qjl", "kivi:3", "fused_qjl_kivi"},
                                        {"turbo_mse:3", "turbo_mse:3", "fused_turbo_mse_turbo_mse"},
                                        {"turbo_mse:2", "turbo_mse:4", "fused_turbo_mse_turbo_mse"},
                                        {"turbo_mse:4,rot=srft", "int4", "fused_turbo_mse_int4"},
@@ -166,7 +174,7 @@ TEST(AttentionKernels, F16ExtremesDecodeExactly) {
   }
 }
 
-// Causal prefill runs the same kernels: query rows n_pos x G in passes of up to 8, masks inside pages; kivi,
+// Causal prefill runs the same kernels: query rows n_pos x G in passes of up to 8, masks inside pages; kivi:2..4,
 // turbo_mse, turbo_prod and qjl blocks among them.
 TEST(AttentionKernels, PrefillOfEveryIsaMatchesCausalReference) {
   KVQ_FRESH_SEED();
@@ -184,6 +192,7 @@ TEST(AttentionKernels, PrefillOfEveryIsaMatchesCausalReference) {
     check_prefill({128, 64, 64, 1, 2, {200}, true}, "turbo_prod:3", "kivi:4", seed + 5, {1, 100}, {5, end});
     check_prefill({64, 64, 0, 1, 4, {150}, true}, "qjl", "turbo_prod:2", seed + 6, {7, 64}, {0, 63, end});
     check_prefill({128, 64, 0, 1, 2, {150}, false}, "turbo_prod:4", "turbo_mse:1", seed + 7, {1, 64}, {5, end});
+    check_prefill({64, 64, 0, 1, 4, {150}, true}, "kivi:3", "kivi:3", seed + 8, {7, 64}, {0, 63, end});
   }
 }
 
@@ -266,7 +275,6 @@ TEST(AttentionKernelsDispatch, PairsWithoutAFusedKernelRunTheGenericLoop) {
            {"int8", "f32"},
            {"turbo_rvq:2", "f16"},
            {"qjl:40", "kivi:4"},  // sign tiles of 32 rows: m a multiple of 32 only
-           {"kivi:3", "kivi:3"},  // two code planes
            {"int4", "qjl"}}) {    // qjl values
     CacheConfig cfg;
     cfg.key_codec = k;

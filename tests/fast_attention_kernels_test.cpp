@@ -77,7 +77,12 @@ TEST(FastAttentionKernels, ErrorIsAtMostATenthOfTheCodecsOwnOnEveryIsa) {
                                     {"kivi:2", "kivi:2", "fused_kivi_kivi"},
                                     {"kivi:4", "kivi:4", "fused_kivi_kivi"},
                                     {"kivi:2", "int4", "fused_kivi_int4"},
-                                    {"kivi:4", "f16", "fused_kivi_f16"}};
+                                    {"kivi:4", "f16", "fused_kivi_f16"},
+                                    {"kivi:3", "kivi:3", "fused_kivi_kivi"},
+                                    {"kivi:3", "kivi:2", "fused_kivi_kivi"},
+                                    {"kivi:4", "kivi:3", "fused_kivi_kivi"},
+                                    {"kivi:3", "int4", "fused_kivi_int4"},
+                                    {"int8", "kivi:3", "fused_int8_kivi"}};
   const std::vector<Shape> shapes{{128, 64, 0, 2, 4, {1000, 65}, true},
                                   {128, 64, 0, 1, 8, {2000}, false},
                                   {64, 128, 128, 2, 3, {700}, true},
@@ -123,7 +128,8 @@ TEST(FastAttentionKernels, PrefillErrorIsAtMostATenthOfTheCodecsOwn) {
   const std::vector<FastPair> pairs{{"int4", "int4", "fused_int4_int4"},
                                     {"int8", "int8", "fused_int8_int8"},
                                     {"turbo_mse:3", "turbo_mse:3", "fused_turbo_mse_turbo_mse"},
-                                    {"kivi:2", "kivi:2", "fused_kivi_kivi"}};
+                                    {"kivi:2", "kivi:2", "fused_kivi_kivi"},
+                                    {"kivi:3", "kivi:3", "fused_kivi_kivi"}};
   for (const FastPair& pair : pairs) {
     SCOPED_TRACE(pair.k);
     const Scenario sc = build(shape, pair.k, pair.v, seed);
@@ -224,7 +230,7 @@ TEST(FastAttentionKernels, KiviKeysStayWithinTheQueryDigitsRounding) {
   const EnvOverride fast("KVQ_ATTENTION", "fast");
   const std::vector<Shape> shapes{{128, 64, 0, 2, 4, {640}, true}, {64, 128, 0, 1, 3, {512}, true},
                                   {256, 64, 0, 1, 8, {320}, false}};
-  for (int bits : {2, 4}) {
+  for (int bits : {2, 3, 4}) {
     const std::string codec = "kivi:" + std::to_string(bits);
     const double levels = (1 << bits) - 1;
     for (size_t si = 0; si < shapes.size(); ++si) {
@@ -430,8 +436,8 @@ TEST(FastAttentionKernels, KiviBf16ValuesStayWithinTheWeightsRounding) {
                                   {256, 64, 0, 1, 3, {500}, true},
                                   {128, 64, 0, 1, 1, {130}, false}};
   const EnvOverride fast("KVQ_ATTENTION", "fast");
-  double seen = 0;
-  for (const char* codec : {"kivi:2", "kivi:4"})
+  for (const char* codec : {"kivi:2", "kivi:3", "kivi:4"}) {
+    double seen = 0;
     for (size_t s = 0; s < shapes.size(); ++s) {
       SCOPED_TRACE(std::string(codec) + ", " + describe(shapes[s]));
       const uint64_t at = seed + 1000 * s + (codec[5] - '0');
@@ -441,7 +447,8 @@ TEST(FastAttentionKernels, KiviBf16ValuesStayWithinTheWeightsRounding) {
       EXPECT_LE(ratio, 1.0);
       seen = std::max(seen, ratio);
     }
-  std::printf("worst row: %.3f of the bound\n", seen);
+    std::printf("%s: worst row %.3f of the bound\n", codec, seen);
+  }
 }
 
 TEST(FastAttentionKernels, ExactSelectsTheExactKernel) {

@@ -29,7 +29,9 @@
 //   turbo_prod:b values: the turbo_mse:(b-1) part as above into the first d floats of an output row, and
 //     sum_t p_t ||r_t|| sqrt(pi/2)/m sign_t,r into the m after them, from sign tiles of 32 tokens x 16 rows (one lane
 //     per row): a masked add of the token's weight per token, as the keys' rows.
-//   kivi keys and values: the int tiles with unsigned codes q (x = m + s q). Keys: per page the queries times the
+//   kivi keys and values: the int tiles with unsigned codes q (x = m + s q); kivi:3's codes in two planes of such
+//     tiles, the low two bits (kivi:2's) and the high bit (1-bit codes: keys 16 tokens x 32 channels a tile, values
+//     32 tokens x 16 channels), joined in registers (for_kivi_codes). Keys: per page the queries times the
 //     channel scales s_c and the bias <q, m> (one per query), then the int key loop without token scales (the fast
 //     kernels: the scaled queries as two 8-bit digits against the codes by integer dot products, key_scores_kivi_int).
 //     Values: the int value loop with the weights p_t s_t,g, plus sum_t p_t m_t,g added to every channel of group g
@@ -54,7 +56,8 @@ namespace {
 //   fma1(a, const float* b, c) = a * broadcast(*b) + c, mul, sub, max;
 //   load_f16(p): W fp16 values; f16_split(p, even, odd): 2W fp16 values as two vectors (even and odd elements),
 //   each value times 2^-112; load_i(p): W 32-bit lanes; element<Bits, J>(x): element J (Bits wide) of each lane
-//   as a signed float; uelement<Bits, J>(x): the same element as an unsigned float (kivi codes);
+//   as a signed float; uelement<Bits, J>(x): the same element as an unsigned float (kivi codes); u3element<J, H>(lo,
+//   hi): a kivi:3 code as an unsigned float, element J of the 2-bit lane lo below bit H of the 1-bit lane hi;
 //   shr<N>(x), shl<N>(x): 32-bit lanes shifted logically (N = 0: x); select_bits(a, b, mask): a's bits where mask
 //   is set, else b's; Table, load_table(16 floats), lookup(table, x): the entry of each lane's low 4 bits (turbo);
 //   Mask, test_bit<R>(x): the lanes whose bit R is set, add_masked(acc, mask, const float* b): acc + broadcast(*b)
@@ -67,7 +70,8 @@ namespace {
 //   lanes shifted), add_i, sub_i (an int32 broadcast from memory) and cvt (int32 -> fp32). AVX512-VNNI has them as
 //   instructions; AVX2's fast kernel for int4 keys by vpmaddubsw and vpmaddwd (kernels_avx2.cpp). For turbo_mse keys
 //   also kLevelDigitBits (the query digits' width that its dpbusd2 keeps exact against bytes up to 255),
-//   load_bytes16(p) (16 bytes in every 128-bit lane) and shuffle_bytes(table, x) (each byte's entry by its low 4 bits).
+//   load_bytes16(p) (16 bytes in every 128-bit lane) and shuffle_bytes(table, x) (each byte's entry by its low 4 bits;
+//   kivi:3's keys and bf16 values move the high bits' bytes with it, zero where an index byte's top bit is set).
 //   For kivi keys also abs(x) and kivi_digits(w, inv, order, out): 16 floats' two 8-bit digits of w inv as 32 bytes.
 //   Bf16Values (AVX512-BF16 only): tile_pairs<E>(x) (16 tokens in pairs (j, j + E/2) of each tile of E tokens),
 //   to_bf16(lo, hi) (32 bf16, rounded to nearest), store_i, bf16_ones(), dpbf16(acc, a, b) and dpbf16_1(acc, a, one
@@ -83,8 +87,22 @@ inline void for_elements(Fn&& f) {
   (std::make_integer_sequence<int, E>{});
 }
 
-constexpr int bits_of(BlockFormat f) { return f == BlockFormat::int8 ? 8 : f == BlockFormat::kivi2 ? 2 : 4; }
-constexpr bool is_kivi(BlockFormat f) { return f == BlockFormat::kivi2 || f == BlockFormat::kivi4; }
+// x shifted left by N bits, or right (logically) by -N.
+template <class V, int N>
+typename V::I shift_up(typename V::I x) {
+  if constexpr (N >= 0) {
+    return V::template shl<N>(x);
+  } else {
+    return V::template shr<-N>(x);
+  }
+}
+
+constexpr int bits_of(BlockFormat f) {
+  return f == BlockFormat::int8 ? 8 : f == BlockFormat::kivi2 ? 2 : f == BlockFormat::kivi3 ? 3 : 4;
+}
+constexpr bool is_kivi(BlockFormat f) {
+  return f == BlockFormat::kivi2 || f == BlockFormat::kivi3 || f == BlockFormat::kivi4;
+}
 constexpr bool is_int(BlockFormat f) { return f == BlockFormat::int8 || f == BlockFormat::int4; }
 constexpr bool is_turbo(BlockFormat f) {
   return f == BlockFormat::turbo1 || f == BlockFormat::turbo2 || f == BlockFormat::turbo3 || f == BlockFormat::turbo4;
@@ -245,11 +263,34 @@ void key_scores_int(const KernelArgs& a, const float* q, const uint8_t* block, P
   }
 }
 
+// kivi codes: the b-bit plane (b = 2, 4), or kivi:3's 2-bit plane and its 1-bit plane of the high bits, in tiles
+// along the lane's elements `stride` bytes apart (keys: 64, the channel tiles of 16 tokens; values: d / 16 x 64, the
+// token tiles of 16 channels; both of kivi:3's planes alike). A chunk: the elements of one tile (E = 32 / b), or of
+// kivi:3's 32 (low tiles 2k and 2k + 1, high tile k).
+constexpr int kivi_chunk(int bits) { return bits == 3 ? 32 : 32 / bits; }
+
+// Calls f(code, j) for the elements j of chunk k (j an integral_constant, the codes as unsigned floats); `lanes`
+// and `high`: the lanes of the 2-bit (b-bit) and the 1-bit planes.
+template <class V, int Bits, class Fn>
+void for_kivi_codes(const uint8_t* lanes, const uint8_t* high, size_t stride, int k, Fn&& f) {
+  if constexpr (Bits == 3) {
+    const auto lo0 = V::load_i(lanes + 2 * k * stride), lo1 = V::load_i(lanes + (2 * k + 1) * stride);
+    const auto hi = V::load_i(high + k * stride);
+    for_elements<16>([&](auto j) { f(V::template u3element<j, j>(lo0, hi), j); });
+    for_elements<16>([&](auto j) {
+      f(V::template u3element<j, 16 + j>(lo1, hi), std::integral_constant<int, 16 + j>{});
+    });
+  } else {
+    const auto x = V::load_i(lanes + k * stride);
+    for_elements<32 / Bits>([&](auto j) { f(V::template uelement<Bits, j>(x), j); });
+  }
+}
+
 // kivi keys: <q, m + s q_t> = <q, m> + sum_c (q_c s_c) q_t,c, the scaled queries and the bias formed per page.
 template <class V, int NQ, int Bits>
 void key_scores_kivi(const KernelArgs& a, const float* q, const uint8_t* block, Prefetch<V>& pf, float* s) {
-  constexpr int W = V::W, E = 32 / Bits;
-  const int d = a.d, T = a.T, tiles = d / E, n_vec = T / W;
+  constexpr int W = V::W, C = kivi_chunk(Bits), LE = Bits == 3 ? 16 : 32 / Bits;  // LE: channels a low tile
+  const int d = a.d, T = a.T, n_vec = T / W;
   const uint8_t* mins = block + a.key_mins_offset;
   const uint8_t* scales = block + a.key_scales_offset;
   alignas(64) float qs[NQ * kMaxDim];
@@ -265,17 +306,16 @@ void key_scores_kivi(const KernelArgs& a, const float* q, const uint8_t* block, 
   }
   for (int vec = 0; vec < n_vec; ++vec) {
     const int tok = vec * W;
-    const uint8_t* lanes = block + static_cast<size_t>(tok / 16) * tiles * 64 + 4 * (tok % 16);
+    const size_t lane = 4 * static_cast<size_t>(tok % 16);
+    const uint8_t* lanes = block + static_cast<size_t>(tok / 16) * (d / LE) * 64 + lane;
+    const uint8_t* high = block + a.key_signs_offset + static_cast<size_t>(tok / 16) * (d / 32) * 64 + lane;
     typename V::F dot[2][NQ];
     for (int h = 0; h < 2; ++h)
       for (int i = 0; i < NQ; ++i) dot[h][i] = V::zero();
-    for (int k = 0; k < tiles; ++k) {
-      const auto x = V::load_i(lanes + 64 * k);
-      for_elements<E>([&](auto j) {
-        const auto f = V::template uelement<Bits, j>(x);
-        for (int i = 0; i < NQ; ++i) dot[j % 2][i] = V::fma1(f, qs + i * d + E * k + j, dot[j % 2][i]);
+    for (int k = 0; k < d / C; ++k)
+      for_kivi_codes<V, Bits>(lanes, high, 64, k, [&](auto f, auto j) {
+        for (int i = 0; i < NQ; ++i) dot[j % 2][i] = V::fma1(f, qs + i * d + C * k + j, dot[j % 2][i]);
       });
-    }
     for (int i = 0; i < NQ; ++i)
       V::store(s + i * T + tok, V::add(V::set1(bias[i]), V::add(dot[0][i], dot[1][i])));
     pf.step(static_cast<size_t>(vec), static_cast<size_t>(n_vec));
@@ -617,11 +657,27 @@ constexpr KiviSliceOrder kivi_slice_order() {
   return order;
 }
 
+// kivi:3 keys (lanes of 16 channels' low two bits, kivi:2's, and of 32 channels' high bits): the codes 0..7 as
+// bytes, formed per lane before the dot products (fewer operations than a second dot product per query and digit):
+// the slices of the low bits as kivi:2's (u[m], byte j the code of channel 4 j + m), and the high bit of channel
+// 4 j + m as bit 2 of that byte. The high bits of half h (channels 16 h .. 16 h + 15, bits 16 h .. 16 h + 15 of hi)
+// are first spread a nibble a byte (byte j: channels 4 j .. 4 j + 3; a byte shuffle that doubles bytes 2 h and
+// 2 h + 1, and a shift of the odd bytes), then bit m of each nibble goes to bit 2 by one shift and a bit select.
+template <class V>
+void kivi3_high_bits(typename V::I hi, int h, typename V::I u[4]) {
+  alignas(16) static constexpr uint8_t kDouble[2][16] = {{0, 0, 1, 1, 4, 4, 5, 5, 8, 8, 9, 9, 12, 12, 13, 13},
+                                                         {2, 2, 3, 3, 6, 6, 7, 7, 10, 10, 11, 11, 14, 14, 15, 15}};
+  const auto doubled = V::shuffle_bytes(hi, V::load_bytes16(kDouble[h]));
+  const auto nibbles = V::select_bits(V::template shr<4>(doubled), doubled, 0xFF00FF00u);
+  for_elements<4>([&](auto m) { u[m] = V::select_bits(shift_up<V, 2 - m>(nibbles), u[m], 0x04040404u); });
+}
+
 template <class V, int NQ, int Bits>
 void key_scores_kivi_int(const KernelArgs& a, const float* q, const uint8_t* block, Prefetch<V>& pf, float* s) {
-  constexpr int W = V::W, E = 32 / Bits, S = 8 / Bits;
-  constexpr uint32_t kMask = 0x01010101u * ((1u << Bits) - 1);  // each byte's low b bits
-  static constexpr KiviSliceOrder kOrder = kivi_slice_order<Bits>();
+  constexpr int W = V::W, LB = Bits == 3 ? 2 : Bits;  // LB: the bits of the (low) plane's codes
+  constexpr int E = 32 / LB, S = 8 / LB;
+  constexpr uint32_t kMask = 0x01010101u * ((1u << LB) - 1);  // each byte's low bits
+  static constexpr KiviSliceOrder kOrder = kivi_slice_order<LB>();
   const int d = a.d, T = a.T, tiles = d / E, n_vec = T / W;
   const uint8_t* mins = block + a.key_mins_offset;
   const uint8_t* scales = block + a.key_scales_offset;
@@ -647,13 +703,16 @@ void key_scores_kivi_int(const KernelArgs& a, const float* q, const uint8_t* blo
   }
   for (int vec = 0; vec < n_vec; ++vec) {
     const int tok = vec * W;
-    const uint8_t* lanes = block + static_cast<size_t>(tok / 16) * tiles * 64 + 4 * (tok % 16);
+    const size_t lane = 4 * static_cast<size_t>(tok % 16);
+    const uint8_t* lanes = block + static_cast<size_t>(tok / 16) * tiles * 64 + lane;
+    const uint8_t* high = block + a.key_signs_offset + static_cast<size_t>(tok / 16) * (d / 32) * 64 + lane;
     typename V::I acc[NQ][2];
     for (int i = 0; i < NQ; ++i) acc[i][0] = V::zero_i(), acc[i][1] = V::zero_i();
     for (int k = 0; k < tiles; ++k) {
       const auto x = V::load_i(lanes + 64 * k);
       typename V::I u[S];
-      for_elements<S>([&](auto m) { u[m] = V::and_i(V::template shr<Bits * m>(x), kMask); });
+      for_elements<S>([&](auto m) { u[m] = V::and_i(V::template shr<LB * m>(x), kMask); });
+      if constexpr (Bits == 3) kivi3_high_bits<V>(V::load_i(high + 64 * (k / 2)), k % 2, u);
       for (int i = 0; i < NQ; ++i)
         for (int h = 0; h < 2; ++h) {
           const int8_t* dh = digits[k * E / 16][i] + 16 * h + k * E % 16;
@@ -740,19 +799,18 @@ void values_f16_split(const KernelArgs& a, const float* p, const uint8_t* block,
 }
 
 // One vector of W channels over the page's tokens; even and odd tokens accumulate apart (2 NQ chains), every
-// weight used once. Unsigned: kivi codes; bias (NQ floats, or null): added to every channel.
-template <class V, int NQ, int Bits, bool Unsigned = false>
-void values_int_vector(const KernelArgs& a, const float* ws, const uint8_t* block, int vec, float* o,
-                       const float* bias = nullptr) {
+// weight used once.
+template <class V, int NQ, int Bits>
+void values_int_vector(const KernelArgs& a, const float* ws, const uint8_t* block, int vec, float* o) {
   constexpr int W = V::W, E = 32 / Bits;
   const int T = a.T, os = a.value_space, tiles = a.d / 16, ch = vec * W;
   const uint8_t* lanes = block + 64 * (ch / 16) + 4 * (ch % 16);
   typename V::F acc[2][NQ];
-  for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * os + ch), acc[1][i] = bias ? V::set1(bias[i]) : V::zero();
+  for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * os + ch), acc[1][i] = V::zero();
   for (int tile = 0; tile < T / E; ++tile) {
     const auto x = V::load_i(lanes + static_cast<size_t>(tile) * tiles * 64);
     for_elements<E>([&](auto j) {
-      const auto f = Unsigned ? V::template uelement<Bits, j>(x) : V::template element<Bits, j>(x);
+      const auto f = V::template element<Bits, j>(x);
       for (int i = 0; i < NQ; ++i) acc[j % 2][i] = V::fma1(f, ws + i * kMaxTokens + E * tile + j, acc[j % 2][i]);
     });
   }
@@ -773,6 +831,25 @@ void values_int(const KernelArgs& a, const float* p, const uint8_t* block, Prefe
     for (int vec = g * G / W; vec < (g + 1) * G / W; ++vec) values_int_vector<V, NQ, Bits>(a, ws[0], block, vec, o);
     pf.step(static_cast<size_t>(g), static_cast<size_t>(groups));
   }
+}
+
+// One vector of W channels over the page's tokens, as values_int_vector with kivi's unsigned codes (for_kivi_codes);
+// bias (NQ floats): added to every channel.
+template <class V, int NQ, int Bits>
+void values_kivi_vector(const KernelArgs& a, const float* ws, const uint8_t* block, int vec, float* o,
+                        const float* bias) {
+  constexpr int W = V::W, C = kivi_chunk(Bits);
+  const int T = a.T, os = a.value_space, ch = vec * W;
+  const size_t at = 64 * static_cast<size_t>(ch / 16) + 4 * (ch % 16), stride = static_cast<size_t>(a.d / 16) * 64;
+  const uint8_t* lanes = block + at;
+  const uint8_t* high = block + a.value_signs_offset + at;
+  typename V::F acc[2][NQ];
+  for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * os + ch), acc[1][i] = V::set1(bias[i]);
+  for (int k = 0; k < T / C; ++k)
+    for_kivi_codes<V, Bits>(lanes, high, stride, k, [&](auto f, auto j) {
+      for (int i = 0; i < NQ; ++i) acc[j % 2][i] = V::fma1(f, ws + i * kMaxTokens + C * k + j, acc[j % 2][i]);
+    });
+  for (int i = 0; i < NQ; ++i) V::store(o + i * os + ch, V::add(acc[0][i], acc[1][i]));
 }
 
 // kivi values: o_c += sum_t (p_t s_t,g) q_t,c + sum_t p_t m_t,g (g the group of channel c).
@@ -798,7 +875,7 @@ void values_kivi(const KernelArgs& a, const float* p, const uint8_t* block, Pref
     float bias[NQ];
     for (int i = 0; i < NQ; ++i) bias[i] = V::hsum(pm[i]);
     for (int vec = g * G / W; vec < (g + 1) * G / W; ++vec)
-      values_int_vector<V, NQ, Bits, true>(a, ws[0], block, vec, o, bias);
+      values_kivi_vector<V, NQ, Bits>(a, ws[0], block, vec, o, bias);
     pf.step(static_cast<size_t>(g), static_cast<size_t>(groups));
   }
 }
@@ -905,30 +982,65 @@ typename V::I bf16_kivi_code_pairs(typename V::I x) {
   return V::and_xor(at, field * 0x10001u, exponent * 0x10001u);
 }
 
+// kivi:3: the code pairs of tokens j and j + 8 of each low tile (their 2-bit codes 16 bits apart, as kivi:2's), h
+// the tile's high bits, token j at bit j and token j + 8 at bit 16 + j (kivi3_high_pairs): the low bits under bits
+// 5..4, the high bit under bit 6, then as bf16_kivi_code_pairs (the exact bf16 8 + c).
+template <class V, int J>
+typename V::I bf16_kivi3_code_pairs(typename V::I lo, typename V::I h) {
+  const auto code = V::select_bits(shift_up<V, 6 - J>(h), shift_up<V, 4 - 2 * J>(lo), 0x00400040u);
+  return V::and_xor(code, 0x00700070u, 0x41004100u);
+}
+
+// The high bits of tokens 16 t .. 16 t + 15 of a 32-token high tile (bits 16 t .. 16 t + 15 of each lane) for
+// bf16_kivi3_code_pairs: the bytes 2 t and 2 t + 1 of each lane to bytes 0 and 2, zero between (one byte shuffle).
+template <class V>
+typename V::I kivi3_high_pairs(typename V::I hi, int t) {
+  constexpr uint8_t Z = 0x80;  // a zero byte
+  alignas(16) static constexpr uint8_t kSpread[2][16] = {{0, Z, 1, Z, 4, Z, 5, Z, 8, Z, 9, Z, 12, Z, 13, Z},
+                                                         {2, Z, 3, Z, 6, Z, 7, Z, 10, Z, 11, Z, 14, Z, 15, Z}};
+  return V::shuffle_bytes(hi, V::load_bytes16(kSpread[t]));
+}
+
+// Calls f(codes, j) for the token pairs j of chunk k of a kivi value lane (kivi_chunk(b) tokens, C / 2 pairs; j an
+// integral_constant), each as two bf16 2^b + c: kivi:2 and kivi:4 the pairs (j, j + E / 2) of a tile; kivi:3 those
+// of low tiles 2k (pairs 0..7) and 2k + 1 (8..15), pairs (j, j + 8) in each.
+template <class V, int Bits, class Fn>
+void for_kivi_bf16_pairs(const uint8_t* lanes, const uint8_t* high, size_t stride, int k, Fn&& f) {
+  if constexpr (Bits == 3) {
+    const auto hi = V::load_i(high + k * stride);
+    for_elements<2>([&](auto t) {
+      const auto lo = V::load_i(lanes + (2 * k + t) * stride), h = kivi3_high_pairs<V>(hi, t);
+      for_elements<8>([&](auto j) { f(bf16_kivi3_code_pairs<V, j>(lo, h), std::integral_constant<int, 8 * t + j>{}); });
+    });
+  } else {
+    const auto x = V::load_i(lanes + k * stride);
+    for_elements<16 / Bits>([&](auto j) { f(bf16_kivi_code_pairs<V, Bits, j>(x), j); });
+  }
+}
+
 // One vector of W channels over the page's tokens; wb: per query kMaxTokens / 2 weight pairs; bias: per query.
 template <class V, int NQ, int Bits>
 void values_kivi_bf16_vector(const KernelArgs& a, const uint32_t* wb, const uint8_t* block, int vec, float* o,
                              const float* bias) {
-  constexpr int W = V::W, E = 32 / Bits;
+  constexpr int W = V::W, C = kivi_chunk(Bits);
   static_assert(W == 16, "a vector is one tile's 16 channels");
-  const int T = a.T, os = a.value_space, tiles = a.d / 16, ch = vec * W;
+  const int T = a.T, os = a.value_space, ch = vec * W;
+  const size_t stride = static_cast<size_t>(a.d / 16) * 64;
   const uint8_t* lanes = block + 64 * vec;
+  const uint8_t* high = block + a.value_signs_offset + 64 * vec;
   typename V::F acc[2][NQ];
   for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * os + ch), acc[1][i] = V::set1(bias[i]);
-  for (int tile = 0; tile < T / E; ++tile) {
-    const auto x = V::load_i(lanes + static_cast<size_t>(tile) * tiles * 64);
-    for_elements<E / 2>([&](auto j) {
-      const auto codes = bf16_kivi_code_pairs<V, Bits, j>(x);
+  for (int k = 0; k < T / C; ++k)
+    for_kivi_bf16_pairs<V, Bits>(lanes, high, stride, k, [&](auto codes, auto j) {
       for (int i = 0; i < NQ; ++i)
-        acc[j % 2][i] = V::dpbf16_1(acc[j % 2][i], codes, wb + i * (kMaxTokens / 2) + E / 2 * tile + j);
+        acc[j % 2][i] = V::dpbf16_1(acc[j % 2][i], codes, wb + i * (kMaxTokens / 2) + C / 2 * k + j);
     });
-  }
   for (int i = 0; i < NQ; ++i) V::store(o + i * os + ch, V::add(acc[0][i], acc[1][i]));
 }
 
 template <class V, int NQ, int Bits>
 void values_kivi_bf16(const KernelArgs& a, const float* p, const uint8_t* block, Prefetch<V>& pf, float* o) {
-  constexpr int W = V::W, E = 32 / Bits;
+  constexpr int W = V::W, E = Bits == 3 ? 16 : 32 / Bits;  // tokens a (low) tile: pairs (j, j + E / 2)
   const int d = a.d, T = a.T, G = a.value_group, groups = d / G;
   const uint8_t* mins = block + a.value_mins_offset;
   const uint8_t* scales = block + a.value_scales_offset;
@@ -1250,6 +1362,8 @@ KernelFn fused_kernel_with_keys(BlockFormat value) {
       return attend<V, K, F::int4, KeyDigits>;
     case F::kivi2:
       return attend<V, K, F::kivi2, KeyDigits>;
+    case F::kivi3:
+      return attend<V, K, F::kivi3, KeyDigits>;
     case F::kivi4:
       return attend<V, K, F::kivi4, KeyDigits>;
     case F::turbo1:
@@ -1273,7 +1387,7 @@ KernelFn fused_kernel_with_keys(BlockFormat value) {
   return nullptr;
 }
 
-// The kernel for every pair of f16, int8, int4, kivi:2, kivi:4, turbo_mse:1..4 and turbo_prod:2..4 blocks; qjl keys
+// The kernel for every pair of f16, int8, int4, kivi:2..4, turbo_mse:1..4 and turbo_prod:2..4 blocks; qjl keys
 // with any of these values.
 template <class V>
 KernelFn fused_kernel_for(BlockFormat key, BlockFormat value) {
@@ -1287,6 +1401,8 @@ KernelFn fused_kernel_for(BlockFormat key, BlockFormat value) {
       return fused_kernel_with_keys<V, F::int4>(value);
     case F::kivi2:
       return fused_kernel_with_keys<V, F::kivi2>(value);
+    case F::kivi3:
+      return fused_kernel_with_keys<V, F::kivi3>(value);
     case F::kivi4:
       return fused_kernel_with_keys<V, F::kivi4>(value);
     case F::turbo1:

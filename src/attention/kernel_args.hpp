@@ -8,13 +8,15 @@
 
 namespace kvq::detail {
 
-/// Block formats a fused kernel reads: f16, int8 and int4 (layout::IntGroup), kivi:2 and kivi:4 (layout::Kivi),
-/// turbo_mse:1..4 (layout::TurboMse), turbo_prod:2..4 (layout::TurboProd), qjl keys (layout::Qjl).
+/// Block formats a fused kernel reads: f16, int8 and int4 (layout::IntGroup), kivi:2, kivi:3 and kivi:4
+/// (layout::Kivi; kivi:3 values with T a multiple of 32), turbo_mse:1..4 (layout::TurboMse), turbo_prod:2..4
+/// (layout::TurboProd), qjl keys (layout::Qjl).
 enum class BlockFormat {
   f16,
   int8,
   int4,
   kivi2,
+  kivi3,
   kivi4,
   turbo1,
   turbo2,
@@ -52,7 +54,8 @@ struct KernelArgs {
   float key_level_unit = 0;
   int key_space = 0;    ///< floats per query row: d, d + m (turbo_prod: [R q | S q]) or m (qjl: S q)
   int value_space = 0;  ///< floats per output row: d, or d + m (turbo_prod: [R o | S o])
-  /// turbo_prod, qjl: the sign tiles' offset (layout::SignTiles), the residual norms' offset, sqrt(pi/2) / m
+  /// turbo_prod, qjl: the sign tiles' offset (layout::SignTiles), the residual norms' offset, sqrt(pi/2) / m;
+  /// kivi:3: the signs' offset is its high-bit plane's (layout::Kivi::plane_offset(1), tiles of 1-bit codes)
   size_t key_signs_offset = 0, value_signs_offset = 0;
   size_t key_residual_norms_offset = 0, value_residual_norms_offset = 0;
   float key_sketch_scale = 0, value_sketch_scale = 0;

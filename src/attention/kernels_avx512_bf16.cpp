@@ -14,7 +14,7 @@ namespace {
 
 struct Avx512Bf16 : Avx512Vnni {
   // 16 tokens in the pair order of values_int4_bf16 (E = 8: per 8 tokens 0 4 1 5 2 6 3 7) and values_kivi_bf16 (E =
-  // 16 for kivi:2: 0 8 1 9 .. 7 15; E = 8 for kivi:4).
+  // 16 for kivi:2 and kivi:3's 2-bit tiles: 0 8 1 9 .. 7 15; E = 8 for kivi:4).
   template <int E>
   static F tile_pairs(F x) {
     static_assert(E == 8 || E == 16, "tiles of 8 or 16 tokens");
@@ -50,17 +50,32 @@ struct Avx512Bf16 : Avx512Vnni {
 }  // namespace
 
 namespace avx512bf16 {
+namespace {
+// kivi values by bf16 dot products with kivi keys K scored by two digits per query.
+template <BlockFormat K>
+KernelFn kivi_values(BlockFormat value) {
+  using F = BlockFormat;
+  return value == F::kivi2   ? attend<Avx512Bf16, K, F::kivi2, 2, true>
+         : value == F::kivi3 ? attend<Avx512Bf16, K, F::kivi3, 2, true>
+                             : attend<Avx512Bf16, K, F::kivi4, 2, true>;
+}
+}  // namespace
+
 // int4 values with the fast int keys (two digits per query) or f16 keys; kivi values with the fast kivi keys; every
 // other pair is avx512vnni's.
 KernelFn fast_kernel(BlockFormat key, BlockFormat value) {
   using F = BlockFormat;
-  if (value == F::kivi2 || value == F::kivi4) {  // with kivi keys, whose scores are avx512vnni's fast ones
-    const bool two = value == F::kivi2;
-    if (key == F::kivi2)
-      return two ? attend<Avx512Bf16, F::kivi2, F::kivi2, 2, true> : attend<Avx512Bf16, F::kivi2, F::kivi4, 2, true>;
-    if (key == F::kivi4)
-      return two ? attend<Avx512Bf16, F::kivi4, F::kivi2, 2, true> : attend<Avx512Bf16, F::kivi4, F::kivi4, 2, true>;
-    return nullptr;
+  if (is_kivi(value)) {  // with kivi keys, whose scores are avx512vnni's fast ones
+    switch (key) {
+      case F::kivi2:
+        return kivi_values<F::kivi2>(value);
+      case F::kivi3:
+        return kivi_values<F::kivi3>(value);
+      case F::kivi4:
+        return kivi_values<F::kivi4>(value);
+      default:
+        return nullptr;
+    }
   }
   if (value != BlockFormat::int4) return nullptr;
   if (key == BlockFormat::f16) return attend<Avx512Bf16, BlockFormat::f16, BlockFormat::int4, 3, true>;

@@ -37,6 +37,8 @@ KernelFn fast_kernel(BlockFormat key, BlockFormat value) {
       return fused_kernel_with_keys<Avx512Vnni, F::turbo3, 2>(value);
     case F::kivi2:
       return fused_kernel_with_keys<Avx512Vnni, F::kivi2, 2>(value);
+    case F::kivi3:
+      return fused_kernel_with_keys<Avx512Vnni, F::kivi3, 2>(value);
     case F::kivi4:
       return fused_kernel_with_keys<Avx512Vnni, F::kivi4, 2>(value);
     default:

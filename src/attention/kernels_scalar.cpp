@@ -58,14 +58,15 @@ void read_token(const KernelArgs& a, const uint8_t* block, bool key, int t, floa
       std::memcpy(&h, block + 2 * (ut * d + c), 2);
       x[c] = f16_to_f32(h);
     }
-  } else if constexpr (F == BlockFormat::kivi2 || F == BlockFormat::kivi4) {
-    const layout::Kivi l{d, static_cast<size_t>(a.T), F == BlockFormat::kivi2 ? 2u : 4u,
-                         static_cast<size_t>(key ? a.key_group : a.value_group), key};
+  } else if constexpr (F == BlockFormat::kivi2 || F == BlockFormat::kivi3 || F == BlockFormat::kivi4) {
+    const size_t bits = F == BlockFormat::kivi2 ? 2 : F == BlockFormat::kivi3 ? 3 : 4;
+    const layout::Kivi l{d, static_cast<size_t>(a.T), bits, static_cast<size_t>(key ? a.key_group : a.value_group),
+                         key};
     for (size_t c = 0; c < d; ++c) {
       uint16_t m, s;
       std::memcpy(&m, block + l.mins_offset() + 2 * l.param(ut, c), 2);
       std::memcpy(&s, block + l.scales_offset() + 2 * l.param(ut, c), 2);
-      const unsigned code = l.code(block[l.code_byte(ut, c)], l.code_shift(ut, c));
+      const unsigned code = l.read_code(block, ut, c);
       x[c] = f16_to_f32(m) + f16_to_f32(s) * static_cast<float>(code);
     }
   } else if constexpr (F == BF::turbo1 || F == BF::turbo2 || F == BF::turbo3 || F == BF::turbo4) {
@@ -127,7 +128,7 @@ void attend(const KernelArgs& a) {
 
 }  // namespace
 
-// Every pair of f16, int8, int4, kivi:2, kivi:4, turbo_mse:1..4 and turbo_prod:2..4; qjl keys with any of these
+// Every pair of f16, int8, int4, kivi:2..4, turbo_mse:1..4 and turbo_prod:2..4; qjl keys with any of these
 // values.
 template <BlockFormat K>
 KernelFn with_keys(BlockFormat value) {
@@ -141,6 +142,8 @@ KernelFn with_keys(BlockFormat value) {
       return attend<K, F::int4>;
     case F::kivi2:
       return attend<K, F::kivi2>;
+    case F::kivi3:
+      return attend<K, F::kivi3>;
     case F::kivi4:
       return attend<K, F::kivi4>;
     case F::turbo1:
@@ -175,6 +178,8 @@ KernelFn fused_kernel(BlockFormat key, BlockFormat value) {
       return with_keys<F::int4>(value);
     case F::kivi2:
       return with_keys<F::kivi2>(value);
+    case F::kivi3:
+      return with_keys<F::kivi3>(value);
     case F::kivi4:
       return with_keys<F::kivi4>(value);
     case F::turbo1:

@@ -27,9 +27,11 @@ Format format_of(const Codec& codec, int T) {
     return {p->bits == 8 ? BlockFormat::int8 : BlockFormat::int4, p->lambda, p->group, l.scales_offset()};
   }
   if (const auto l = kivi_layout(codec)) {
-    if (l->bits == 3) return {};  // two code planes: no fused kernel yet, the codec's own scorer
-    return {l->bits == 2 ? BlockFormat::kivi2 : BlockFormat::kivi4, nullptr, static_cast<int>(l->G),
-            l->scales_offset(), l->mins_offset()};
+    if (l->bits == 3 && !l->key && l->T % 32 != 0) return {};  // values: whole 32-token tiles of the high bits
+    constexpr BlockFormat formats[] = {BlockFormat::kivi2, BlockFormat::kivi3, BlockFormat::kivi4};
+    // kivi:3's high-bit plane in the signs' offset (KernelArgs)
+    return {formats[l->bits - 2], nullptr,  static_cast<int>(l->G), l->scales_offset(), l->mins_offset(),
+            nullptr,               l->planes() == 2 ? l->plane_offset(1) : 0};
   }
   if (const auto p = turbo_mse_params(codec)) {
     const auto& l = p->layout;

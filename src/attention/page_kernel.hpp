@@ -33,10 +33,11 @@ struct PageKernel {
   float key_sketch_scale = 0, value_sketch_scale = 0;
 };
 
-/// The kernel for blocks of T tokens of these codecs on `isa`: fused for f16, int8, int4, kivi:2, kivi:4,
+/// The kernel for blocks of T tokens of these codecs on `isa`: fused for f16, int8, int4, kivi:2..4,
 /// turbo_mse:1..4, turbo_prod:2..4 or qjl keys with f16, int8, int4, kivi, turbo_mse:1..4 or turbo_prod:2..4 values
-/// (T a multiple of 16 up to kMaxTokens; turbo keys need d, and turbo values T, a multiple of 32; qjl keys m a
-/// multiple of 32 up to kMaxKeySpace), from the widest instruction set up to `isa` that has one; else generic.
+/// (T a multiple of 16 up to kMaxTokens; turbo keys need d, and turbo and kivi:3 values T, a multiple of 32; qjl
+/// keys m a multiple of 32 up to kMaxKeySpace), from the widest instruction set up to `isa` that has one; else
+/// generic.
 /// Under Precision::fast, an instruction set's fast kernel for the pair comes before its exact one.
 PageKernel select_page_kernel(const Codec& key, const Codec& value, int T, Isa isa, Precision precision);
 
