@@ -88,9 +88,10 @@ TEST(EncodeLayout, KiviPlanesMatchKivi) {
               // a code whose bits differ per place: written through the places, it reads back through the layout
               const unsigned q = static_cast<unsigned>(t * 7 + c * 3) & ((1u << bits) - 1);
               k.write_code(block.data(), t, c, q);
-              for (int p = 0, low = 0; p < static_cast<int>(k.planes()); low += static_cast<int>(k.plane_bits(p)), ++p) {
+              for (int p = 0, low = 0; p < static_cast<int>(k.planes()); ++p) {
                 const CodePlace at = kivi_code_place(key, id, iT, ib, p, it, ic);
                 mine[at.byte] |= static_cast<unsigned char>(((q >> low) & ((1u << at.width) - 1)) << at.shift);
+                low += static_cast<int>(at.width);
               }
             }
           ASSERT_EQ(block, mine);

@@ -1,5 +1,5 @@
-// The append kernel of kivi:2, kivi:3 and kivi:4 (src/codec/kivi.cpp): no rotation; keys take one range per channel over
-// the page's tokens, values one per token and group of G channels. A range [lo, hi] is stored as m = lo rounded
+// The append kernel of kivi:2, kivi:3 and kivi:4 (src/codec/kivi.cpp): no rotation; keys take one range per channel
+// over the page's tokens, values one per token and group of G channels. A range [lo, hi] is stored as m = lo rounded
 // down to fp16 and s = the smallest fp16 >= (hi - m) / (2^b - 1), codes round((x - m) / s). Keys: a thread per
 // channel's range, a barrier, then a warp per item of tokens x channels (lane_tile_items.cuh) builds its code words;
 // values: a warp per item through ranges, codes and code words with no block barrier. Bit-exact with the CPU

@@ -112,7 +112,7 @@ TEST(CudaDecodeAttention, EveryPairMatchesTheReference) {
 TEST(CudaDecodeAttention, EveryBuiltPairMatchesTheReference) {
   KVQ_REQUIRE_GPU();
   KVQ_FRESH_SEED();
-  const std::vector<std::string> codecs = {"f16",    "bf16",        "int4",        "int8",        "kivi:2",     "kivi:3",
+  const std::vector<std::string> codecs = {"f16",    "bf16",        "int4",        "int8",        "kivi:2",    "kivi:3",
                                            "kivi:4", "turbo_mse:1", "turbo_mse:2", "turbo_mse:3", "turbo_mse:4"};
   const Shape shape{128, 64, 0, 2, 4, {1, 130, 700}, true};
   size_t built = 0, defaults = 0;

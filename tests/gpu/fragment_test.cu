@@ -340,7 +340,8 @@ void check_int_keys(const Block& b, int T, uint64_t seed, double level_rel = 0) 
     int64_t acc[NT][32][4] = {};
     for (int ks = 0; ks < KS32; ++ks) {
       uint32_t bf[32][NT][2];
-      for (int lane = 0; lane < 32; ++lane) key_int_bfrags<K, D, C>(st.codes.data(), st.prm, ks, b.args, lane, bf[lane]);
+      for (int lane = 0; lane < 32; ++lane)
+        key_int_bfrags<K, D, C>(st.codes.data(), st.prm, ks, b.args, lane, bf[lane]);
       for (int h = 0; h < kSub; ++h) {
         if (kSub == 2 || ks % group_steps == 0)
           for (auto& tile : acc)
@@ -524,7 +525,8 @@ void check_kivi_int_keys(const Block& b, int T, uint64_t seed) {
     int64_t acc[NT][32][4] = {};
     for (int ks = 0; ks < KS32; ++ks) {
       uint32_t bf[32][NT][2];
-      for (int lane = 0; lane < 32; ++lane) key_int_bfrags<K, D, C>(st.codes.data(), st.prm, ks, b.args, lane, bf[lane]);
+      for (int lane = 0; lane < 32; ++lane)
+        key_int_bfrags<K, D, C>(st.codes.data(), st.prm, ks, b.args, lane, bf[lane]);
       uint4 a[32];
       for (int lane = 0; lane < 32; ++lane) a[lane] = atab[static_cast<size_t>(32 * ks + lane)];
       for (int jj = 0; jj < NT; ++jj) {
