@@ -663,6 +663,7 @@ struct KiviTraits {
 
   struct Key : UnscaledKeyGroups, LaneWordKeys<E> {
     static constexpr bool kBf16 = false, kSplitB = false, kChunkA = true, kDense = false, kBulk = false;
+    static constexpr bool kHighPlane = kHigh;  // decode_kernel.cuh's has_high_plane
     static constexpr int kChunk = 32, kRanges = kHigh ? 2 : 1;
     template <int D, int C>
     static constexpr uint32_t chunk_bytes() {
@@ -875,6 +876,7 @@ KVQ_UNROLL
 
   struct Value {
     static constexpr bool kBf16 = false, kDense = false, kBulk = false;
+    static constexpr bool kHighPlane = kHigh;
     static constexpr int kChunk = 4 * E, kRanges = kHigh ? 3 : 2;  // a lane word holds the lane's C / 4 tokens
     static constexpr bool kFixedSteps = true;
     /// Piece r: channels lane_tile_channel(4r + e, n) of the lane's E tokens (C / 4) i .. (C / 4) i + E - 1.

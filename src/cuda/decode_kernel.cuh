@@ -136,6 +136,13 @@ KVQ_HD constexpr bool has_block_digits() {
   else return false;
 }
 
+/// Whether traits T read part of their codes from the chunk's parameter ranges (kivi:3's high bits: T::kHighPlane).
+template <class T>
+KVQ_HD constexpr bool has_high_plane() {
+  if constexpr (requires { T::kHighPlane; }) return T::kHighPlane;
+  else return false;
+}
+
 /// Whether value traits V have the fast value path (int4, kivi and turbo_mse values: V::kFastValues;
 /// V::fast_values(args) says for which of their groups).
 template <class V>
@@ -191,9 +198,11 @@ struct SplitShape {
   static_assert(C == 16 || C == 32 || C == 64, "chunks of 16, 32 or 64 tokens");
   static constexpr int kWarps = kWide && kParts <= 2 ? 2 : 4;
   static constexpr int kThreads = 32 * kWarps;
-  // Registers: 128 (dense), 168, or 255 at d = 256, for values in parts and for grouped (int) keys in 64-token
-  // chunks (beside kivi:2 values: 8 score tiles per scale group).
-  static constexpr bool kHeavy = D > 128 || kParts > 1 || (C == 64 && K::kGroups);
+  // Registers: 128 (dense), 168, or 255 at d = 256, for values in parts, for grouped (int) keys in 64-token
+  // chunks (beside kivi:2 values: 8 score tiles per scale group), and for kivi:3 beside f16/bf16 codes (the bulk
+  // copies' state beside the high plane's reads spilled at d = 128: -DKVQ_CUDA_ALL_PAIRS=ON's pairs only).
+  static constexpr bool kHeavy = D > 128 || kParts > 1 || (C == 64 && K::kGroups) ||
+                                 (kBulk && (has_high_plane<K>() || has_high_plane<V>()));
   static constexpr int kMinBlocks = (kHeavy ? 256 : kDense ? 512 : 384) / kThreads;
   // A lane's pieces from one address (piece_source) but in the dense pair: there, holding the address through the
   // chunk spills the exact kernels at d = 128 (128 registers), so each piece keeps its own offset.
