@@ -57,6 +57,50 @@ TEST(EncodeLayout, LaneTilesMatchIntGroupAndKivi) {
         }
 }
 
+// layout::Kivi's code planes (kivi:3: the low two bits in kivi:2's tiles, then the high bit in 1-bit tiles) where
+// the kivi encoder writes them (kivi_code_place, kivi_high_plane_offset), over every token of the code tiles.
+TEST(EncodeLayout, KiviPlanesMatchKivi) {
+  for (size_t d : {16u, 32u, 48u, 64u, 96u, 128u, 256u})
+    for (size_t T : {1u, 16u, 17u, 48u, 64u, 128u})
+      for (size_t bits : {2u, 3u, 4u})
+        for (const bool key : {true, false}) {
+          if (bits == 3 && key && d % 32 != 0) continue;  // the codec refuses it
+          SCOPED_TRACE("d=" + std::to_string(d) + " T=" + std::to_string(T) + " b=" + std::to_string(bits) +
+                       (key ? " keys" : " values"));
+          const layout::Kivi k{d, T, bits, 16, key};
+          const int id = static_cast<int>(d), iT = static_cast<int>(T), ib = static_cast<int>(bits);
+          if (bits == 3) {
+            ASSERT_EQ(kivi_high_plane_offset(key, id, iT), k.plane_offset(1));
+            ASSERT_EQ(k.plane_offset(1) % 64, 0u);
+            ASSERT_LE(k.plane_offset(1) + k.code_tokens() * d / 8, k.mins_offset());
+          }
+          std::vector<unsigned char> block(k.block_bytes(), 0), mine(k.block_bytes(), 0);
+          for (size_t t = 0; t < k.code_tokens(); ++t)
+            for (size_t c = 0; c < d; ++c) {
+              const int it = static_cast<int>(t), ic = static_cast<int>(c);
+              for (size_t p = 0; p < k.planes(); ++p) {
+                const layout::IntGroup l = k.plane(p);
+                const CodePlace got = kivi_code_place(key, id, iT, ib, static_cast<int>(p), it, ic);
+                ASSERT_EQ(got.byte, k.plane_offset(p) + l.code_byte(t, c));
+                ASSERT_EQ(got.shift, l.code_shift(t, c));
+                ASSERT_EQ(got.width, k.plane_bits(p));
+              }
+              // a code whose bits differ per place: written through the places, it reads back through the layout
+              const unsigned q = static_cast<unsigned>(t * 7 + c * 3) & ((1u << bits) - 1);
+              k.write_code(block.data(), t, c, q);
+              for (int p = 0, low = 0; p < static_cast<int>(k.planes()); ++p) {
+                const CodePlace at = kivi_code_place(key, id, iT, ib, p, it, ic);
+                mine[at.byte] |= static_cast<unsigned char>(((q >> low) & ((1u << at.width) - 1)) << at.shift);
+                low += static_cast<int>(at.width);
+              }
+            }
+          ASSERT_EQ(block, mine);
+          for (size_t t = 0; t < k.code_tokens(); ++t)
+            for (size_t c = 0; c < d; ++c)
+              ASSERT_EQ(k.read_code(mine.data(), t, c), static_cast<unsigned>(t * 7 + c * 3) & ((1u << bits) - 1));
+        }
+}
+
 TEST(EncodeLayout, LaneCodesMatchTurboMse) {
   for (size_t d : {32u, 48u, 128u, 256u})
     for (size_t T : {1u, 33u, 64u})
@@ -78,16 +122,23 @@ TEST(EncodeLayout, LaneCodesMatchTurboMse) {
 
 // The int and kivi encoders' code words (lane_tile_items.cuh): a key word holds the 32 >> lb consecutive channels
 // of one token from a channel that is a multiple of 32 >> lb, a value word the 32 >> lb consecutive tokens of one
-// channel from such a token, element e at bit e 2^lb.
+// channel from such a token, element e at bit e 2^lb (lb = 0, kivi:3's high bits: the encoder fills a value word's
+// 16-bit halves, tokens 16 apart, so that tokens t0 .. t0 + 15 of a half start at an even byte, shift 0).
 TEST(EncodeLayout, LaneTileWordsHoldConsecutiveChannelsOrTokens) {
   for (const int d : {16, 48, 64, 128, 256})
-    for (const int lb : {1, 2, 3})
+    for (const int lb : {0, 1, 2, 3})  // lb = 0: kivi:3's high bits
       for (const bool key : {true, false}) {
+        if (lb == 0 && key && d % 32 != 0) continue;  // kivi:3 keys: d a multiple of 32
         const int W = 32 >> lb;
         for (int t = 0; t < 128; t += key ? 1 : W)
           for (int c = 0; c < d; c += key ? W : 1) {
             const CodePlace first = lane_tile_place(key, d, lb, t, c);
             ASSERT_EQ(first.byte % 4, 0u);
+            if (lb == 0 && !key) {
+              const CodePlace half = lane_tile_place(key, d, lb, t + 16, c);
+              ASSERT_EQ(half.byte, first.byte + 2);
+              ASSERT_EQ(half.shift, 0u);
+            }
             for (int e = 0; e < W; ++e) {
               const CodePlace p = lane_tile_place(key, d, lb, key ? t : t + e, key ? c + e : c);
               ASSERT_EQ(p.byte / 4, first.byte / 4);

@@ -136,6 +136,24 @@ KVQ_HD uint32_t kivi_pair(uint32_t w, int x) {
   if constexpr (kBits == 2) return u2_pair(w, x);
   else return u4_pair(w, x);
 }
+// kivi:3: its codes' low two bits are a 2-bit lane word (16 elements), their high bits the 16-bit half `half` of a
+// word of the 1-bit plane (element e at bit e of the half). kivi3_high spreads that half to element e < 8 at bit e
+// and element 8 + e at bit 16 + e, so that pair x's high bits lie at bit x of each 16-bit half; u3_pair adds them to
+// u2_pair's fp16 pair as 2 x {2.0 or 0} (0x4000: fp16 2.0, one bit), exact (codes 0..7).
+KVQ_HD uint32_t kivi3_high(uint32_t w, int half) { return prmt(w, 0u, half != 0 ? 0x4342u : 0x4140u); }
+KVQ_HD uint32_t u3_pair(uint32_t low, uint32_t high, int x) {
+  return h2_fma((high << (14 - x)) & 0x40004000u, 0x40004000u, u2_pair(low, x));
+}
+/// kivi:3's high bits of the byte fragments of the integer path: from the lane word's half (element e at bit e),
+/// element 4j + e at bit 8j + e (byte j holds the bits of elements 4j .. 4j + 3), formed once per lane word.
+KVQ_HD uint32_t kivi3_high_bytes(uint32_t w, int half) {
+  const uint32_t h = half != 0 ? w >> 16 : w & 0xFFFFu;
+  return (h & 0xFu) | (h & 0xF0u) << 4 | (h & 0xF00u) << 8 | (h & 0xF000u) << 12;
+}
+/// Element 4j + e's high bit of kivi3_high_bytes at bit 2 of byte j (4 x the bit: the code's value).
+KVQ_HD uint32_t kivi3_byte_high(uint32_t bytes, int e) {
+  return (e <= 2 ? bytes << (2 - e) : bytes >> (e - 2)) & 0x04040404u;
+}
 
 // LaneCodes (turbo_mse:b): nibble lane v (0..3) of a 32-element chunk, index j at bits 4j .. 4j + 3, from the lane
 // word of the tile holding its low bits (b = 2, 3: tile v / 2; b = 4: tile v, the nibbles themselves) and the lane
@@ -621,32 +639,79 @@ KVQ_UNROLL
   };
 };
 
-// ---- kivi:2 / kivi:4 (Kivi): unsigned b-bit codes in IntGroup's tiles (E = 32 / b per lane) -------------------
+// ---- kivi:2 / kivi:3 / kivi:4 (Kivi): unsigned b-bit codes in IntGroup's tiles (E = 32 / b per lane) ----------
 // Keys: x_c = m_c + s_c u per channel of the block, so the score is <q o s, u> + <q, m>: the query fragments are
 // rebuilt per chunk (q o s, split hi + lo) and the constant added to the tile. Values: one (m, s) per token and
 // group, applied to the decoded fp16 code (fma, rounded once), or on the fast value path moved onto the weights.
+// kivi:3 reads its codes' low two bits as kivi:2's (the lanes' pieces, E = 16) and their high bits from the block's
+// second plane (CodecArgs::sec2, layout::Kivi::plane_offset(1)): the chunk's part of that plane is one more
+// parameter range (keys: 16-token x 32-channel tiles, values: 32-token x 16-channel tiles, C D / 8 bytes a chunk),
+// each lane word's high bits a 16-bit half of one of its words; a code is the 2-bit code plus 4 x the high bit.
 template <int kBits>
 struct KiviTraits {
-  static_assert(kBits == 2 || kBits == 4, "kivi:2 and kivi:4 have kernels");
-  static constexpr int E = 32 / kBits;  // codes per 32-bit lane
+  static_assert(kBits >= 2 && kBits <= 4, "kivi:2, kivi:3 and kivi:4 have kernels");
+  static constexpr bool kHigh = kBits == 3;           // kivi:3: the high bits' plane
+  static constexpr int kLowBits = kHigh ? 2 : kBits;  // of the lanes' codes
+  static constexpr int E = 32 / kLowBits;             // codes per 32-bit lane
+
+  /// kivi:3: the range of the chunk's part of the high plane (C tokens x D channels, a bit each).
+  template <int D, int C>
+  KVQ_HD static void high_range(const CodecArgs& a, int cc, uint32_t& offset, uint32_t& bytes) {
+    bytes = static_cast<uint32_t>(C * D / 8);
+    offset = a.sec2 + static_cast<uint32_t>(cc) * bytes;
+  }
 
   struct Key : UnscaledKeyGroups, LaneWordKeys<E> {
     static constexpr bool kBf16 = false, kSplitB = false, kChunkA = true, kDense = false, kBulk = false;
-    static constexpr int kChunk = 32, kRanges = 1;
+    static constexpr bool kHighPlane = kHigh;  // decode_kernel.cuh's has_high_plane
+    static constexpr int kChunk = 32, kRanges = kHigh ? 2 : 1;
     template <int D, int C>
     static constexpr uint32_t chunk_bytes() {
-      return C * D * kBits / 8;
+      return C * D * kLowBits / 8;
     }
-    /// The block's minima and scales (d fp16 each, the scales 16-byte aligned after the minima).
+    /// The block's minima and scales (d fp16 each, the scales 16-byte aligned after the minima); kivi:3: then the
+    /// chunk's high bits (prm[1]).
     template <int D, int C>
-    KVQ_HD static void range(const CodecArgs& a, int, int, uint32_t& offset, uint32_t& bytes) {
+    KVQ_HD static void range(const CodecArgs& a, int cc, int r, uint32_t& offset, uint32_t& bytes) {
+      if (kHigh && r == 1) {
+        high_range<D, C>(a, cc, offset, bytes);
+        return;
+      }
       offset = a.sec0;
       bytes = a.sec1 - a.sec0 + 2 * D;
     }
     static constexpr bool kGroups = false;  // one factor per token, after all k steps
     template <int D, int C>
+      requires(!kHigh)
     KVQ_HD static void bfrags(const uint4* codes, int ks, const CodecArgs&, int lane, uint32_t (&b)[C / 8][2]) {
       LaneWordKeys<E>::template decode<C, kivi_pair<kBits>>(codes, ks, lane, b);
+    }
+    /// kivi:3: the high-plane words of the 4 tokens of the lane's piece (m, h) (lane word 4m + i of tokens
+    /// (C / 8) n + 4h .. + 3; its 32-channel tile 2m + i / 2, the lane word's half i % 2), from prm[1]: tiles
+    /// [C / 16][D / 32] of 16 tokens x 32 channels.
+    template <int D, int C>
+    KVQ_HD static uint4 high_words(const uint8_t* const* prm, int lane, int m, int h) {
+      const int t = C / 8 * (lane >> 2) + 4 * h;
+      return load16(prm[1] + 64 * ((t >> 4) * (D / 32) + 2 * m + ((lane & 3) >> 1)) + 4 * (t & 15));
+    }
+    /// kivi:3: LaneWordKeys::decode with each pair's high bits from the high plane.
+    template <int D, int C>
+      requires(kHigh)
+    KVQ_HD static void bfrags(const uint4* codes, const uint8_t* const* prm, int ks, const CodecArgs&, int lane,
+                              uint32_t (&b)[C / 8][2]) {
+      constexpr int kSteps = LaneWordKeys<E>::kSteps;
+      const int x0 = 2 * (ks % kSteps), m = ks / kSteps, half = lane & 1;
+KVQ_UNROLL
+      for (int h = 0; h < C / 32; ++h) {
+        const uint4 p = codes[32 * (m * (C / 32) + h) + lane];
+        const uint4 hw = high_words<D, C>(prm, lane, m, h);
+KVQ_UNROLL
+        for (int x = 0; x < 4; ++x) {
+          const uint32_t high = kivi3_high(word(hw, x), half);
+          b[4 * h + x][0] = u3_pair(word(p, x), high, x0);
+          b[4 * h + x][1] = u3_pair(word(p, x), high, x0 + 1);
+        }
+      }
     }
     /// The fp16 scales (sv) and minima (mv) of lane word m's E channels, E (4 m + (lane & 3)) .., from the block's
     /// ranges: what prepare and int_prepare multiply the query by.
@@ -710,6 +775,7 @@ KVQ_UNROLL
     /// The byte B fragments of k32 step ks for the chunk's C / 8 tiles (tile 4h + x: word x of piece h): elements
     /// (E / 4) j + e of the lane word as byte j, e = 2 (ks % kIntSteps) (b0) and e + 1 (b1): one shift and mask each.
     template <int D, int C>
+      requires(!kHigh)
     KVQ_HD static void int_bfrags(const uint4* codes, int ks, const CodecArgs&, int lane, uint32_t (&b)[C / 8][2]) {
       constexpr uint32_t kMask = kBits == 2 ? 0x03030303u : 0x0F0F0F0Fu;
       const int e = 2 * (ks % kIntSteps);
@@ -720,6 +786,24 @@ KVQ_UNROLL
         for (int x = 0; x < 4; ++x) {
           b[4 * h + x][0] = (word(p, x) >> (kBits * e)) & kMask;
           b[4 * h + x][1] = (word(p, x) >> (kBits * (e + 1))) & kMask;
+        }
+      }
+    }
+    /// kivi:3: the 2-bit codes' bytes plus 4 x their high bits (kivi3_byte_high), codes 0..7.
+    template <int D, int C>
+      requires(kHigh)
+    KVQ_HD static void int_bfrags(const uint4* codes, const uint8_t* const* prm, int ks, const CodecArgs&, int lane,
+                                  uint32_t (&b)[C / 8][2]) {
+      const int e = 2 * (ks % kIntSteps), m = ks / kIntSteps, half = lane & 1;
+KVQ_UNROLL
+      for (int h = 0; h < C / 32; ++h) {
+        const uint4 p = codes[32 * (m * (C / 32) + h) + lane];
+        const uint4 hw = high_words<D, C>(prm, lane, m, h);
+KVQ_UNROLL
+        for (int x = 0; x < 4; ++x) {
+          const uint32_t high = kivi3_high_bytes(word(hw, x), half);
+          b[4 * h + x][0] = ((word(p, x) >> (2 * e)) & 0x03030303u) | kivi3_byte_high(high, e);
+          b[4 * h + x][1] = ((word(p, x) >> (2 * (e + 1))) & 0x03030303u) | kivi3_byte_high(high, e + 1);
         }
       }
     }
@@ -792,7 +876,8 @@ KVQ_UNROLL
 
   struct Value {
     static constexpr bool kBf16 = false, kDense = false, kBulk = false;
-    static constexpr int kChunk = 4 * E, kRanges = 2;  // a lane word holds the lane's C / 4 tokens
+    static constexpr bool kHighPlane = kHigh;
+    static constexpr int kChunk = 4 * E, kRanges = kHigh ? 3 : 2;  // a lane word holds the lane's C / 4 tokens
     static constexpr bool kFixedSteps = true;
     /// Piece r: channels lane_tile_channel(4r + e, n) of the lane's E tokens (C / 4) i .. (C / 4) i + E - 1.
     template <int D, int DP, int C>
@@ -802,7 +887,7 @@ KVQ_UNROLL
     }
     template <int D, int C>
     static constexpr uint32_t chunk_bytes() {
-      return C * D * kBits / 8;
+      return C * D * kLowBits / 8;
     }
     /// Its piece 0, then k's step (tile k: 2 k 16-channel tiles on).
     template <int D, int DP, int C>
@@ -810,9 +895,13 @@ KVQ_UNROLL
       const int n = lane >> 2, a = lane & 3;
       return 64 * (a * (D / 16) + lane_tile_k16(pc, 0, n)) + 16 * (n & 3) + 128 * k;
     }
-    /// The chunk's minima (r = 0) and scales (r = 1): [C/16][D/G][16] fp16 each.
+    /// The chunk's minima (r = 0) and scales (r = 1): [C/16][D/G][16] fp16 each; kivi:3: then its high bits (r = 2).
     template <int D, int DP, int C>
     KVQ_HD static void range(const CodecArgs& a, int cc, int r, uint32_t& offset, uint32_t& bytes) {
+      if (kHigh && r == 2) {
+        high_range<D, C>(a, cc, offset, bytes);
+        return;
+      }
       bytes = 2u * static_cast<uint32_t>(C * a.groups);
       offset = (r == 0 ? a.sec0 : a.sec1) + static_cast<uint32_t>(cc) * bytes;
     }
@@ -832,7 +921,8 @@ KVQ_UNROLL
       uint4 m[C / 32], s[C / 32];
       run_halves<C>(prm[0], a.groups, i, gr, m);
       run_halves<C>(prm[1], a.groups, i, gr, s);
-      code_bfrags<C>(codes, a, lane, j, b);
+      if constexpr (kHigh) code_bfrags<D, C>(codes, prm, a, lane, j, pc, b);
+      else code_bfrags<C>(codes, a, lane, j, b);
 KVQ_UNROLL
       for (int vs = 0; vs < C / 16; ++vs)
 KVQ_UNROLL
@@ -841,12 +931,30 @@ KVQ_UNROLL
     /// The codes u of tile j as exact fp16 integers: b[vs][h] holds pair 2 vs + h of the lane word, the lane's
     /// tokens token_at(vs, 2h), token_at(vs, 2h + 1).
     template <int C>
+      requires(!kHigh)
     KVQ_HD static void code_bfrags(const uint4* codes, const CodecArgs&, int lane, int j, uint32_t (&b)[C / 16][2]) {
       const uint32_t w = word(codes[32 * (j >> 2) + lane], j & 3);
 KVQ_UNROLL
       for (int vs = 0; vs < C / 16; ++vs)
 KVQ_UNROLL
         for (int h = 0; h < 2; ++h) b[vs][h] = kivi_pair<kBits>(w, 2 * vs + h);
+    }
+    /// kivi:3: the same with the high bits of the lane word (channel lane_tile_channel(j, n) of the part starting at
+    /// pc, the lane's tokens (C / 4) i ..) from prm[2]: tiles [C / 32][D / 16] of 32 tokens x 16 channels, the lane's
+    /// 16 tokens the half i % 2 of word 4 (n % 4) + j % 4 of tile (i / 2, lane_tile_k16(pc, j / 4, n)).
+    template <int D, int C>
+      requires(kHigh)
+    KVQ_HD static void code_bfrags(const uint4* codes, const uint8_t* const* prm, const CodecArgs&, int lane, int j,
+                                   int pc, uint32_t (&b)[C / 16][2]) {
+      const int n = lane >> 2, i = lane & 3;
+      const uint32_t w = word(codes[32 * (j >> 2) + lane], j & 3);
+      const uint32_t hw = *reinterpret_cast<const uint32_t*>(
+          prm[2] + 64 * ((i >> 1) * (D / 16) + lane_tile_k16(pc, j >> 2, n)) + 16 * (n & 3) + 4 * (j & 3));
+      const uint32_t high = kivi3_high(hw, i & 1);
+KVQ_UNROLL
+      for (int vs = 0; vs < C / 16; ++vs)
+KVQ_UNROLL
+        for (int h = 0; h < 2; ++h) b[vs][h] = u3_pair(w, high, 2 * vs + h);
     }
 
     // The fast path (KVQ_ATTENTION=fast; decode_kernel.cuh, accumulate_values_fast): sum_t p_t v_tc =

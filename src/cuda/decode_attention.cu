@@ -349,6 +349,7 @@ CodecArgs host_codec_args(const Codec& c, bool key) {
     a.groups = c.dim() / a.group;
     a.sec0 = static_cast<uint32_t>(kl->mins_offset());
     a.sec1 = static_cast<uint32_t>(kl->scales_offset());
+    if (kl->planes() == 2) a.sec2 = static_cast<uint32_t>(kl->plane_offset(1));  // kivi:3's high bits
   } else if (const auto tm = turbo_mse_params(c)) {
     a.sec0 = static_cast<uint32_t>(tm->layout.norms_offset());
     level_tables(c, tm->nibble_levels, a.table_hi);

@@ -91,6 +91,28 @@ KVQ_HD void key_bfrags(const uint4* codes, const uint8_t* const* prm, int ks, co
     K::template bfrags<D, C>(codes, ks, a, lane, b);
 }
 
+/// The integer path's byte B fragments of k32 step ks (K::int_bfrags), from the chunk's parameter ranges too for the
+/// codecs that keep part of their codes there (kivi:3's high bits).
+template <class K, int D, int C>
+KVQ_HD void key_int_bfrags(const uint4* codes, const uint8_t* const* prm, int ks, const CodecArgs& a, int lane,
+                           uint32_t (&b)[C / 8][2]) {
+  if constexpr (requires { K::template int_bfrags<D, C>(codes, prm, ks, a, lane, b); })
+    K::template int_bfrags<D, C>(codes, prm, ks, a, lane, b);
+  else
+    K::template int_bfrags<D, C>(codes, ks, a, lane, b);
+}
+
+/// The fast value path's unscaled codes of value tile j (V::code_bfrags), from the chunk's parameter ranges too for
+/// the codecs that keep part of their codes there (kivi:3's high bits: a V::code_bfrags<D, C> taking prm and pc).
+template <class V, int D, int C>
+KVQ_HD void value_code_bfrags(const uint4* codes, const uint8_t* const* prm, const CodecArgs& a, int lane, int j,
+                              int pc, uint32_t (&b)[C / 16][2]) {
+  if constexpr (requires { V::template code_bfrags<D, C>(codes, prm, a, lane, j, pc, b); })
+    V::template code_bfrags<D, C>(codes, prm, a, lane, j, pc, b);
+  else
+    V::template code_bfrags<C>(codes, a, lane, j, b);
+}
+
 /// The lo fragments of k step ks (the kSplitB codecs: vecinfer keys' codebook remainders).
 template <class K, int D, int C>
 KVQ_HD void key_bfrags_lo(const uint4* codes, const uint8_t* const* prm, int ks, const CodecArgs& a, int lane,
@@ -111,6 +133,13 @@ KVQ_HD constexpr bool has_int_scores() {
 template <class K>
 KVQ_HD constexpr bool has_block_digits() {
   if constexpr (requires { K::kIntBlockDigits; }) return K::kIntBlockDigits;
+  else return false;
+}
+
+/// Whether traits T read part of their codes from the chunk's parameter ranges (kivi:3's high bits: T::kHighPlane).
+template <class T>
+KVQ_HD constexpr bool has_high_plane() {
+  if constexpr (requires { T::kHighPlane; }) return T::kHighPlane;
   else return false;
 }
 
@@ -169,9 +198,11 @@ struct SplitShape {
   static_assert(C == 16 || C == 32 || C == 64, "chunks of 16, 32 or 64 tokens");
   static constexpr int kWarps = kWide && kParts <= 2 ? 2 : 4;
   static constexpr int kThreads = 32 * kWarps;
-  // Registers: 128 (dense), 168, or 255 at d = 256, for values in parts and for grouped (int) keys in 64-token
-  // chunks (beside kivi:2 values: 8 score tiles per scale group).
-  static constexpr bool kHeavy = D > 128 || kParts > 1 || (C == 64 && K::kGroups);
+  // Registers: 128 (dense), 168, or 255 at d = 256, for values in parts, for grouped (int) keys in 64-token
+  // chunks (beside kivi:2 values: 8 score tiles per scale group), and for kivi:3 beside f16/bf16 codes (the bulk
+  // copies' state beside the high plane's reads spilled at d = 128: -DKVQ_CUDA_ALL_PAIRS=ON's pairs only).
+  static constexpr bool kHeavy = D > 128 || kParts > 1 || (C == 64 && K::kGroups) ||
+                                 (kBulk && (has_high_plane<K>() || has_high_plane<V>()));
   static constexpr int kMinBlocks = (kHeavy ? 256 : kDense ? 512 : 384) / kThreads;
   // A lane's pieces from one address (piece_source) but in the dense pair: there, holding the address through the
   // chunk spills the exact kernels at d = 128 (128 registers), so each piece keeps its own offset.
@@ -331,7 +362,7 @@ __device__ __forceinline__ void int_scores(const uint4* itab, const uint4* kcode
 #pragma unroll
   for (int ks = 0; ks < KS32; ++ks) {
     uint32_t b[NT][2];
-    K::template int_bfrags<D, C>(kcodes, ks, a, lane, b);
+    key_int_bfrags<K, D, C>(kcodes, kprm, ks, a, lane, b);
 #pragma unroll
     for (int h = 0; h < kSub; ++h) {
       const uint4 af = itab[32 * (kSub * ks + h) + lane];
@@ -463,8 +494,8 @@ __device__ __forceinline__ void accumulate_values_fast(const float (&p)[C / 4], 
 #pragma unroll
     for (int m = 2 * r; m < 2 * r + 2; ++m) {
       uint32_t b0[VS][2], b1[VS][2];
-      V::template code_bfrags<C>(vcodes, a, lane, 2 * m, b0);
-      V::template code_bfrags<C>(vcodes, a, lane, 2 * m + 1, b1);
+      value_code_bfrags<V, D, C>(vcodes, vprm, a, lane, 2 * m, pc, b0);
+      value_code_bfrags<V, D, C>(vcodes, vprm, a, lane, 2 * m + 1, pc, b1);
 #pragma unroll
       for (int vs = 0; vs < VS; ++vs)
         mma<false>(oT[m], make_uint4(b0[vs][0], b1[vs][0], b0[vs][1], b1[vs][1]), pw[vs][0], pw[vs][1]);

@@ -6,7 +6,7 @@
 # writes the same files under dir (bench/gpu/ptxas-report.sh).
 
 # The traits of codec_traits.cuh (aliases in decode_pairs.hpp), each usable for keys and for values.
-set(KVQ_CUDA_CODECS F16 Bf16 Int4 Int8 Kivi2 Kivi4 TurboMse1 TurboMse2 TurboMse3 TurboMse4)
+set(KVQ_CUDA_CODECS F16 Bf16 Int4 Int8 Kivi2 Kivi3 Kivi4 TurboMse1 TurboMse2 TurboMse3 TurboMse4)
 # The sketch, residual and codebook codecs (qjl_traits.cuh, turbo_prod_traits.cuh, turbo_rvq_traits.cuh,
 # vecinfer_traits.cuh): their pairs, in every build, outside the cross product of KVQ_CUDA_ALL_PAIRS.
 set(KVQ_CUDA_SKETCH_PAIRS
@@ -16,12 +16,14 @@ set(KVQ_CUDA_SKETCH_PAIRS
     VecInfer8x4/VecInfer8x4 VecInfer10x4/VecInfer10x4 VecInfer12x8/VecInfer12x8)
 # The default build: every codec with itself, the mixed pairs docs/quality.md finds best per bit budget (kivi:4 /
 # int4 at 4.5 bits, int8 / int4, int8 / turbo_mse:3, int4 / turbo_mse:2 and turbo_mse:4 / turbo_mse:2 at 3.25-3.4,
-# kivi:4 / kivi:2), and f16 keys with int4 values (the keys carry the loss: +0.11 %; f16 codes by the copy engine
-# beside lane-copied codes).
+# kivi:4 / kivi:2), f16 keys with int4 values (the keys carry the loss: +0.11 %; f16 codes by the copy engine
+# beside lane-copied codes), and the kivi:3 pairs a per-layer calibration at about 3 bits is likely to choose
+# (kivi:3 with itself, turbo_mse:2, int4 and kivi:2 values; kivi:4 / turbo_mse:2).
 set(KVQ_CUDA_DEFAULT_PAIRS
-    F16/F16 Bf16/Bf16 Int4/Int4 Int8/Int8 Kivi2/Kivi2 Kivi4/Kivi4
+    F16/F16 Bf16/Bf16 Int4/Int4 Int8/Int8 Kivi2/Kivi2 Kivi3/Kivi3 Kivi4/Kivi4
     TurboMse1/TurboMse1 TurboMse2/TurboMse2 TurboMse3/TurboMse3 TurboMse4/TurboMse4
     Kivi4/Int4 Int8/Int4 Int8/TurboMse3 Int4/TurboMse2 TurboMse4/TurboMse2 Kivi4/Kivi2 F16/Int4
+    Kivi3/TurboMse2 Kivi3/Int4 Kivi4/TurboMse2 Kivi3/Kivi2
     ${KVQ_CUDA_SKETCH_PAIRS})
 
 # Writes the pairs' translation units and cuda/decode_pair_list.hpp under dir; sets out_var to the sources.

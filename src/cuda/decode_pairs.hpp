@@ -50,6 +50,7 @@ using Bf16 = FloatTraits<true>;
 using Int4 = IntTraits<4>;
 using Int8 = IntTraits<8>;
 using Kivi2 = KiviTraits<2>;
+using Kivi3 = KiviTraits<3>;
 using Kivi4 = KiviTraits<4>;
 using TurboMse1 = TurboMseTraits<1>;
 using TurboMse2 = TurboMseTraits<2>;
@@ -69,6 +70,8 @@ template <>
 inline constexpr const char* kCodecId<Int8> = "int8";
 template <>
 inline constexpr const char* kCodecId<Kivi2> = "kivi:2";
+template <>
+inline constexpr const char* kCodecId<Kivi3> = "kivi:3";
 template <>
 inline constexpr const char* kCodecId<Kivi4> = "kivi:4";
 template <>

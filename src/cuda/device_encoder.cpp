@@ -81,7 +81,7 @@ std::unique_ptr<DeviceEncoder> make_device_encoder(const Codec& codec, std::stri
     if (auto encoder = make(codec)) return encoder;
   if (why != nullptr)
     *why = "codec '" + codec.spec().str() +
-           "' has no device encoder (device encoders: f32, f16, bf16, int8, int4, kivi:2, kivi:4, turbo_mse, qjl, turbo_prod, "
+           "' has no device encoder (device encoders: f32, f16, bf16, int8, int4, kivi, turbo_mse, qjl, turbo_prod, "
            "vecinfer, turbo_rvq)";
   return nullptr;
 }

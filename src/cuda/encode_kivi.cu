@@ -1,9 +1,13 @@
-// The append kernel of kivi:2 and kivi:4 (src/codec/kivi.cpp): no rotation; keys take one range per channel over
-// the page's tokens, values one per token and group of G channels. A range [lo, hi] is stored as m = lo rounded
+// The append kernel of kivi:2, kivi:3 and kivi:4 (src/codec/kivi.cpp): no rotation; keys take one range per channel
+// over the page's tokens, values one per token and group of G channels. A range [lo, hi] is stored as m = lo rounded
 // down to fp16 and s = the smallest fp16 >= (hi - m) / (2^b - 1), codes round((x - m) / s). Keys: a thread per
 // channel's range, a barrier, then a warp per item of tokens x channels (lane_tile_items.cuh) builds its code words;
 // values: a warp per item through ranges, codes and code words with no block barrier. Bit-exact with the CPU
 // encoder (its order of comparisons, which picks the sign of a zero minimum or maximum).
+// kivi:3 (layout::Kivi's two planes) runs kivi:2's items and words for the codes' low two bits and builds their high
+// bits beside them: a key's high word (32 channels of one token) from the 8 lanes of its quads, a value item's 16
+// tokens of one channel as one half of a high word (32 tokens, put_half: the other item of those tokens owns the
+// other half).
 #include <initializer_list>
 #include <memory>
 
@@ -17,9 +21,11 @@ namespace {
 
 struct KiviEnc {
   static constexpr int kBlocksPerSM = 5;
-  int lb = 1, lg = 5, levels = 3;  // log2 of the code bits and of the value group size; 2^b - 1
+  // log2 of the code bits (kivi:3: of its first plane's, 2) and of the value group size; 2^b - 1
+  int lb = 1, lg = 5, levels = 3;
   bool key = true;
   uint32_t mins_offset = 0, scales_offset = 0;
+  uint32_t high_offset = 0;  // kivi:3: where its high-bit plane starts (kivi_high_plane_offset); 0: one plane
 
   // The ranges' (m, s): keys d of each; values each warp's item, kItemPairs of each.
   __host__ __device__ size_t scratch_floats(int, int d) const {
@@ -46,6 +52,8 @@ struct KiviEnc {
   __device__ void encode(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {
     const int T = ctx.T, d = ctx.d, G = 1 << lg, S = key ? 32 : G > 32 ? G : 32, P = 32 >> lb;
     const int per_span = key ? 1 : S >> lg, lane = static_cast<int>(threadIdx.x) & 31;
+    const int bits = 1 << lb;  // of a word's codes (kivi:3: the low two)
+    const uint32_t low_mask = (1u << bits) - 1;
     // keys: mins[c], steps[c]; values: the warp's item pairs
     float* mins = scratch + (key ? 0 : 2 * kItemPairs * (static_cast<int>(threadIdx.x) >> 5));
     float* steps = mins + (key ? d : kItemPairs);
@@ -113,12 +121,16 @@ struct KiviEnc {
         }
         __syncwarp();
         for (int j = lane; j < S && c0 + j < d; j += 32) {
-          uint32_t word = 0;
+          uint32_t word = 0, high = 0;
           for (int p = 0; p < P; ++p) {
             const int k = p * per_span + (j >> lg);
-            word |= code(x[(t0 + p) * d + c0 + j], mins[k], steps[k]) << (p << lb);
+            const uint32_t u = code(x[(t0 + p) * d + c0 + j], mins[k], steps[k]);
+            word |= (u & low_mask) << (p << lb);
+            high |= (u >> bits) << p;  // kivi:3's high bit (0 for kivi:2 and kivi:4)
           }
           store_value_word(block, d, lb, t0, c0 + j, word);
+          if (high_offset != 0)  // P = 16 tokens: bits t0 % 32 .. of the 32-token word, an even byte
+            put_half(block, high_offset + lane_tile_place(false, d, 0, t0, c0 + j).byte, static_cast<uint16_t>(high));
         }
         __syncwarp();  // the next item reuses the pairs
         return;
@@ -127,13 +139,20 @@ struct KiviEnc {
       const float4 s4 = c < d ? *reinterpret_cast<const float4*>(steps + c) : float4{};
       for (int r = 0; r < P; r += q.tokens_per_round) {
         const int t = t0 + r + q.p;
-        uint32_t codes = 0;
+        uint32_t codes = 0, high = 0;
         if (c < d) {
           const float4 v = *reinterpret_cast<const float4*>(x + t * d + c);
-          codes = code(v.x, m4.x, s4.x) | code(v.y, m4.y, s4.y) << (1 << lb) | code(v.z, m4.z, s4.z) << (2 << lb) |
-                  code(v.w, m4.w, s4.w) << (3 << lb);
+          const uint32_t u[4] = {code(v.x, m4.x, s4.x), code(v.y, m4.y, s4.y), code(v.z, m4.z, s4.z),
+                                 code(v.w, m4.w, s4.w)};
+          for (int e = 0; e < 4; ++e) {
+            codes |= (u[e] & low_mask) << (e << lb);
+            high |= (u[e] >> bits) << e;  // kivi:3's high bit (0 for kivi:2 and kivi:4)
+          }
         }
         store_key_quad_word(block, d, lb, lane, t, c, codes);
+        // kivi:3: the high word of token t's 32 channels from c - c % 32 (S = 32: the quads of 8 lanes; d is a
+        // multiple of 32)
+        if (high_offset != 0) store_key_quad_word(block + high_offset / 4, d, 0, lane, t, c, high);
       }
     });
   }
@@ -144,12 +163,14 @@ int log2_of(int x) { return FastDiv::of(x).shift; }
 class KiviEncoder final : public EncoderOf<KiviEnc> {
  public:
   KiviEncoder(const Codec& codec, const layout::Kivi& l) : EncoderOf(codec.spec().str()) {
-    enc_.lb = log2_of(static_cast<int>(l.bits));
+    enc_.lb = log2_of(static_cast<int>(l.plane_bits(0)));
     enc_.lg = log2_of(static_cast<int>(l.G));
     enc_.levels = (1 << l.bits) - 1;
     enc_.key = l.key;
     enc_.mins_offset = static_cast<uint32_t>(l.mins_offset());
     enc_.scales_offset = static_cast<uint32_t>(l.scales_offset());
+    if (l.planes() == 2)
+      enc_.high_offset = kivi_high_plane_offset(l.key, static_cast<int>(l.d), static_cast<int>(l.T));
   }
 };
 
@@ -157,7 +178,7 @@ class KiviEncoder final : public EncoderOf<KiviEnc> {
 
 std::unique_ptr<DeviceEncoder> make_kivi_encoder(const Codec& codec) {
   const auto l = kivi_layout(codec);
-  if (!l || l->bits == 3) return nullptr;  // kivi:3's two code planes: no device encoder yet
+  if (!l) return nullptr;
   return std::make_unique<KiviEncoder>(codec, *l);
 }
 

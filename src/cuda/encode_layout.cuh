@@ -45,6 +45,22 @@ KVQ_ENCODE_HD CodePlace lane_tile_place(bool key, int d, int lb, int t, int c) {
   return {static_cast<uint32_t>(byte), static_cast<uint32_t>(shift), static_cast<uint32_t>(bits)};
 }
 
+/// layout::Kivi::plane_offset(1): the byte where kivi:3's second code plane (the high bits, 1-bit codes) starts,
+/// after the first (the low two bits as kivi:2's codes), both covering T rounded up to 16 (keys) or 32 (values).
+KVQ_ENCODE_HD uint32_t kivi_high_plane_offset(bool key, int d, int T) {
+  const int tokens = key ? (T + 15) / 16 * 16 : (T + 31) / 32 * 32;
+  return static_cast<uint32_t>(tokens * d / 4);
+}
+
+/// layout::Kivi's codes of `bits` bits (2, 3 or 4): where plane `plane` of the code of token t, channel c lies (b =
+/// 2, 4: plane 0, the whole code; b = 3: plane 0 its low two bits, plane 1 its high bit).
+KVQ_ENCODE_HD CodePlace kivi_code_place(bool key, int d, int T, int bits, int plane, int t, int c) {
+  if (bits != 3) return lane_tile_place(key, d, bits == 2 ? 1 : 2, t, c);
+  CodePlace p = lane_tile_place(key, d, plane == 0 ? 1 : 0, t, c);
+  if (plane != 0) p.byte += kivi_high_plane_offset(key, d, T);
+  return p;
+}
+
 /// layout::IntGroup::scale_byte relative to the scales section: token t, group g of `groups` per token.
 KVQ_ENCODE_HD uint32_t int_scale_byte(int groups, int t, int g) {
   return static_cast<uint32_t>(2 * (((t >> 4) * groups + g) * 16 + (t & 15)));

@@ -205,7 +205,8 @@ const std::vector<std::string> kExactSpecs = {
     "int8:64",      "kivi:2",       "kivi:4",       "kivi:2,g=64",  "turbo_mse:1",  "turbo_mse:2",
     "turbo_mse:3",  "turbo_mse:4",  "qjl",          "qjl:64",       "qjl:136",      "turbo_prod:2",
     "turbo_prod:3", "turbo_prod:4", "turbo_rvq:1",  "turbo_rvq:2",  "turbo_rvq:3",  "turbo_rvq:4",
-    "vecinfer:8/4", "vecinfer:10/8", "vecinfer:12/8", "vecinfer:8/4,norm=1", "vecinfer:8/8,smooth=0"};
+    "vecinfer:8/4", "vecinfer:10/8", "vecinfer:12/8", "vecinfer:8/4,norm=1", "vecinfer:8/8,smooth=0",
+    "kivi:3",       "kivi:3,g=16"};
 
 TEST(CudaAppend, EveryCodecBytesEqualTheCpuEncoder) {
   KVQ_REQUIRE_GPU();
@@ -224,8 +225,8 @@ TEST(CudaAppend, WindowsHeadDimensionsAndPageSizesBytes) {
   // vecinfer:12/8's codebook (147 KB) fits in shared memory beside a page of 64 x 128 or 128 x 64 tokens, and
   // streams in tiles beside a page of 128 x 256.
   for (const std::string& spec :
-       std::vector<std::string>{"f16", "int4", "kivi:2", "turbo_mse:3", "qjl", "turbo_prod:3", "turbo_rvq:2",
-                                "vecinfer:8/4", "vecinfer:12/8,norm=1"}) {
+       std::vector<std::string>{"f16", "int4", "kivi:2", "kivi:3", "turbo_mse:3", "qjl", "turbo_prod:3",
+                                "turbo_rvq:2", "vecinfer:8/4", "vecinfer:12/8,norm=1"}) {
     expect_same_bytes(spec, {128, 64, 64, 2}, seed, {1}, 200);                  // decode steps, window R = 64
     expect_same_bytes(spec, {128, 64, 64, 2}, seed + 1, {300, 5, 130}, 700);   // prefill chunks behind a window
     expect_same_bytes(spec, {64, 128, 0, 3}, seed + 2, {129, 1, 256}, 600);
@@ -267,7 +268,8 @@ TEST(CudaAppend, KiviZerosOfBothSignsBytes) {
       v = positive ? std::fabs(v) : -std::fabs(v);
       if (rng.next_u64() % 5 == 0) v = rng.next_u64() % 2 == 0 ? 0.0f : -0.0f;
     }
-  for (const std::string& spec : std::vector<std::string>{"kivi:2", "kivi:4", "kivi:2,g=16", "kivi:4,g=128"})
+  for (const std::string& spec :
+       std::vector<std::string>{"kivi:2", "kivi:4", "kivi:2,g=16", "kivi:4,g=128", "kivi:3", "kivi:3,g=64"})
     expect_same_bytes(spec, s, seed, {1, 37, 200, 1, 64}, t);
 }
 

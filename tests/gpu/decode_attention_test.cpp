@@ -41,6 +41,11 @@ const std::vector<std::pair<std::string, std::string>> kPairs = {
     {"turbo_mse:4", "turbo_mse:2"},
     {"kivi:4", "kivi:2"},
     {"f16", "int4"},
+    {"kivi:3", "kivi:3"},
+    {"kivi:3", "turbo_mse:2"},
+    {"kivi:3", "int4"},
+    {"kivi:4", "turbo_mse:2"},
+    {"kivi:3", "kivi:2"},
     {"qjl", "qjl"},
     {"qjl", "int4"},
     {"qjl:256", "int4"},
@@ -107,8 +112,8 @@ TEST(CudaDecodeAttention, EveryPairMatchesTheReference) {
 TEST(CudaDecodeAttention, EveryBuiltPairMatchesTheReference) {
   KVQ_REQUIRE_GPU();
   KVQ_FRESH_SEED();
-  const std::vector<std::string> codecs = {"f16",         "bf16",        "int4",        "int8",        "kivi:2",
-                                           "kivi:4",      "turbo_mse:1", "turbo_mse:2", "turbo_mse:3", "turbo_mse:4"};
+  const std::vector<std::string> codecs = {"f16",    "bf16",        "int4",        "int8",        "kivi:2",    "kivi:3",
+                                           "kivi:4", "turbo_mse:1", "turbo_mse:2", "turbo_mse:3", "turbo_mse:4"};
   const Shape shape{128, 64, 0, 2, 4, {1, 130, 700}, true};
   size_t built = 0, defaults = 0;
   for (const std::string& k : codecs)

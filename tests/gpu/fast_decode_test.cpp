@@ -47,7 +47,8 @@ struct FastPair {
 // int keys with non-int values (src/cuda/decode_pairs.cmake: int8/turbo_mse:3, int4/turbo_mse:2), int4 values in
 // groups of 64 and of 16 (the exact value path beside integer scores), int4 values beside keys without a fast
 // path (f16) and beside kivi:4 keys, kivi keys and values (the block's digits and the fast value path: kivi:2 and
-// kivi:4 with themselves, kivi:4 / kivi:2, kivi:4 values in groups of 64; in groups of 16 the exact value path), and
+// kivi:4 with themselves, kivi:4 / kivi:2, kivi:4 values in groups of 64; in groups of 16 the exact value path; kivi:3
+// with itself (values in groups of 32, 64 and 16), kivi:2, int4 and turbo_mse:2 values, kivi:4 / turbo_mse:2), and
 // turbo_mse keys and values (turbo_mse:2 and :3 with themselves; turbo_mse:4 / turbo_mse:2, whose 4-bit keys keep
 // the fp16 path).
 const std::vector<FastPair> kFastPairs = {{"int4", "int4", "cuda_int4_int4_fast"},
@@ -66,6 +67,13 @@ const std::vector<FastPair> kFastPairs = {{"int4", "int4", "cuda_int4_int4_fast"
                                           {"kivi:4", "kivi:2", "cuda_kivi_kivi_fast"},
                                           {"kivi:4", "kivi:4,g=64", "cuda_kivi_kivi_fast"},
                                           {"kivi:4", "kivi:4,g=16", "cuda_kivi_kivi_fast"},
+                                          {"kivi:3", "kivi:3", "cuda_kivi_kivi_fast"},
+                                          {"kivi:3", "kivi:3,g=64", "cuda_kivi_kivi_fast"},
+                                          {"kivi:3", "kivi:3,g=16", "cuda_kivi_kivi_fast"},
+                                          {"kivi:3", "kivi:2", "cuda_kivi_kivi_fast"},
+                                          {"kivi:3", "int4", "cuda_kivi_int4_fast"},
+                                          {"kivi:3", "turbo_mse:2", "cuda_kivi_turbo_mse_fast"},
+                                          {"kivi:4", "turbo_mse:2", "cuda_kivi_turbo_mse_fast"},
                                           {"turbo_mse:3", "turbo_mse:3", "cuda_turbo_mse_turbo_mse_fast"},
                                           {"turbo_mse:2", "turbo_mse:2", "cuda_turbo_mse_turbo_mse_fast"},
                                           {"turbo_mse:4", "turbo_mse:2", "cuda_turbo_mse_turbo_mse_fast"}};
@@ -108,7 +116,8 @@ TEST(CudaFastDecode, QueriesTooSmallToScaleGiveTheExactOutput) {
   KVQ_REQUIRE_GPU();
   const Shape shape{128, 64, 64, 2, 4, {300, 70}, true};
   const std::vector<std::pair<std::string, std::string>> pairs = {
-      {"int4", "int4"}, {"int8", "int4"}, {"int4:16", "int4"}, {"kivi:4", "int4"}, {"kivi:2", "kivi:2"}};
+      {"int4", "int4"}, {"int8", "int4"}, {"int4:16", "int4"}, {"kivi:4", "int4"}, {"kivi:2", "kivi:2"},
+      {"kivi:3", "kivi:3"}};
   for (const auto& [key, value] : pairs) {
     SCOPED_TRACE(key + "/" + value);
     const test::Scenario sc = test::build(shape, key, value, 11);

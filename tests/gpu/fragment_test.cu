@@ -340,7 +340,8 @@ void check_int_keys(const Block& b, int T, uint64_t seed, double level_rel = 0) 
     int64_t acc[NT][32][4] = {};
     for (int ks = 0; ks < KS32; ++ks) {
       uint32_t bf[32][NT][2];
-      for (int lane = 0; lane < 32; ++lane) K::template int_bfrags<D, C>(st.codes.data(), ks, b.args, lane, bf[lane]);
+      for (int lane = 0; lane < 32; ++lane)
+        key_int_bfrags<K, D, C>(st.codes.data(), st.prm, ks, b.args, lane, bf[lane]);
       for (int h = 0; h < kSub; ++h) {
         if (kSub == 2 || ks % group_steps == 0)
           for (auto& tile : acc)
@@ -524,7 +525,8 @@ void check_kivi_int_keys(const Block& b, int T, uint64_t seed) {
     int64_t acc[NT][32][4] = {};
     for (int ks = 0; ks < KS32; ++ks) {
       uint32_t bf[32][NT][2];
-      for (int lane = 0; lane < 32; ++lane) K::template int_bfrags<D, C>(st.codes.data(), ks, b.args, lane, bf[lane]);
+      for (int lane = 0; lane < 32; ++lane)
+        key_int_bfrags<K, D, C>(st.codes.data(), st.prm, ks, b.args, lane, bf[lane]);
       uint4 a[32];
       for (int lane = 0; lane < 32; ++lane) a[lane] = atab[static_cast<size_t>(32 * ks + lane)];
       for (int jj = 0; jj < NT; ++jj) {
@@ -740,8 +742,8 @@ void check_fast_values(const Block& b, int T, uint64_t seed) {
         for (int m = 2 * r; m < 2 * r + 2; ++m) {
           uint32_t c0[32][VS][2], c1[32][VS][2];
           for (int lane = 0; lane < 32; ++lane) {
-            V::template code_bfrags<C>(st.codes.data(), b.args, lane, 2 * m, c0[lane]);
-            V::template code_bfrags<C>(st.codes.data(), b.args, lane, 2 * m + 1, c1[lane]);
+            value_code_bfrags<V, D, C>(st.codes.data(), st.prm, b.args, lane, 2 * m, pc, c0[lane]);
+            value_code_bfrags<V, D, C>(st.codes.data(), st.prm, b.args, lane, 2 * m + 1, pc, c1[lane]);
           }
           for (int vs = 0; vs < VS; ++vs) {
             uint4 a[32];
@@ -1027,6 +1029,12 @@ TEST(CudaFragments, KiviValuesFastPathMatchesTheCodec) {
     at.template operator()<KiviTraits<4>::Value, 256>(spec, seed + 400);
   }
   at.template operator()<KiviTraits<4>::Value, 64>("kivi:4", seed + 500);
+  for (const std::string spec : {"kivi:3", "kivi:3,g=64"}) {
+    at.template operator()<KiviTraits<3>::Value, 64>(spec, seed + 600);
+    at.template operator()<KiviTraits<3>::Value, 128>(spec, seed + 700);
+    at.template operator()<KiviTraits<3>::Value, 256>(spec, seed + 800);
+  }
+  EXPECT_FALSE(KiviTraits<3>::Value::fast_values(encode("kivi:3,g=16", 128, 64, false, seed).args));
   EXPECT_FALSE(KiviTraits<2>::Value::fast_values(encode("kivi:2,g=16", 128, 64, false, seed).args));
   EXPECT_FALSE(KiviTraits<4>::Value::fast_values(encode("kivi:4,g=16", 128, 64, false, seed).args));
 }
@@ -1046,6 +1054,7 @@ TEST(CudaFragments, KiviKeysIntegerPathMatchesTheCodec) {
   check_every_dim_kivi_int_keys<KiviTraits<2>::Key>("kivi:2", seed);
   check_every_dim_kivi_int_keys<KiviTraits<4>::Key>("kivi:4", seed + 1);
   check_every_dim_kivi_int_keys<KiviTraits<2>::Key>("kivi:2,g=16", seed + 2);
+  check_every_dim_kivi_int_keys<KiviTraits<3>::Key>("kivi:3", seed + 3);
 }
 
 TEST(CudaFragments, TurboMseKeysIntegerPathMatchesTheCodec) {
@@ -1139,6 +1148,8 @@ TEST(CudaFragments, FixedPieceStepsAreTheSameForEveryLane) {
   check_key_piece_steps<IntTraits<8>, 64>("int8");
   check_key_piece_steps<KiviTraits<2>, 64>("kivi:2");
   check_key_piece_steps<KiviTraits<4>, 32>("kivi:4");
+  check_key_piece_steps<KiviTraits<3>, 32>("kivi:3");
+  check_key_piece_steps<KiviTraits<3>, 64>("kivi:3");
   check_key_piece_steps<TurboMseTraits<1>, 32>("turbo_mse:1");
   check_key_piece_steps<TurboMseTraits<2>, 64>("turbo_mse:2");
   check_key_piece_steps<TurboMseTraits<3>, 32>("turbo_mse:3");
@@ -1147,6 +1158,7 @@ TEST(CudaFragments, FixedPieceStepsAreTheSameForEveryLane) {
   check_value_piece_steps<IntTraits<8>, 32>("int8");
   check_value_piece_steps<KiviTraits<2>, 64>("kivi:2");
   check_value_piece_steps<KiviTraits<4>, 32>("kivi:4");
+  check_value_piece_steps<KiviTraits<3>, 64>("kivi:3");
   check_value_piece_steps<TurboMseTraits<1>, 32>("turbo_mse:1");
   check_value_piece_steps<TurboMseTraits<2>, 32>("turbo_mse:2");
   check_value_piece_steps<TurboMseTraits<3>, 32>("turbo_mse:3");
@@ -1167,6 +1179,9 @@ TEST(CudaFragments, KiviPairsMatchTheCodec) {
   check_every_dim<KiviTraits<4>>("kivi:4", seed + 2);
   check_every_dim<KiviTraits<4>>("kivi:4,g=16", seed + 3);
   check_every_dim<KiviTraits<4>>("kivi:4,g=64", seed + 4);
+  check_every_dim<KiviTraits<3>>("kivi:3", seed + 5);
+  check_every_dim<KiviTraits<3>>("kivi:3,g=16", seed + 6);
+  check_every_dim<KiviTraits<3>>("kivi:3,g=64", seed + 7);
 }
 
 TEST(CudaFragments, TurboMsePairsMatchTheCodec) {
@@ -1191,6 +1206,13 @@ TEST(CudaFragments, MixedPairsMatchTheCodecs) {
   check_every_dim<IntTraits<4>, FloatTraits<false>>("int4", seed + 6, "f16");
   check_every_dim<KiviTraits<4>, IntTraits<4>>("kivi:4", seed + 7, "int4");
   check_every_dim<TurboMseTraits<4>, TurboMseTraits<2>>("turbo_mse:4", seed + 8, "turbo_mse:2");
+  // kivi:3 (the default build's pairs; keys in chunks of 32 beside int4 and turbo_mse:2 values, of 64 beside
+  // kivi:2's), kivi:4 / turbo_mse:2, and kivi:3 values beside keys of 32-token chunks
+  check_every_dim<KiviTraits<3>, IntTraits<4>>("kivi:3", seed + 11, "int4");
+  check_every_dim<KiviTraits<3>, TurboMseTraits<2>>("kivi:3", seed + 12, "turbo_mse:2");
+  check_every_dim<KiviTraits<3>, KiviTraits<2>>("kivi:3", seed + 13, "kivi:2");
+  check_every_dim<KiviTraits<4>, TurboMseTraits<2>>("kivi:4", seed + 14, "turbo_mse:2");
+  check_every_dim<IntTraits<4>, KiviTraits<3>>("int4", seed + 15, "kivi:3");
 }
 
 TEST(CudaFragments, QjlPairsMatchTheCodec) {

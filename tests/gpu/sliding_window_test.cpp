@@ -26,7 +26,8 @@ const std::vector<std::pair<std::string, std::string>> kWindowPairs = {
     {"f16", "f16"},       {"int4", "int4"},
     {"int8", "int8"},     {"kivi:2", "kivi:2"},
     {"kivi:4", "int4"},   {"turbo_mse:3", "turbo_mse:3"},
-    {"turbo_prod:4", "turbo_prod:4"}, {"vecinfer:10/4", "vecinfer:10/4"}};
+    {"turbo_prod:4", "turbo_prod:4"}, {"vecinfer:10/4", "vecinfer:10/4"},
+    {"kivi:3", "kivi:3"}};
 
 std::vector<float> device_decode(const KVCache& dev, const std::vector<SeqId>& ids,
                                  const std::vector<float>& q, const AttentionOptions& options) {
