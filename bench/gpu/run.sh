@@ -50,7 +50,7 @@ pairs=(--k int4 --v int4 --k int8 --v int8 --k f16 --v f16 --k kivi:2 --v kivi:2
   --k kivi:4 --v int4 --k turbo_mse:4 --v turbo_mse:2 --k int4 --v turbo_mse:2 --k f16 --v int4
   --k qjl --v qjl --k qjl --v int4 --k turbo_prod:4 --v int4 --k turbo_prod:4 --v turbo_mse:3
   --k vecinfer:8/4 --v vecinfer:8/4 --k vecinfer:10/4 --v vecinfer:10/4 --k turbo_rvq:2 --v turbo_rvq:2
-  --k vecinfer:12/8 --v vecinfer:12/8)
+  --k vecinfer:12/8 --v vecinfer:12/8 --k kivi:3 --v kivi:3 --k kivi:3 --v turbo_mse:2)
 shapes=(1x4096 1x32768 1x131072 8x4096 8x32768 8x131072 32x4096 32x32768 32x131072)
 [ "${KVQ_GPU_QUICK:-0}" = 1 ] && shapes=(1x4096 32x131072)
 for shape in "${shapes[@]}"; do
