@@ -25,6 +25,7 @@ expect_refused(calibrate --model absent.gguf --text absent.txt --out x --budget-
 expect_refused(ppl --model absent.gguf --text absent.txt --block-tokens 96)
 expect_refused(ppl --model absent.gguf --text absent.txt --score-from -1)
 expect_refused(ppl --model absent.gguf --text absent.txt --score-from 2000000)
+expect_refused(calibrate --model absent.gguf --text absent.txt --out x --budget-bits 3 --block-tokens 96)
 expect_refused(calibrate --model absent.gguf --text absent.txt --out x --budget-bits 0)
 expect_refused(calibrate --model absent.gguf --text absent.txt --out x --budget-bits 1e9)
 expect_refused(calibrate --model absent.gguf --text absent.txt --out x --budget-bits 4 --tokens 1)

@@ -36,6 +36,7 @@ struct CalibrateOptions {
   bool plain_keys = false;  // measure no centered keys
   int sink_tokens = 0;      // the first tokens of each window kept in f16, measured and charged to the budget
   int budget_ctx = 0;       // the sequence length key offsets and sinks are charged over; 0: ctx
+  int block_tokens = 64;    // T of the cache measured and budgeted
   // The codecs with fused attention kernels on both the CPU and the GPU, from 16 bits down to 2.
   std::vector<std::string> codecs{"f16", "int8", "int4", "kivi:4", "turbo_mse:4", "turbo_mse:3", "kivi:2",
                                   "turbo_mse:2"};
@@ -101,7 +102,8 @@ void run_calibrate(const CalibrateOptions& o) {
   // The text's tail: kvq ppl scores its start, so calibration and evaluation text stay apart.
   const std::vector<int> tokens = tokenize_tail(*tokenizer, read_text_file(o.text), o.tokens, 0);
   const LlamaConfig& c = model.config();
-  KVCacheSpec cache;  // T 64, R 0, seed 0: the defaults of kvq ppl
+  KVCacheSpec cache;  // R 0, seed 0: the defaults of kvq ppl
+  cache.block_tokens = o.block_tokens;
   cache.sink_tokens = o.sink_tokens;
   PerplexityOptions options;
   options.window = std::min(o.ctx, static_cast<int>(tokens.size()));
@@ -196,6 +198,10 @@ void add_calibrate_command(CLI::App& app) {
                   "the sequence length the budget counts the key offsets' and sink tokens' bytes over (the context "
                   "the cache will serve); default: --ctx")
       ->check(CLI::Range(0, 1 << 20))->capture_default_str();
+  cmd->add_option("--block-tokens", o->block_tokens,
+                  "tokens per cache page, 64 or 128: per-channel codecs (kivi keys) store their ranges once per page, "
+                  "so 128 costs them fewer bits; kvq ppl --calib takes the same --block-tokens")
+      ->check(CLI::IsMember({64, 128}))->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads (0 = all cores)")
       ->check(CLI::Range(0, 1024))->capture_default_str();
   cmd->add_option("--out", o->out, "the calibration file to write; '{}' in it is replaced by the budget")
