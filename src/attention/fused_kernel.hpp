@@ -56,8 +56,8 @@ namespace {
 //   fma1(a, const float* b, c) = a * broadcast(*b) + c, mul, sub, max;
 //   load_f16(p): W fp16 values; f16_split(p, even, odd): 2W fp16 values as two vectors (even and odd elements),
 //   each value times 2^-112; load_i(p): W 32-bit lanes; element<Bits, J>(x): element J (Bits wide) of each lane
-//   as a signed float; uelement<Bits, J>(x): the same element as an unsigned float (kivi codes); u3element<J, H>(lo,
-//   hi): a kivi:3 code as an unsigned float, element J of the 2-bit lane lo below bit H of the 1-bit lane hi;
+//   as a signed float; uelement<Bits, J>(x): the same element as an unsigned float (kivi codes); top3(x): the top
+//   three bits of each lane as an unsigned float (kivi:3's codes, joined there by kivi3_code);
 //   shr<N>(x), shl<N>(x): 32-bit lanes shifted logically (N = 0: x); select_bits(a, b, mask): a's bits where mask
 //   is set, else b's; Table, load_table(16 floats), lookup(table, x): the entry of each lane's low 4 bits (turbo);
 //   Mask, test_bit<R>(x): the lanes whose bit R is set, add_masked(acc, mask, const float* b): acc + broadcast(*b)
@@ -269,6 +269,14 @@ void key_scores_int(const KernelArgs& a, const float* q, const uint8_t* block, P
 // kivi:3's 32 (low tiles 2k and 2k + 1, high tile k).
 constexpr int kivi_chunk(int bits) { return bits == 3 ? 32 : 32 / bits; }
 
+// A kivi:3 code as an unsigned float: element J of lo (a lane of the 2-bit plane) below bit H of hi (a lane of the
+// 1-bit plane), joined at the top of the lane (lo's bits to 30..29, hi's to 31; two shifts and a bit select), then
+// shifted back logically and converted (top3).
+template <class V, int J, int H>
+typename V::F kivi3_code(typename V::I lo, typename V::I hi) {
+  return V::top3(V::select_bits(V::template shl<31 - H>(hi), shift_up<V, 29 - 2 * J>(lo), 0x80000000u));
+}
+
 // Calls f(code, j) for the elements j of chunk k (j an integral_constant, the codes as unsigned floats); `lanes`
 // and `high`: the lanes of the 2-bit (b-bit) and the 1-bit planes.
 template <class V, int Bits, class Fn>
@@ -276,10 +284,8 @@ void for_kivi_codes(const uint8_t* lanes, const uint8_t* high, size_t stride, in
   if constexpr (Bits == 3) {
     const auto lo0 = V::load_i(lanes + 2 * k * stride), lo1 = V::load_i(lanes + (2 * k + 1) * stride);
     const auto hi = V::load_i(high + k * stride);
-    for_elements<16>([&](auto j) { f(V::template u3element<j, j>(lo0, hi), j); });
-    for_elements<16>([&](auto j) {
-      f(V::template u3element<j, 16 + j>(lo1, hi), std::integral_constant<int, 16 + j>{});
-    });
+    for_elements<16>([&](auto j) { f(kivi3_code<V, j, j>(lo0, hi), j); });
+    for_elements<16>([&](auto j) { f(kivi3_code<V, j, 16 + j>(lo1, hi), std::integral_constant<int, 16 + j>{}); });
   } else {
     const auto x = V::load_i(lanes + k * stride);
     for_elements<32 / Bits>([&](auto j) { f(V::template uelement<Bits, j>(x), j); });

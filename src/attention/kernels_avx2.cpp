@@ -46,19 +46,8 @@ struct Avx2 {
     const I top = (J + 1) * Bits == 32 ? x : _mm256_slli_epi32(x, 32 - (J + 1) * Bits);
     return _mm256_cvtepi32_ps(_mm256_srli_epi32(top, 32 - Bits));
   }
-  // A kivi:3 code, unsigned: element J of lo (the 2-bit plane) below bit H of hi (the 1-bit plane), joined at the
-  // top of the lane (lo's bits to 29..30, hi's to 31), shifted back logically, converted.
-  template <int J, int H>
-  static F u3element(I lo, I hi) {
-    const I low = [&] {
-      if constexpr (2 * J <= 29) {
-        return shl<29 - 2 * J>(lo);
-      } else {
-        return shr<2 * J - 29>(lo);
-      }
-    }();
-    return _mm256_cvtepi32_ps(_mm256_srli_epi32(select_bits(shl<31 - H>(hi), low, 0x80000000u), 29));
-  }
+  // The top three bits of each lane (a kivi:3 code, joined there by kivi3_code), unsigned, converted.
+  static F top3(I x) { return _mm256_cvtepi32_ps(_mm256_srli_epi32(x, 29)); }
 
   // Lane-code decoding (turbo_mse): logical shifts, a bit select and a 16-entry table lookup by the low 4 bits (two
   // 8-entry permutes, chosen by bit 3).

@@ -694,24 +694,31 @@ struct KiviTraits {
       const int t = C / 8 * (lane >> 2) + 4 * h;
       return load16(prm[1] + 64 * ((t >> 4) * (D / 32) + 2 * m + ((lane & 3) >> 1)) + 4 * (t & 15));
     }
+    /// kivi:3: calls f(4h + x, p, hw, x) for the chunk's C / 8 tiles of lane word m, p its piece h and hw the high
+    /// words beside it (high_words(m, h)): bfrags and int_bfrags decode word x of each. f takes word x itself: so
+    /// the SASS is that of the loop written out in each (given the words, nvcc orders int_bfrags' ors otherwise).
+    template <int D, int C, class Fn>
+    KVQ_HD static void for_high_tiles(const uint4* codes, const uint8_t* const* prm, int m, int lane, Fn&& f) {
+KVQ_UNROLL
+      for (int h = 0; h < C / 32; ++h) {
+        const uint4 p = codes[32 * (m * (C / 32) + h) + lane];
+        const uint4 hw = high_words<D, C>(prm, lane, m, h);
+KVQ_UNROLL
+        for (int x = 0; x < 4; ++x) f(4 * h + x, p, hw, x);
+      }
+    }
     /// kivi:3: LaneWordKeys::decode with each pair's high bits from the high plane.
     template <int D, int C>
       requires(kHigh)
     KVQ_HD static void bfrags(const uint4* codes, const uint8_t* const* prm, int ks, const CodecArgs&, int lane,
                               uint32_t (&b)[C / 8][2]) {
       constexpr int kSteps = LaneWordKeys<E>::kSteps;
-      const int x0 = 2 * (ks % kSteps), m = ks / kSteps, half = lane & 1;
-KVQ_UNROLL
-      for (int h = 0; h < C / 32; ++h) {
-        const uint4 p = codes[32 * (m * (C / 32) + h) + lane];
-        const uint4 hw = high_words<D, C>(prm, lane, m, h);
-KVQ_UNROLL
-        for (int x = 0; x < 4; ++x) {
-          const uint32_t high = kivi3_high(word(hw, x), half);
-          b[4 * h + x][0] = u3_pair(word(p, x), high, x0);
-          b[4 * h + x][1] = u3_pair(word(p, x), high, x0 + 1);
-        }
-      }
+      const int x0 = 2 * (ks % kSteps), half = lane & 1;
+      for_high_tiles<D, C>(codes, prm, ks / kSteps, lane, [&](int t, const uint4& p, const uint4& hw, int x) {
+        const uint32_t high = kivi3_high(word(hw, x), half);
+        b[t][0] = u3_pair(word(p, x), high, x0);
+        b[t][1] = u3_pair(word(p, x), high, x0 + 1);
+      });
     }
     /// The fp16 scales (sv) and minima (mv) of lane word m's E channels, E (4 m + (lane & 3)) .., from the block's
     /// ranges: what prepare and int_prepare multiply the query by.
@@ -794,18 +801,12 @@ KVQ_UNROLL
       requires(kHigh)
     KVQ_HD static void int_bfrags(const uint4* codes, const uint8_t* const* prm, int ks, const CodecArgs&, int lane,
                                   uint32_t (&b)[C / 8][2]) {
-      const int e = 2 * (ks % kIntSteps), m = ks / kIntSteps, half = lane & 1;
-KVQ_UNROLL
-      for (int h = 0; h < C / 32; ++h) {
-        const uint4 p = codes[32 * (m * (C / 32) + h) + lane];
-        const uint4 hw = high_words<D, C>(prm, lane, m, h);
-KVQ_UNROLL
-        for (int x = 0; x < 4; ++x) {
-          const uint32_t high = kivi3_high_bytes(word(hw, x), half);
-          b[4 * h + x][0] = ((word(p, x) >> (2 * e)) & 0x03030303u) | kivi3_byte_high(high, e);
-          b[4 * h + x][1] = ((word(p, x) >> (2 * (e + 1))) & 0x03030303u) | kivi3_byte_high(high, e + 1);
-        }
-      }
+      const int e = 2 * (ks % kIntSteps), half = lane & 1;
+      for_high_tiles<D, C>(codes, prm, ks / kIntSteps, lane, [&](int t, const uint4& p, const uint4& hw, int x) {
+        const uint32_t high = kivi3_high_bytes(word(hw, x), half);
+        b[t][0] = ((word(p, x) >> (2 * e)) & 0x03030303u) | kivi3_byte_high(high, e);
+        b[t][1] = ((word(p, x) >> (2 * (e + 1))) & 0x03030303u) | kivi3_byte_high(high, e + 1);
+      });
     }
     /// Adds the integer tiles to the scores: per token 256 P0 + P1 (rows n, n + 8), exact in int32, as fp32 (the
     /// kernel takes s_max and <x', m> in after the last group).

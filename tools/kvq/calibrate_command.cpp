@@ -38,8 +38,8 @@ struct CalibrateOptions {
   int budget_ctx = 0;       // the sequence length key offsets and sinks are charged over; 0: ctx
   int block_tokens = 64;    // T of the cache measured and budgeted
   // The codecs with fused attention kernels on both the CPU and the GPU, from 16 bits down to 2.
-  std::vector<std::string> codecs{"f16", "int8", "int4", "kivi:4", "turbo_mse:4", "turbo_mse:3", "kivi:2",
-                                  "turbo_mse:2"};
+  std::vector<std::string> codecs{"f16",    "int8",        "int4",   "kivi:4",     "turbo_mse:4",
+                                  "kivi:3", "turbo_mse:3", "kivi:2", "turbo_mse:2"};
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {

@@ -151,9 +151,9 @@ void run_cuda_append_bench(const AppendBenchOptions& o) {
   const double copy_gbps = cuda::copy_bandwidth_gbps(kCopyBytes, 20);
   std::vector<std::string> codecs = o.codecs;
   if (codecs.empty())
-    codecs = {"f16",         "bf16",        "int8",         "int4",        "kivi:2",      "kivi:4",
-              "turbo_mse:1", "turbo_mse:2", "turbo_mse:3",  "turbo_mse:4", "qjl",         "turbo_prod:3",
-              "turbo_rvq:2", "vecinfer:8/4", "vecinfer:12/8"};
+    codecs = {"f16",          "bf16",        "int8",         "int4",         "kivi:2",      "kivi:3",
+              "kivi:4",       "turbo_mse:1", "turbo_mse:2",  "turbo_mse:3",  "turbo_mse:4", "qjl",
+              "turbo_prod:3", "turbo_rvq:2", "vecinfer:8/4", "vecinfer:12/8"};
   const size_t rows = o.chunk * static_cast<size_t>(o.kv_heads);
   const std::vector<float> keys = sample_profile(key_like_profile(o.dim, o.seed), rows, o.seed + 1);
   const std::vector<float> values = gaussian_vectors(rows, o.dim, o.seed + 2);
