@@ -56,6 +56,45 @@ std::vector<float> warp_transform(const std::vector<float>& x, const std::vector
   return y;
 }
 
+// The same, R rows at a time through hadamard_rows_lanes (the device's hadamard_rows up to d = 128: two rows a
+// warp, the lane's signs loaded once).
+template <int E, int R>
+std::vector<float> warp_transform_rows(const std::vector<float>& x, const std::vector<float>& signs, float scale,
+                                       int d) {
+  std::vector<float> y(x.size());
+  std::vector<float> posted(kLanes);
+  std::barrier<> sync(kLanes);
+  std::vector<std::thread> lanes;
+  const int active = d / E;
+  const size_t rows = x.size() / static_cast<size_t>(d);
+  for (int lane = 0; lane < kLanes; ++lane)
+    lanes.emplace_back([&, lane] {
+      float sign[E] = {};
+      if (lane < active) std::memcpy(sign, &signs[static_cast<size_t>(lane * E)], sizeof(sign));
+      for (size_t row0 = 0; row0 < rows; row0 += R) {
+        float v[R][E] = {};
+        for (size_t i = 0; i < R && row0 + i < rows; ++i)
+          if (lane < active) std::memcpy(v[i], &x[(row0 + i) * static_cast<size_t>(d) + lane * E], sizeof(v[i]));
+        hadamard_rows_lanes<E, R>(v, sign, scale, lane, active, HostXor{&posted, &sync, lane});
+        for (size_t i = 0; i < R && row0 + i < rows; ++i)
+          if (lane < active) std::memcpy(&y[(row0 + i) * static_cast<size_t>(d) + lane * E], v[i], sizeof(v[i]));
+      }
+    });
+  for (std::thread& t : lanes) t.join();
+  return y;
+}
+
+std::vector<float> warp_transform_two_rows(const std::vector<float>& x, const std::vector<float>& signs,
+                                           float scale, int d) {
+  switch (std::max(1, d / 32)) {
+    case 1: return warp_transform_rows<1, 2>(x, signs, scale, d);
+    case 2: return warp_transform_rows<2, 2>(x, signs, scale, d);
+    case 4: return warp_transform_rows<4, 2>(x, signs, scale, d);
+    case 8: return warp_transform_rows<8, 2>(x, signs, scale, d);
+    default: return warp_transform_rows<16, 2>(x, signs, scale, d);
+  }
+}
+
 std::vector<float> warp_transform(const std::vector<float>& x, const std::vector<float>& signs, float scale, int d) {
   switch (std::max(1, d / 32)) {
     case 1: return warp_transform<1>(x, signs, scale, d);
@@ -83,10 +122,19 @@ TEST(HadamardLanes, WarpTransformIsBitIdenticalWithTheCpuTransform) {
     for (size_t i = 0; i < x.size(); i += 3) x[i] *= 1e4f;
     std::vector<float> want(x.size());
     rotation->apply(x.data(), want.data(), kRows);
-    const std::vector<float> got = warp_transform(x, signs, scale, d);
-    size_t differ = 0;
-    for (size_t i = 0; i < x.size(); ++i) differ += std::memcmp(&want[i], &got[i], sizeof(float)) != 0;
-    EXPECT_EQ(differ, 0u) << "of " << x.size();
+    // One row at a time, and two rows at a time (an odd count: the last pair's second row is zeros, not stored).
+    for (const size_t rows : {kRows, kRows - 1}) {
+      const std::vector<float> xr(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(rows * static_cast<size_t>(d)));
+      for (const bool two : {false, true}) {
+        SCOPED_TRACE(std::string(two ? "two rows at a time" : "one row at a time") + ", rows = " +
+                     std::to_string(rows));
+        const std::vector<float> got =
+            two ? warp_transform_two_rows(xr, signs, scale, d) : warp_transform(xr, signs, scale, d);
+        size_t differ = 0;
+        for (size_t i = 0; i < xr.size(); ++i) differ += std::memcmp(&want[i], &got[i], sizeof(float)) != 0;
+        EXPECT_EQ(differ, 0u) << "of " << xr.size();
+      }
+    }
   }
 }
 

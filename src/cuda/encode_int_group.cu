@@ -1,9 +1,11 @@
 // The append kernel of int8 and int4 (src/codec/int_group.cpp): rotate, divide by the trained per-channel lambda,
 // then per token and group an fp16 absmax scale (nearest, up where the nearest would leave a code past qmax + 1/2)
-// and codes round(x / s) clamped to +-qmax in the 64-byte lane tiles of layout::IntGroup. After the rotation (a
-// barrier) a warp takes an item of tokens x whole groups (lane_tile_items.cuh) through lambda, scales, codes and
-// code words with no block barrier. Bit-exact with the CPU encoder under the Hadamard rotation; other rotations
-// differ in float order (dense matrix).
+// and codes round(x / s) clamped to +-qmax in the 64-byte lane tiles of layout::IntGroup. The Hadamard rotation
+// divides by lambda in its own pass (rotate_device.cuh: the rotated row is in registers); after the rotation (a
+// barrier) a warp takes an item of tokens x whole groups (lane_tile_items.cuh) through the scales (lambda too under
+// a dense rotation), codes and code words with no block barrier. The two roles are separate instantiations of the
+// item loop (fewer live registers: 5 blocks of 256 threads per SM). Bit-exact with the CPU encoder under the
+// Hadamard rotation; other rotations differ in float order (dense matrix).
 #include <memory>
 
 #include "codec/block_layout.hpp"
@@ -17,7 +19,7 @@ namespace kvq::cuda::detail {
 namespace {
 
 struct IntEnc {
-  static constexpr int kBlocksPerSM = 4;
+  static constexpr int kBlocksPerSM = 5;
   RotationView rot;
   const float* lambda = nullptr;
   int lb = 2, lg = 5, qmax = 7;  // log2 of the code bits and of the group size
@@ -29,13 +31,18 @@ struct IntEnc {
     return (rot.hadamard() ? 0 : static_cast<size_t>(T) * d) + static_cast<size_t>(kItemPairs) * (kEncodeThreads / 32);
   }
 
-  // group_scale of int_group.cpp: the fp16 scale of a group whose largest |x''| is amax.
+  // group_scale of int_group.cpp: the fp16 scale of a group whose largest |x''| is amax. The CPU rounds the double
+  // quotient amax / qmax to float; the float quotient (one IEEE single division) is that same float, since rounding
+  // a quotient of two floats first to double (53 >= 2 * 24 + 2 bits) and then to float never differs from rounding
+  // it once (Figueroa, "When is double rounding innocuous?", 1995), so the nearest fp16 is the same. The CPU's
+  // test amax <= (qmax + 1/2) * s in double is exact, and so is its float form: qmax + 1/2 (7.5, 127.5) has at most 8
+  // significant bits, an fp16 s at most 11, their product is a float (or inf, as in double where s is inf). Only
+  // the rare round-up (a code would pass qmax + 1/2) needs the double quotient.
   __device__ uint16_t group_scale(float amax) const {
-    const double exact = __ddiv_rn(static_cast<double>(amax), static_cast<double>(qmax));
-    const uint16_t h = to_f16_bits(__double2float_rn(exact));
-    return static_cast<double>(amax) <= __dmul_rn(qmax + 0.5, static_cast<double>(f16_bits_to_float(h)))
-               ? h
-               : f16_bits_round_up(exact);
+    const float q = static_cast<float>(qmax);
+    const uint16_t h = to_f16_bits(__fdiv_rn(amax, q));
+    if (amax <= __fmul_rn(__fadd_rn(q, 0.5f), f16_bits_to_float(h))) return h;
+    return f16_bits_round_up(__ddiv_rn(static_cast<double>(amax), static_cast<double>(qmax)));
   }
 
   // The code of x'' in a group of scale s, masked to its 2^lb bits.
@@ -46,23 +53,39 @@ struct IntEnc {
   }
 
   __device__ void encode(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {
+    // Under the Hadamard rotation x'' = x' / lambda is formed in the rotation's pass, in registers (the same IEEE
+    // division); a dense rotation leaves it to the items.
+    const bool divided = rot.hadamard();
+    rotate_rows(rot, x, scratch, ctx.T, ctx.d, ctx.dd, divided ? lambda : nullptr);
+    float* scales = scratch + (divided ? 0 : ctx.T * ctx.d) + kItemPairs * (static_cast<int>(threadIdx.x) >> 5);
+    // The role a compile-time branch: each instantiation keeps only its own path's values live (both in one body
+    // need more registers than kBlocksPerSM allows).
+    if (key)
+      encode_items<true>(ctx, x, scales, block, divided);
+    else
+      encode_items<false>(ctx, x, scales, block, divided);
+  }
+
+  template <bool kKey>
+  __device__ void encode_items(const EncodeContext& ctx, float* x, float* scales, uint32_t* block,
+                               bool divided) const {
     const int T = ctx.T, d = ctx.d, G = 1 << lg, groups = d >> lg, S = G > 32 ? G : 32, P = 32 >> lb;
     const int per_span = S >> lg, lane = static_cast<int>(threadIdx.x) & 31;
-    rotate_rows(rot, x, scratch, T, d, ctx.dd);
-    float* scales = scratch + (rot.hadamard() ? 0 : T * d) + kItemPairs * (static_cast<int>(threadIdx.x) >> 5);
     const ItemQuad q = ItemQuad::of(S, lane);
     for_each_lane_tile_item(T, d, P, S, [&](int t0, int c0) {
       const int c = c0 + q.c;
-      // x'' = x' / lambda in place, and each (token, group)'s largest |x''| (the maximum does not depend on the
-      // order) into its pair's slot.
-      const float4 lam = c < d ? *reinterpret_cast<const float4*>(lambda + c) : float4{1, 1, 1, 1};
+      // x'' = x' / lambda in place (unless the rotation formed it), and each (token, group)'s largest |x''| (the
+      // maximum does not depend on the order) into its pair's slot.
+      const float4 lam = c < d && !divided ? *reinterpret_cast<const float4*>(lambda + c) : float4{1, 1, 1, 1};
       for (int r = 0; r < P; r += q.tokens_per_round) {
         float amax = 0;
         if (c < d) {
           float4* at = reinterpret_cast<float4*>(x + (t0 + r + q.p) * d + c);
           float4 v = *at;
-          v = {__fdiv_rn(v.x, lam.x), __fdiv_rn(v.y, lam.y), __fdiv_rn(v.z, lam.z), __fdiv_rn(v.w, lam.w)};
-          *at = v;
+          if (!divided) {
+            v = {__fdiv_rn(v.x, lam.x), __fdiv_rn(v.y, lam.y), __fdiv_rn(v.z, lam.z), __fdiv_rn(v.w, lam.w)};
+            *at = v;
+          }
           amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
         }
         for (int m = 1; m < G / 4; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullWarp, amax, m));
@@ -84,7 +107,7 @@ struct IntEnc {
         }
       }
       __syncwarp();
-      if (key) {
+      if constexpr (kKey) {
         for (int r = 0; r < P; r += q.tokens_per_round) {
           const int p = r + q.p;
           uint32_t codes = 0;

@@ -1,7 +1,8 @@
 // The append kernel of kivi:2, kivi:3 and kivi:4 (src/codec/kivi.cpp): no rotation; keys take one range per channel
 // over the page's tokens, values one per token and group of G channels. A range [lo, hi] is stored as m = lo rounded
 // down to fp16 and s = the smallest fp16 >= (hi - m) / (2^b - 1), codes round((x - m) / s). Keys: a thread per
-// channel's range, a barrier, then a warp per item of tokens x channels (lane_tile_items.cuh) builds its code words;
+// channel's range (two threads a channel, each half of the tokens, where 2 d <= 256), a barrier, then a warp per
+// item of tokens x channels (lane_tile_items.cuh) builds its code words;
 // values: a warp per item through ranges, codes and code words with no block barrier. Bit-exact with the CPU
 // encoder (its order of comparisons, which picks the sign of a zero minimum or maximum).
 // kivi:3 (layout::Kivi's two planes) runs kivi:2's items and words for the codes' low two bits and builds their high
@@ -49,16 +50,63 @@ struct KiviEnc {
     return static_cast<uint32_t>(fminf(fmaxf(rintf(__fdiv_rn(__fsub_rn(v, m), s)), 0.0f), static_cast<float>(levels)));
   }
 
+  // The role a compile-time branch: each instantiation keeps only its own path's values live (both in one body
+  // need more registers than kBlocksPerSM allows).
   __device__ void encode(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {
-    const int T = ctx.T, d = ctx.d, G = 1 << lg, S = key ? 32 : G > 32 ? G : 32, P = 32 >> lb;
-    const int per_span = key ? 1 : S >> lg, lane = static_cast<int>(threadIdx.x) & 31;
+    if (key)
+      encode_role<true>(ctx, x, scratch, block);
+    else
+      encode_role<false>(ctx, x, scratch, block);
+  }
+
+  template <bool kKey>
+  __device__ void encode_role(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {
+    const int T = ctx.T, d = ctx.d, G = 1 << lg, S = kKey ? 32 : G > 32 ? G : 32, P = 32 >> lb;
+    const int per_span = kKey ? 1 : S >> lg, lane = static_cast<int>(threadIdx.x) & 31;
     const int bits = 1 << lb;  // of a word's codes (kivi:3: the low two)
     const uint32_t low_mask = (1u << bits) - 1;
     // keys: mins[c], steps[c]; values: the warp's item pairs
-    float* mins = scratch + (key ? 0 : 2 * kItemPairs * (static_cast<int>(threadIdx.x) >> 5));
-    float* steps = mins + (key ? d : kItemPairs);
-    if (key) {
-      for (int c = static_cast<int>(threadIdx.x); c < d; c += static_cast<int>(blockDim.x)) {
+    float* mins = scratch + (kKey ? 0 : 2 * kItemPairs * (static_cast<int>(threadIdx.x) >> 5));
+    float* steps = mins + (kKey ? d : kItemPairs);
+    if constexpr (kKey) {
+      // Where the block has two threads a channel (d <= 128 at 256 threads), each takes half of the page's tokens
+      // and the later half's (lo, hi) meets the earlier's through mins / steps: half the serial chain of compares
+      // and every thread busy, in std::min / std::max's order over the whole page (the loop below).
+      const int tid = static_cast<int>(threadIdx.x), n = static_cast<int>(blockDim.x);
+      const bool halves = 2 * d <= n && T >= 2;
+      if (halves) {
+        const bool later = tid >= d;
+        const int c = later ? tid - d : tid, t_begin = later ? T / 2 : 0, t_end = later ? T : T / 2;
+        float lo = 0, hi = 0;
+        if (tid < 2 * d) {
+          lo = hi = x[t_begin * d + c];
+          for (int t = t_begin + 1; t < t_end; ++t) {
+            const float e = x[t * d + c];
+            lo = e < lo ? e : lo;
+            hi = hi < e ? e : hi;
+          }
+          if (later) {
+            mins[c] = lo;
+            steps[c] = hi;
+          }
+        }
+        __syncthreads();
+        if (!later) {
+          // The later half replaces only a strictly smaller minimum or a strictly larger maximum: the first of
+          // equal values stays, as over the whole page in order.
+          const float lo2 = mins[c], hi2 = steps[c];
+          lo = lo2 < lo ? lo2 : lo;
+          hi = hi < hi2 ? hi2 : hi;
+          float m = 0, s = 0;
+          if (!store_range(block, c, lo, hi, m, s)) {
+            ctx.report(0, c);
+            m = s = 0;
+          }
+          mins[c] = m;
+          steps[c] = s;
+        }
+      }
+      for (int c = tid; !halves && c < d; c += n) {
         // Channel c over the page's tokens in std::min / std::max's order: the first of equal values stays.
         float lo = x[c], hi = lo;
         for (int t = 1; t < T; ++t) {
@@ -79,7 +127,7 @@ struct KiviEnc {
     const ItemQuad q = ItemQuad::of(S, lane);
     for_each_lane_tile_item(T, d, P, S, [&](int t0, int c0) {
       const int c = c0 + q.c;
-      if (!key) {
+      if constexpr (!kKey) {
         // Each (token, group)'s range in std::minmax_element's order (the first of equal minima, the last of equal
         // maxima): a lane's quad in order, then its group's lanes, lower channels first.
         for (int r = 0; r < P; r += q.tokens_per_round) {

@@ -34,6 +34,49 @@ KVQ_ENCODE_HD float mul_rn(float a, float b) {
 #endif
 }
 
+/// y = H diag(signs) x * scale for R rows at once: row r's elements [lane E, (lane + 1) E) are v[r], and the lane's
+/// E signs are already loaded (sign[k] = signs[lane E + k]; any value at lanes >= `lanes`). The rows' butterflies
+/// are interleaved (independent work between a stage's exchanges); each element goes through the operations of
+/// hadamard_row_lanes (below) in the same order, so every row's result is the same. lanes = d / E; every lane of the
+/// warp calls it (`partner(value, m)`: lane ^ m's value, m < lanes), lanes at or beyond `lanes` with values that are
+/// ignored.
+template <int E, int R, class Partner>
+KVQ_ENCODE_HD void hadamard_rows_lanes(float (&v)[R][E], const float (&sign)[E], float scale, int lane, int lanes,
+                                       const Partner& partner) {
+  if (lane < lanes) {
+KVQ_UNROLL
+    for (int r = 0; r < R; ++r)
+KVQ_UNROLL
+      for (int k = 0; k < E; ++k) v[r][k] = mul_rn(v[r][k], sign[k]);
+  }
+KVQ_UNROLL
+  for (int h = 1; h < E; h <<= 1)
+KVQ_UNROLL
+    for (int i = 0; i < E; i += 2 * h)
+KVQ_UNROLL
+      for (int j = i; j < i + h; ++j)
+KVQ_UNROLL
+        for (int r = 0; r < R; ++r) {
+          const float a = v[r][j], b = v[r][j + h];
+          v[r][j] = add_rn(a, b);
+          v[r][j + h] = sub_rn(a, b);
+        }
+  for (int m = 1; m < lanes; m <<= 1) {  // stride m E
+    const bool upper = (lane & m) != 0;
+KVQ_UNROLL
+    for (int r = 0; r < R; ++r)
+KVQ_UNROLL
+      for (int k = 0; k < E; ++k) {
+        const float other = partner(v[r][k], m);
+        v[r][k] = upper ? sub_rn(other, v[r][k]) : add_rn(v[r][k], other);
+      }
+  }
+KVQ_UNROLL
+  for (int r = 0; r < R; ++r)
+KVQ_UNROLL
+    for (int k = 0; k < E; ++k) v[r][k] = mul_rn(v[r][k], scale);
+}
+
 /// y = H diag(signs) x * scale for the row whose elements [lane E, (lane + 1) E) are v, as the CPU computes it.
 /// lanes = d / E; every lane of the warp calls it (`partner(value, m)`: lane ^ m's value, m < lanes), lanes at or
 /// beyond `lanes` with values that are ignored.

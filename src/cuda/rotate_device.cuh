@@ -24,51 +24,100 @@ struct WarpXor {
   __device__ float operator()(float value, int m) const { return __shfl_xor_sync(0xffffffffu, value, m); }
 };
 
-// The Hadamard transform of every row, a row per warp at a time: E elements a lane (d = 32 E, or d < 32 with E = 1).
+// A lane's elements [lane E, (lane + 1) E) of a row (at = the row + lane E) into v, or from v into the row.
 template <int E>
-__device__ void hadamard_rows(const RotationView& r, float* x, int rows, int d) {
-  const int lane = static_cast<int>(threadIdx.x) & 31, lanes = d / E;
-  for (int row = static_cast<int>(threadIdx.x) >> 5; row < rows; row += static_cast<int>(blockDim.x) >> 5) {
-    float* at = x + row * d + lane * E;
-    float v[E] = {};
-    if (lane < lanes) {
-      if constexpr (E % 4 == 0) {
+__device__ __forceinline__ void load_lane_row(const float* at, float (&v)[E]) {
+  if constexpr (E % 4 == 0) {
 #pragma unroll
-        for (int k = 0; k < E; k += 4) {
-          const float4 q = *reinterpret_cast<const float4*>(at + k);
-          v[k] = q.x, v[k + 1] = q.y, v[k + 2] = q.z, v[k + 3] = q.w;
-        }
-      } else {
-#pragma unroll
-        for (int k = 0; k < E; ++k) v[k] = at[k];
-      }
+    for (int k = 0; k < E; k += 4) {
+      const float4 q = *reinterpret_cast<const float4*>(at + k);
+      v[k] = q.x, v[k + 1] = q.y, v[k + 2] = q.z, v[k + 3] = q.w;
     }
-    hadamard_row_lanes<E>(v, r.signs, r.scale, lane, lanes, WarpXor{});
-    if (lane < lanes) {
-      if constexpr (E % 4 == 0) {
+  } else {
 #pragma unroll
-        for (int k = 0; k < E; k += 4) *reinterpret_cast<float4*>(at + k) = {v[k], v[k + 1], v[k + 2], v[k + 3]};
-      } else {
+    for (int k = 0; k < E; ++k) v[k] = at[k];
+  }
+}
+template <int E>
+__device__ __forceinline__ void store_lane_row(float* at, const float (&v)[E]) {
+  if constexpr (E % 4 == 0) {
 #pragma unroll
-        for (int k = 0; k < E; ++k) at[k] = v[k];
+    for (int k = 0; k < E; k += 4) *reinterpret_cast<float4*>(at + k) = {v[k], v[k + 1], v[k + 2], v[k + 3]};
+  } else {
+#pragma unroll
+    for (int k = 0; k < E; ++k) at[k] = v[k];
+  }
+}
+
+// The Hadamard transform of every row: E elements a lane (d = 32 E, or d < 32 with E = 1). `divisor` (null: none):
+// each element of the result then divided by divisor[c] (IEEE, as the CPU's x' / lambda_c), before it is stored.
+// Up to d = 128 (E <= 4) a warp takes two rows at a time (rows 2 w, 2 w + 1, then 2 (w + warps), ...): two
+// independent rows between a stage's shuffles, so one row's exchange latency overlaps the other's, with the lane's
+// signs and divisors loaded once for all its rows. Larger E keep one row at a time (the registers of two rows of 8 or
+// 16 elements, with their signs, exceed what the encoders' occupancy allows).
+template <int E>
+__device__ void hadamard_rows(const RotationView& r, float* x, int rows, int d, const float* divisor) {
+  const int lane = static_cast<int>(threadIdx.x) & 31, lanes = d / E;
+  const int warp = static_cast<int>(threadIdx.x) >> 5, warps = static_cast<int>(blockDim.x) >> 5;
+  const bool active = lane < lanes;
+  if constexpr (E <= 4) {
+    constexpr int R = 2;
+    float sign[E], div[E];
+#pragma unroll
+    for (int k = 0; k < E; ++k) {
+      sign[k] = active ? r.signs[lane * E + k] : 1.0f;
+      div[k] = active && divisor != nullptr ? divisor[lane * E + k] : 1.0f;
+    }
+    for (int row0 = warp * R; row0 < rows; row0 += warps * R) {
+      float v[R][E] = {};
+#pragma unroll
+      for (int i = 0; i < R; ++i)
+        if (active && row0 + i < rows) load_lane_row<E>(x + (row0 + i) * d + lane * E, v[i]);
+      // A row past `rows` (an odd count's last pair) is transformed as zeros and not stored; the condition is the
+      // same for the whole warp, so every lane takes part in every shuffle.
+      hadamard_rows_lanes<E, R>(v, sign, r.scale, lane, lanes, WarpXor{});
+      if (divisor != nullptr) {
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+#pragma unroll
+          for (int k = 0; k < E; ++k) v[i][k] = __fdiv_rn(v[i][k], div[k]);
+      }
+#pragma unroll
+      for (int i = 0; i < R; ++i)
+        if (active && row0 + i < rows) store_lane_row<E>(x + (row0 + i) * d + lane * E, v[i]);
+    }
+  } else {
+    for (int row = warp; row < rows; row += warps) {
+      float* at = x + row * d + lane * E;
+      float v[E] = {};
+      if (active) load_lane_row<E>(at, v);
+      hadamard_row_lanes<E>(v, r.signs, r.scale, lane, lanes, WarpXor{});
+      if (active) {
+        if (divisor != nullptr) {
+#pragma unroll
+          for (int k = 0; k < E; ++k) v[k] = __fdiv_rn(v[k], divisor[lane * E + k]);
+        }
+        store_lane_row<E>(at, v);
       }
     }
   }
 }
 
 /// Rotates the rows of x in place; `spare` holds rows * d floats for a dense rotation (unused by Hadamard). Called
-/// by every thread of the block; ends with a barrier.
+/// by every thread of the block; ends with a barrier. `divisor` (Hadamard only; null: none): each rotated element
+/// of channel c then divided by divisor[c] in the same pass (IEEE division, the value the CPU's x' / divisor[c]
+/// gives); a dense rotation ignores it (the caller divides).
 __device__ inline void rotate_rows(const RotationView& r, float* x, float* spare, int rows, int d,
-                                   const FastDiv& dd) {
+                                   const FastDiv& dd, const float* divisor = nullptr) {
   const int n = rows * d;
   if (r.hadamard()) {  // d is a power of two, at most 512 (launch_encode refuses a page of T >= 64 x d = 1024)
     switch (d >> 5) {
       case 0:
-      case 1: hadamard_rows<1>(r, x, rows, d); break;
-      case 2: hadamard_rows<2>(r, x, rows, d); break;
-      case 4: hadamard_rows<4>(r, x, rows, d); break;
-      case 8: hadamard_rows<8>(r, x, rows, d); break;
-      default: hadamard_rows<16>(r, x, rows, d); break;
+      case 1: hadamard_rows<1>(r, x, rows, d, divisor); break;
+      case 2: hadamard_rows<2>(r, x, rows, d, divisor); break;
+      case 4: hadamard_rows<4>(r, x, rows, d, divisor); break;
+      case 8: hadamard_rows<8>(r, x, rows, d, divisor); break;
+      default: hadamard_rows<16>(r, x, rows, d, divisor); break;
     }
     __syncthreads();
     return;
