@@ -73,18 +73,32 @@ struct KiviEnc {
       // and the later half's (lo, hi) meets the earlier's through mins / steps: half the serial chain of compares
       // and every thread busy, in std::min / std::max's order over the whole page (the loop below).
       const int tid = static_cast<int>(threadIdx.x), n = static_cast<int>(blockDim.x);
+      // Channel c over tokens [t_begin, t_end) in std::min / std::max's order: the first of equal values stays.
+      auto scan = [&](int c, int t_begin, int t_end, float& lo, float& hi) {
+        lo = hi = x[t_begin * d + c];
+        for (int t = t_begin + 1; t < t_end; ++t) {
+          const float e = x[t * d + c];
+          lo = e < lo ? e : lo;
+          hi = hi < e ? e : hi;
+        }
+      };
+      // The channel's (min, step) into the block and, for the items, into mins / steps.
+      auto publish = [&](int c, float lo, float hi) {
+        float m = 0, s = 0;
+        if (!store_range(block, c, lo, hi, m, s)) {
+          ctx.report(0, c);
+          m = s = 0;
+        }
+        mins[c] = m;
+        steps[c] = s;
+      };
       const bool halves = 2 * d <= n && T >= 2;
       if (halves) {
         const bool later = tid >= d;
-        const int c = later ? tid - d : tid, t_begin = later ? T / 2 : 0, t_end = later ? T : T / 2;
+        const int c = later ? tid - d : tid;
         float lo = 0, hi = 0;
         if (tid < 2 * d) {
-          lo = hi = x[t_begin * d + c];
-          for (int t = t_begin + 1; t < t_end; ++t) {
-            const float e = x[t * d + c];
-            lo = e < lo ? e : lo;
-            hi = hi < e ? e : hi;
-          }
+          scan(c, later ? T / 2 : 0, later ? T : T / 2, lo, hi);
           if (later) {
             mins[c] = lo;
             steps[c] = hi;
@@ -97,30 +111,13 @@ struct KiviEnc {
           const float lo2 = mins[c], hi2 = steps[c];
           lo = lo2 < lo ? lo2 : lo;
           hi = hi < hi2 ? hi2 : hi;
-          float m = 0, s = 0;
-          if (!store_range(block, c, lo, hi, m, s)) {
-            ctx.report(0, c);
-            m = s = 0;
-          }
-          mins[c] = m;
-          steps[c] = s;
+          publish(c, lo, hi);
         }
       }
       for (int c = tid; !halves && c < d; c += n) {
-        // Channel c over the page's tokens in std::min / std::max's order: the first of equal values stays.
-        float lo = x[c], hi = lo;
-        for (int t = 1; t < T; ++t) {
-          const float e = x[t * d + c];
-          lo = e < lo ? e : lo;
-          hi = hi < e ? e : hi;
-        }
-        float m = 0, s = 0;
-        if (!store_range(block, c, lo, hi, m, s)) {
-          ctx.report(0, c);
-          m = s = 0;
-        }
-        mins[c] = m;
-        steps[c] = s;
+        float lo, hi;
+        scan(c, 0, T, lo, hi);
+        publish(c, lo, hi);
       }
       __syncthreads();
     }
