@@ -1,7 +1,7 @@
 // The append kernel of qjl:m (src/codec/qjl.cpp): no rotation; per token the norm (row_norm.cuh: four lanes per
-// token, lane_norm.hpp's order, as the CPU) as fp16, and the m sign bits of S x (sketch_device.cuh: the CPU's float order) in
-// layout::Qjl's sign tiles ("tokens in lanes" for keys and values alike), the tokens widened to double in passes of a
-// few rows (encode_passes.cuh). Bit-exact with the CPU encoder.
+// token, lane_norm.hpp's order, as the CPU) as fp16, and the m sign bits of S x (sketch_device.cuh: the CPU's float
+// order) in layout::Qjl's sign tiles ("tokens in lanes" for keys and values alike), the tokens widened to double in
+// passes of a few rows (encode_passes.cuh). Bit-exact with the CPU encoder.
 #include <memory>
 #include <vector>
 
