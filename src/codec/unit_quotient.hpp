@@ -3,12 +3,13 @@
 // coordinate (a double division is a long sequence of instructions). Plain C++ that nvcc also compiles for the
 // device; the CPU encoders keep the division, which this reproduces bit for bit (tests/unit_quotient_test.cpp).
 //
-// Why it is exact. Let y = x / norm (norm > 0 finite) and inverse = RN(1 / norm), so x * inverse = y (1 + e) with
-// |e| <= 2^-53 < ulp(y) / |y|; the double q = RN(x * inverse) is then less than 1.5 ulp(y) from y, and both y and
-// RN(y) lie within 2 ulps of q (within q's binade, apart from powers of two, which are floats). Rounding to float
-// decides at the midpoints between floats: the doubles whose low 29 significand bits are 2^28. Where q's low bits are
-// more than 4 from 2^28, no midpoint lies between q and RN(y), so both round to the same float; q nearer a
-// midpoint, or below the normal floats (whose midpoints lie elsewhere; also q = 0), takes the division.
+// Why it is exact. Let y = x / norm (norm > 0 finite) and inverse = RN(1 / norm). Then x * inverse = y (1 + e) with
+// |e| <= 2^-53 < ulp(y) / |y|, so the double q = RN(x * inverse) is less than 1.5 ulp(y) from y and RN(y) is within
+// 2 ulps of q. Rounding to float decides at the midpoints between floats: in a binade of normal floats, the doubles
+// whose low 29 significand bits are 2^28 (2^28 ulps from the powers of two, so q, y and RN(y) near one share its
+// binade). Where q's low bits are more than 4 from 2^28, no midpoint lies within 4 ulps of q, so RN(y) and q round
+// to the same float; q nearer a midpoint, or below the normal floats (whose midpoints lie elsewhere; also q = 0),
+// takes the division. Both checks are needed: tests/unit_quotient_test.cpp fails without either.
 #pragma once
 
 #include <cstdint>
