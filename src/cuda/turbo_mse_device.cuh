@@ -39,8 +39,9 @@ inline LevelBoundaries level_boundaries(const FloatCodebook& book) {
   return b;
 }
 
-/// A token's norm and its reciprocal rounded to nearest, in shared memory.
-struct TokenNorm {
+/// A token's norm and its reciprocal rounded to nearest, in shared memory (one 16-byte load; every encoder's scratch
+/// places them at a multiple of 16 bytes).
+struct alignas(16) TokenNorm {
   double norm, inverse;
 };
 
