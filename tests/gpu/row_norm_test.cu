@@ -14,18 +14,13 @@
 #include "codec/lane_norm.hpp"
 #include "codec/unit_quotient.hpp"
 #include "cuda/row_norm.cuh"
+#include "gpu_test.hpp"
 #include "test_seed.hpp"
 
 namespace kvq {
 namespace {
 
 using cuda::detail::for_each_row_norm;
-
-#define KVQ_REQUIRE_CUDA_DEVICE()                                                                 \
-  do {                                                                                            \
-    int count = 0;                                                                                \
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) GTEST_SKIP() << "no CUDA device"; \
-  } while (0)
 
 /// A device copy of a host vector, freed with it.
 template <class T>
@@ -78,7 +73,7 @@ void expect_row_norms(std::mt19937_64& rng, int rows, int d, int stride) {
 }
 
 TEST(DeviceRowNorm, IsTheCpuNormForEveryShape) {
-  KVQ_REQUIRE_CUDA_DEVICE();
+  KVQ_REQUIRE_GPU();
   KVQ_FRESH_SEED();
   std::mt19937_64 rng(seed);
   for (const int d : {1, 3, 31, 32, 33, 64, 100, 128, 200, 256, 512})
@@ -89,7 +84,7 @@ TEST(DeviceRowNorm, IsTheCpuNormForEveryShape) {
 }
 
 TEST(DeviceUnitQuotient, IsTheDivision) {
-  KVQ_REQUIRE_CUDA_DEVICE();
+  KVQ_REQUIRE_GPU();
   KVQ_FRESH_SEED();
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal;
