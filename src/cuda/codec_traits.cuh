@@ -109,16 +109,11 @@ KVQ_HD uint32_t int8_pair(uint32_t w, int x) {
   const uint32_t src = x == 0 ? w : w >> 8;
   return h2_sub(and_xor<0x00FF00FFu, kHalf1152>(src), kHalf1152);
 }
-// 2-bit lanes (kivi): 16 unsigned codes, element j at bits 2j. Pair x (0..7) holds elements (x, x + 8): the field
-// of bits 2 (x % 4) .. of each 16-bit half of the lane word (shifted down a byte for x >= 4) in the mantissa of
-// 1024, then scaled by 4^-(x % 4) minus 1024 4^-(x % 4) (u2_value).
-KVQ_HD uint32_t u2_value(uint32_t h, int x) {
-  constexpr uint32_t kScale[4] = {0x3C003C00u, 0x34003400u, 0x2C002C00u, 0x24002400u};   // 4^-(x % 4)
-  constexpr uint32_t kOffset[4] = {0xE400E400u, 0xDC00DC00u, 0xD400D400u, 0xCC00CC00u};  // -1024 4^-(x % 4)
-  return h2_fma(h, kScale[x & 3], kOffset[x & 3]);
-}
+// 2-bit lanes (kivi): 16 unsigned codes, element j at bits 2j. Pair x (0..7) holds elements (x, x + 8).
 KVQ_HD uint32_t u2_pair(uint32_t w, int x) {
   const uint32_t src = x < 4 ? w : w >> 8;
+  constexpr uint32_t kScale[4] = {0x3C003C00u, 0x34003400u, 0x2C002C00u, 0x24002400u};   // 4^-(x % 4)
+  constexpr uint32_t kOffset[4] = {0xE400E400u, 0xDC00DC00u, 0xD400D400u, 0xCC00CC00u};  // -1024 4^-(x % 4)
   uint32_t h;
   switch (x & 3) {
     case 0: h = and_or<0x00030003u, 0x64006400u>(src); break;
@@ -126,7 +121,7 @@ KVQ_HD uint32_t u2_pair(uint32_t w, int x) {
     case 2: h = and_or<0x00300030u, 0x64006400u>(src); break;
     default: h = and_or<0x00C000C0u, 0x64006400u>(src); break;
   }
-  return u2_value(h, x);
+  return h2_fma(h, kScale[x & 3], kOffset[x & 3]);
 }
 // 4-bit lanes (kivi:4): 8 unsigned codes, element j at bits 4j. Pair x (0..3) holds elements (x, x + 4): the code in
 // the mantissa of 1024 minus 1024, or times 1/16 minus 64 for the nibbles at bits 4..7.
@@ -144,13 +139,10 @@ KVQ_HD uint32_t kivi_pair(uint32_t w, int x) {
 // kivi:3: its codes' low two bits are a 2-bit lane word (16 elements), their high bits the 16-bit half `half` of a
 // word of the 1-bit plane (element e at bit e of the half). kivi3_high spreads that half to element e < 8 at bit e
 // and element 8 + e at bit 16 + e, so that pair x's high bits lie at bit x of each 16-bit half; u3_pair adds them to
-// u2_pair's field as its third bit (bit 2 (x % 4) + 2 of each half, in the same mantissa of 1024): one scaling
-// for the 3-bit code, exact (codes 0..7 below bit 9).
+// u2_pair's fp16 pair as 2 x {2.0 or 0} (0x4000: fp16 2.0, one bit), exact (codes 0..7).
 KVQ_HD uint32_t kivi3_high(uint32_t w, int half) { return prmt(w, 0u, half != 0 ? 0x4342u : 0x4140u); }
 KVQ_HD uint32_t u3_pair(uint32_t low, uint32_t high, int x) {
-  const int field = 2 * (x & 3), up = field + 2 - x;  // from bit x to bit field + 2
-  const uint32_t src = x < 4 ? low : low >> 8, top = up >= 0 ? high << up : high >> -up;
-  return u2_value((src & (0x00030003u << field)) | (top & (0x00040004u << field)) | 0x64006400u, x);
+  return h2_fma((high << (14 - x)) & 0x40004000u, 0x40004000u, u2_pair(low, x));
 }
 /// kivi:3's high bits of the byte fragments of the integer path: from the lane word's half (element e at bit e),
 /// element 4j + e at bit 8j + e (byte j holds the bits of elements 4j .. 4j + 3), formed once per lane word.
