@@ -1,7 +1,8 @@
 // The append encoders' quotients without divisions (src/cuda/exact_quotient.cuh), run on the host, against the
 // division they replace: divide() against a / b bit for bit, rounded_code_bits() against the CPU int8/int4 encoder's
-// clamp(nearbyint(v / s), -qmax, qmax) for every positive fp16 scale. KVQ_EXACT_QUOTIENT_SWEEP=N multiplies the
-// random draws by N (a long run: N = 100 takes about a minute).
+// clamp(nearbyint(v / s), -qmax, qmax) for every positive fp16 scale, the double corrected_quotient() against the
+// double division. KVQ_EXACT_QUOTIENT_SWEEP=N multiplies the random draws by N (a long run: N = 100 takes a few
+// minutes).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -91,6 +92,50 @@ TEST(ExactQuotient, DivideIsTheDivision) {
       check(static_cast<float>(static_cast<double>(b) * -m));
       check(b * static_cast<float>(mant(rng) >> 12));
     }
+  }
+  EXPECT_EQ(tally.wrong, 0u) << "of " << tally.cases;
+  RecordProperty("cases", std::to_string(tally.cases));
+}
+
+// turbo_mse's unit vector: x_j / ||x|| in double (then rounded to float) for a float x_j and a norm >= |x_j|, from
+// the norm's reciprocal, against the double division: random bits, norms just above |x_j| and far above it (up to
+// sqrt(d) times the largest float), norms of random rows (d = 128) that hold x_j, signed zeros.
+TEST(ExactQuotient, UnitVectorIsTheDoubleDivision) {
+  KVQ_FRESH_SEED();
+  std::mt19937_64 rng(seed);
+  const uint64_t rounds = 2'000'000 * sweep_factor();
+  std::uniform_int_distribution<uint32_t> any_bits;
+  std::uniform_real_distribution<double> unit(0, 1);
+  std::uniform_int_distribution<int> spread(0, 70);
+  Tally tally;
+  auto check = [&](float x, double norm) {
+    const double want = static_cast<double>(x) / norm, got = corrected_quotient(static_cast<double>(x), norm, 1 / norm);
+    tally.check(std::bit_cast<uint64_t>(got) == std::bit_cast<uint64_t>(want), [&] {
+      return testing::Message() << x << " / " << norm << ": " << got << ", the division " << want;
+    });
+  };
+  std::vector<float> row(128);
+  std::normal_distribution<float> normal;
+  for (uint64_t i = 0; i < rounds; ++i) {
+    float x = from_bits(any_bits(rng));
+    if (!std::isfinite(x)) continue;
+    const double a = std::fabs(static_cast<double>(x));
+    if (x != 0) check(x, a);
+    check(x, std::nextafter(std::max(a, 0x1p-1074), INFINITY));
+    check(x, std::max(a * (1 + std::ldexp(unit(rng), -spread(rng))), 0x1p-1074));
+    check(x, std::min(std::max(a, 0x1p-1074) * std::ldexp(1 + unit(rng), spread(rng)), 0x1p133));
+    if (i % 64 == 0) {  // a row's norm as row_norm forms it: squares and sums in double, in order
+      const float scale = std::ldexp(1.0f, spread(rng) - 35);
+      double sum = 0;
+      for (float& v : row) v = normal(rng) * scale, sum += static_cast<double>(v) * v;
+      const double norm = std::sqrt(sum);
+      if (norm > 0)
+        for (float v : row) check(v, norm);
+    }
+  }
+  for (const double norm : {1.0, 3.0, 0x1p-140, 0x1p132}) {
+    EXPECT_EQ(std::bit_cast<uint64_t>(corrected_quotient(0.0, norm, 1 / norm)), 0u);
+    EXPECT_EQ(std::bit_cast<uint64_t>(corrected_quotient(-0.0, norm, 1 / norm)), std::bit_cast<uint64_t>(-0.0));
   }
   EXPECT_EQ(tally.wrong, 0u) << "of " << tally.cases;
   RecordProperty("cases", std::to_string(tally.cases));

@@ -25,7 +25,8 @@ for line in sys.stdin:
     m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+((?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)[^;]*);", line)
     if name and m:
         kernels[name].append((int(m.group(1), 16), m.group(2), m.group(3).split(".")[0]))
-marks = ("FCHK", "MUFU", "CALL", "FFMA", "FMUL", "FADD", "FMNMX", "FRND", "F2I", "LDS", "STS", "LDG", "SHFL")
+marks = ("FCHK", "MUFU", "CALL", "FFMA", "FMUL", "FADD", "DFMA", "DMUL", "DADD", "FMNMX", "FRND", "F2I", "F2F", "LDS",
+         "STS", "LDG", "SHFL")
 def summary(ins):
     ops = collections.Counter(op for _, _, op in ins)
     return " ".join(f"{o}:{ops[o]}" for o in marks if ops[o])

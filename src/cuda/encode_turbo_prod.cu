@@ -33,18 +33,18 @@ struct TurboProdEnc {
   bool key = true;
   uint32_t signs_offset = 0, residual_norms_offset = 0;
 
-  // A pass's residual rows (doubles), the token norms (T doubles), a pass's rows (the unit vectors, then the
+  // A pass's residual rows (doubles), the token norms (T TokenNorms), a pass's rows (the unit vectors, then the
   // decoded MSE stage), the dense rotations' spare rows.
   __host__ __device__ size_t scratch_floats(int T, int d) const {
     const int P = encode_pass_rows(T, d);
     const size_t pass = static_cast<size_t>(P) * d;
-    return 2 * sketch_buffer_doubles(P, d) + 2 * static_cast<size_t>(T) + pass + (mse.rot.hadamard() ? 0 : pass);
+    return 2 * sketch_buffer_doubles(P, d) + 4 * static_cast<size_t>(T) + pass + (mse.rot.hadamard() ? 0 : pass);
   }
 
   __device__ void encode(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {
     const int T = ctx.T, d = ctx.d, m = sketch.m, P = encode_pass_rows(T, d), stride = sketch_row_stride(d);
     double* r = reinterpret_cast<double*>(scratch);
-    double* norms = r + sketch_buffer_doubles(P, d);
+    TokenNorm* norms = reinterpret_cast<TokenNorm*>(r + sketch_buffer_doubles(P, d));
     float* u = reinterpret_cast<float*>(norms + T);
     float* spare = u + P * d;
     mse.store_norms(ctx, x, norms, block);
@@ -59,7 +59,7 @@ struct TurboProdEnc {
         const int t = t0 + ctx.dd.div(i);
         const uint32_t idx = mse.book.index(u[i]);
         put_lane_index(block, key, d, mse.book.bits, t, ctx.dd.mod(i), idx);
-        u[i] = __fmul_rn(TurboMseStage::stored_norm(norms[t]), centroids[idx]);
+        u[i] = __fmul_rn(TurboMseStage::stored_norm(norms[t].norm), centroids[idx]);
       }
       __syncthreads();
       unrotate_rows(unrot, u, spare, rows, d, ctx.dd);  // u: x^mse of the pass's rows

@@ -49,6 +49,19 @@ KVQ_ENCODE_HD float divide(float a, const Divisor& d) {
   return exact_range(c) ? c : div_rn(a, d.b);
 }
 
+/// RN(a / b) in double from y = RN(1 / b), the sign of a zero quotient included (the sum formed negated and negated
+/// back, as RN is symmetric): exact where y, the product a y and the residual are normal and nothing overflows, e.g.
+/// for a float a and 0 < |a| <= b <= 2^140 (the residual's last bit is then at least 2^-280).
+KVQ_ENCODE_HD double corrected_quotient(double a, double b, double y) {
+#if defined(__CUDA_ARCH__)
+  const double q = __dmul_rn(a, y);
+  return -__fma_rn(-__fma_rn(-q, b, a), y, -q);
+#else
+  const double q = a * y;
+  return -std::fma(-std::fma(-q, b, a), y, -q);
+#endif
+}
+
 /// clamp(rint(RN(v / s)), -lim, lim) as the CPU codes an element (v / s in float, nearbyint: ties to even), for an
 /// fp16 scale s > 0 with y = RN(1 / s), or 0 where s = y = 0; lim an integer up to 2^22, v finite with
 /// |v| <= 2^100 s (the encoders' |v| <= (qmax + 1/2) s). The corrected quotient is RN(v / s) wherever

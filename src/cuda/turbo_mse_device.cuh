@@ -1,6 +1,6 @@
 // The turbo_mse stage of the append kernels (src/codec/turbo_mse.cpp, split_norm of src/codec/turbo_parts.cpp),
 // shared by the turbo_mse, turbo_prod and turbo_rvq encoders: per token the norm (a sequential sum in double, stored
-// as fp16), u = x / ||x|| in double rounded to float, rotated (rotate_page, or the caller's passes), and each
+// as fp16), u = x / ||x|| in double rounded to float (from the norm's reciprocal: exact_quotient.cuh), rotated (rotate_page, or the caller's passes), and each
 // coordinate's index = the number of Lloyd–Max boundaries below it (LevelBoundaries). The same operations in the
 // same order as the CPU, so bit-exact wherever the rotation is (Hadamard).
 #pragma once
@@ -11,6 +11,7 @@
 #include "cuda/device_half.cuh"
 #include "cuda/encode_kernel.cuh"
 #include "cuda/encode_passes.cuh"
+#include "cuda/exact_quotient.cuh"
 #include "cuda/rotate_device.cuh"
 #include "cuda/row_norm.cuh"
 
@@ -37,16 +38,22 @@ inline LevelBoundaries level_boundaries(const FloatCodebook& book) {
   return b;
 }
 
+/// A token's norm in double and its reciprocal RN(1 / norm) (0 where the norm is 0): normalize's divisor.
+struct TokenNorm {
+  double norm, inverse;
+};
+
 struct TurboMseStage {
   RotationView rot;
   LevelBoundaries book;
   uint32_t norms_offset = 0;  ///< the fp16 norms' section in the block
 
-  /// norms[t] = ||x_t|| in double for the T rows of x, its fp16 into the block; a norm beyond fp16 is reported.
-  __device__ void store_norms(const EncodeContext& ctx, const float* x, double* norms, uint32_t* block) const {
+  /// norms[t] = ||x_t|| in double for the T rows of x, with its reciprocal, its fp16 into the block; a norm beyond
+  /// fp16 is reported.
+  __device__ void store_norms(const EncodeContext& ctx, const float* x, TokenNorm* norms, uint32_t* block) const {
     for (int t = threadIdx.x; t < ctx.T; t += blockDim.x) {
       const double norm = row_norm(x + t * ctx.d, ctx.d);
-      norms[t] = norm;
+      norms[t] = {norm, norm > 0 ? __drcp_rn(norm) : 0.0};
       if (!(norm <= 65504.0)) {
         ctx.report(t, 0);
         continue;
@@ -71,11 +78,12 @@ struct TurboMseStage {
   __device__ static float stored_norm(double norm) { return f16_bits_to_float(to_f16_bits(__double2float_rn(norm))); }
 
   /// u[i] = x[i] / ||x_t|| for the first n elements of rows of d (norms of those rows), 0 for a zero vector; u may
-  /// be x.
-  __device__ static void normalize(const FastDiv& dd, const float* x, const double* norms, float* u, int n) {
+  /// be x. The double quotient is exact: |x[i]| <= ||x_t|| (the sum of squares rounds no lower than x[i]^2, nor its
+  /// square root lower than |x[i]|), and a finite norm is below 2^140.
+  __device__ static void normalize(const FastDiv& dd, const float* x, const TokenNorm* norms, float* u, int n) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      const double norm = norms[dd.div(i)];
-      u[i] = norm == 0 ? 0.0f : __double2float_rn(__ddiv_rn(static_cast<double>(x[i]), norm));
+      const TokenNorm t = norms[dd.div(i)];
+      u[i] = t.norm == 0 ? 0.0f : __double2float_rn(corrected_quotient(static_cast<double>(x[i]), t.norm, t.inverse));
     }
   }
 };
