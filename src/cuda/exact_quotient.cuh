@@ -1,11 +1,12 @@
 // Quotients by a divisor that many elements share, with no division per element. With y = RN(1 / b) formed once,
 // q = RN(a y), the residual r = a - q b (exact: one fma) and RN(q + r y) is RN(a / b), what an IEEE division gives
 // (Markstein's theorem: y within half an ulp of 1 / b and q within an ulp of a / b), where no step under- or
-// overflows: three instructions for a division's nine and its slow-path branch. The append encoders divide by the
-// trained lambda_c and by each group's fp16 scale so; tests/exact_quotient_test.cpp checks both against the division
-// on the host.
+// overflows: three instructions for a division's nine and its slow-path branch. The int8/int4 encoder divides by the
+// trained lambda_c and by each group's fp16 scale so, the turbo_mse stage by each token's norm (in double);
+// tests/exact_quotient_test.cpp checks each form against the division on the host.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
