@@ -1,6 +1,6 @@
 // The append encoders' quotients without divisions (src/cuda/exact_quotient.cuh), run on the host, against the
-// division they replace: divide() against a / b bit for bit, rounded_code_bits() against the CPU int8/int4 encoder's
-// clamp(nearbyint(v / s), -qmax, qmax) for every positive fp16 scale, the double corrected_quotient() against the
+// division they replace: divide() against a / b bit for bit, rounded_code_bits() against the CPU int8/int4 and kivi
+// encoders' clamp(nearbyint(v / s), lo, hi) for every positive fp16 scale, the double corrected_quotient() against the
 // double division. KVQ_EXACT_QUOTIENT_SWEEP=N multiplies the random draws by N (a long run: N = 100 takes a few
 // minutes).
 #include <gtest/gtest.h>
@@ -141,8 +141,9 @@ TEST(ExactQuotient, UnitVectorIsTheDoubleDivision) {
   RecordProperty("cases", std::to_string(tally.cases));
 }
 
-// The CPU encoder's code of v in a group of scale s (src/codec/int_group.cpp).
-float cpu_code(float v, float s, float lim) { return s > 0 ? std::clamp(std::nearbyint(v / s), -lim, lim) : 0.0f; }
+// The CPU encoders' code of v in a group of scale s: int8/int4 (src/codec/int_group.cpp, lo = -qmax, hi = qmax)
+// and kivi (src/codec/kivi.cpp, v = x - m, lo = 0, hi = 2^b - 1).
+float cpu_code(float v, float s, float lo, float hi) { return s > 0 ? std::clamp(std::nearbyint(v / s), lo, hi) : 0.0f; }
 
 TEST(ExactQuotient, RoundedCodeIsTheCpuCode) {
   KVQ_FRESH_SEED();
@@ -150,21 +151,24 @@ TEST(ExactQuotient, RoundedCodeIsTheCpuCode) {
   const uint64_t random = 8 * sweep_factor();
   std::uniform_real_distribution<float> unit(-1, 1);
   Tally tally;
-  for (const int qmax : {7, 127}) {
-    const float lim = static_cast<float>(qmax);
+  struct Range {
+    int lo, hi;
+  };
+  for (const Range range : {Range{-7, 7}, Range{-127, 127}, Range{0, 1}, Range{0, 3}, Range{0, 7}, Range{0, 15}}) {
+    const float lo = static_cast<float>(range.lo), hi = static_cast<float>(range.hi);
     for (uint16_t h = 1; h < 0x7c00; ++h) {  // every positive finite fp16 scale
       const float s = f16_to_f32(h), y = 1.0f / s;
       auto check = [&](float v) {
-        const float want = cpu_code(v, s, lim);
-        const auto got = static_cast<int32_t>(rounded_code_bits(v, s, y, lim) - 0x4B400000u);
+        const float want = cpu_code(v, s, lo, hi);
+        const auto got = static_cast<int32_t>(rounded_code_bits(v, s, y, lo, hi) - 0x4B400000u);
         tally.check(static_cast<float>(got) == want, [&] {
-          return testing::Message() << "qmax " << qmax << ", v " << v << ", s " << s << ": " << got << ", the CPU "
-                                    << want;
+          return testing::Message() << "[" << lo << ", " << hi << "], v " << v << ", s " << s << ": " << got
+                                    << ", the CPU " << want;
         });
       };
       // Around every boundary k + 1/2 (the product (k + 1/2) s is a float: 9 + 11 significant bits) and every
       // integer k, by a few ulps of v, over and past the clamp.
-      for (int k = -qmax - 2; k <= qmax + 1; ++k) {
+      for (int k = range.lo - 2; k <= range.hi + 1; ++k) {
         const float mid = (static_cast<float>(k) + 0.5f) * s, at = static_cast<float>(k) * s;
         float up = mid, down = mid;
         for (int n = 0; n < 4; ++n, up = std::nextafter(up, INFINITY), down = std::nextafter(down, -INFINITY))
@@ -174,11 +178,12 @@ TEST(ExactQuotient, RoundedCodeIsTheCpuCode) {
       for (float v : {0.0f, -0.0f, std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::min(),
                       s * 0x1p-30f, s, -s, s * 0x1p100f, -s * 0x1p100f, s * 0x1.fffffep99f})
         check(v);
-      for (uint64_t i = 0; i < random; ++i) check(unit(rng) * (lim + 0.5f) * s);
+      const float span = std::max(hi, -lo) + 0.5f;
+      for (uint64_t i = 0; i < random; ++i) check(unit(rng) * span * s);
     }
-    // s = 0 (a group of zeros, or a scale past fp16) with y = 0: code 0.
-    EXPECT_EQ(rounded_code_bits(1e30f, 0, 0, lim), 0x4B400000u);
-    EXPECT_EQ(rounded_code_bits(-3.0f, 0, 0, lim), 0x4B400000u);
+    // s = 0 (a group of zeros or a constant range, or a scale past fp16) with y = 0: code 0.
+    EXPECT_EQ(rounded_code_bits(1e30f, 0, 0, lo, hi), 0x4B400000u);
+    EXPECT_EQ(rounded_code_bits(-3.0f, 0, 0, lo, hi), 0x4B400000u);
   }
   EXPECT_EQ(tally.wrong, 0u) << "of " << tally.cases;
   RecordProperty("cases", std::to_string(tally.cases));

@@ -51,7 +51,8 @@ struct IntEnc {
 
   // The code of x'' in a group of scale s = sy.x (sy.y: its reciprocal, 0 where s = 0), masked to its 2^lb bits.
   __device__ uint32_t code(float v, float2 sy) const {
-    return rounded_code_bits(v, sy.x, sy.y, static_cast<float>(qmax)) & ((1u << (1 << lb)) - 1);
+    const float lim = static_cast<float>(qmax);
+    return rounded_code_bits(v, sy.x, sy.y, -lim, lim) & ((1u << (1 << lb)) - 1);
   }
 
   __device__ void encode(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {

@@ -2,8 +2,8 @@
 // q = RN(a y), the residual r = a - q b (exact: one fma) and RN(q + r y) is RN(a / b), what an IEEE division gives
 // (Markstein's theorem: y within half an ulp of 1 / b and q within an ulp of a / b), where no step under- or
 // overflows: three instructions for a division's nine and its slow-path branch. The int8/int4 encoder divides by the
-// trained lambda_c and by each group's fp16 scale so, the turbo_mse stage by each token's norm (in double);
-// tests/exact_quotient_test.cpp checks each form against the division on the host.
+// trained lambda_c and by each group's fp16 scale so, kivi by each range's fp16 step, the turbo_mse stage by each
+// token's norm (in double); tests/exact_quotient_test.cpp checks each form against the division on the host.
 #pragma once
 
 #include <cmath>
@@ -63,19 +63,19 @@ KVQ_ENCODE_HD double corrected_quotient(double a, double b, double y) {
 #endif
 }
 
-/// clamp(rint(RN(v / s)), -lim, lim) as the CPU codes an element (v / s in float, nearbyint: ties to even), for an
-/// fp16 scale s > 0 with y = RN(1 / s), or 0 where s = y = 0; lim an integer up to 2^22, v finite with
-/// |v| <= 2^100 s (the encoders' |v| <= (qmax + 1/2) s). The corrected quotient is RN(v / s) wherever
+/// clamp(rint(RN(v / s)), lo, hi) as the CPU codes an element (v / s in float, nearbyint: ties to even), for an
+/// fp16 scale s > 0 with y = RN(1 / s), or 0 where s = y = 0; lo <= 0 <= hi integers within 2^22, v finite with
+/// |v| <= 2^100 s (the encoders': |v| <= (qmax + 1/2) s, or kivi's 0 <= v <= levels s). The corrected quotient is RN(v / s) wherever
 /// |v / s| >= 1/4 (y lies in [2^-16, 2^24], v in no subnormal range), and within a few ulps of it, so below 1/2,
 /// where |v / s| < 1/4; it rounds to the CPU's integer. The clamped value plus 1.5 * 2^23 rounds to that integer
 /// (ties to even: 1.5 * 2^23 is even) and holds it in the low bits: returns those bits, the integer's two's
 /// complement in the low 22 (mask them to the code's bits).
-KVQ_ENCODE_HD uint32_t rounded_code_bits(float v, float s, float y, float lim) {
+KVQ_ENCODE_HD uint32_t rounded_code_bits(float v, float s, float y, float lo, float hi) {
   const float c = corrected_quotient(v, Divisor{s, y});
 #if defined(__CUDA_ARCH__)
-  return __float_as_uint(__fadd_rn(fminf(fmaxf(c, -lim), lim), 0x1.8p23f));
+  return __float_as_uint(__fadd_rn(fminf(fmaxf(c, lo), hi), 0x1.8p23f));
 #else
-  const float r = add_rn(std::fmin(std::fmax(c, -lim), lim), 0x1.8p23f);
+  const float r = add_rn(std::fmin(std::fmax(c, lo), hi), 0x1.8p23f);
   uint32_t bits;
   std::memcpy(&bits, &r, sizeof bits);
   return bits;
