@@ -101,7 +101,8 @@ __device__ void hadamard_rows(const RotationView& r, float* x, int rows, int d, 
       hadamard_rows_lanes<E, R>(v, sign, r.scale, lane, lanes, WarpXor{});
       if (divisor != nullptr) {
 #pragma unroll
-        for (int i = 0; i < R; ++i) divide_lane_row<E>(v[i], [&](int k) { return div[k]; });
+        for (int i = 0; i < R; ++i)  // (not the zeros of idle lanes and missing rows: each would take the divisions)
+          if (active && row0 + i < rows) divide_lane_row<E>(v[i], [&](int k) { return div[k]; });
       }
 #pragma unroll
       for (int i = 0; i < R; ++i)
