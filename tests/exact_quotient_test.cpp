@@ -143,7 +143,9 @@ TEST(ExactQuotient, UnitVectorIsTheDoubleDivision) {
 
 // The CPU encoders' code of v in a group of scale s: int8/int4 (src/codec/int_group.cpp, lo = -qmax, hi = qmax)
 // and kivi (src/codec/kivi.cpp, v = x - m, lo = 0, hi = 2^b - 1).
-float cpu_code(float v, float s, float lo, float hi) { return s > 0 ? std::clamp(std::nearbyint(v / s), lo, hi) : 0.0f; }
+float cpu_code(float v, float s, float lo, float hi) {
+  return s > 0 ? std::clamp(std::nearbyint(v / s), lo, hi) : 0.0f;
+}
 
 TEST(ExactQuotient, RoundedCodeIsTheCpuCode) {
   KVQ_FRESH_SEED();

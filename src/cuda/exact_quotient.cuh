@@ -65,11 +65,11 @@ KVQ_ENCODE_HD double corrected_quotient(double a, double b, double y) {
 
 /// clamp(rint(RN(v / s)), lo, hi) as the CPU codes an element (v / s in float, nearbyint: ties to even), for an
 /// fp16 scale s > 0 with y = RN(1 / s), or 0 where s = y = 0; lo <= 0 <= hi integers within 2^22, v finite with
-/// |v| <= 2^100 s (the encoders': |v| <= (qmax + 1/2) s, or kivi's 0 <= v <= levels s). The corrected quotient is RN(v / s) wherever
-/// |v / s| >= 1/4 (y lies in [2^-16, 2^24], v in no subnormal range), and within a few ulps of it, so below 1/2,
-/// where |v / s| < 1/4; it rounds to the CPU's integer. The clamped value plus 1.5 * 2^23 rounds to that integer
-/// (ties to even: 1.5 * 2^23 is even) and holds it in the low bits: returns those bits, the integer's two's
-/// complement in the low 22 (mask them to the code's bits).
+/// |v| <= 2^100 s (the encoders': |v| <= (qmax + 1/2) s, or kivi's 0 <= v <= levels s). The corrected quotient is
+/// RN(v / s) wherever |v / s| >= 1/4 (y lies in [2^-16, 2^24], v in no subnormal range), and within a few ulps of
+/// it, so below 1/2, where |v / s| < 1/4; it rounds to the CPU's integer. The clamped value plus 1.5 * 2^23 rounds
+/// to that integer (ties to even: 1.5 * 2^23 is even) and holds it in the low bits: returns those bits, the
+/// integer's two's complement in the low 22 (mask them to the code's bits).
 KVQ_ENCODE_HD uint32_t rounded_code_bits(float v, float s, float y, float lo, float hi) {
   const float c = corrected_quotient(v, Divisor{s, y});
 #if defined(__CUDA_ARCH__)

@@ -1,8 +1,9 @@
 // The turbo_mse stage of the append kernels (src/codec/turbo_mse.cpp, split_norm of src/codec/turbo_parts.cpp),
 // shared by the turbo_mse, turbo_prod and turbo_rvq encoders: per token the norm (a sequential sum in double, stored
-// as fp16), u = x / ||x|| in double rounded to float (from the norm's reciprocal: exact_quotient.cuh), rotated (rotate_page, or the caller's passes), and each
-// coordinate's index = the number of Lloyd–Max boundaries below it (LevelBoundaries). The same operations in the
-// same order as the CPU, so bit-exact wherever the rotation is (Hadamard).
+// as fp16), u = x / ||x|| in double rounded to float (from the norm's reciprocal: exact_quotient.cuh), rotated
+// (rotate_page, or the caller's passes), and each coordinate's index = the number of Lloyd–Max boundaries below it
+// (LevelBoundaries). The same operations in the same order as the CPU, so bit-exact wherever the rotation is
+// (Hadamard).
 #pragma once
 
 #include <cstdint>
