@@ -2,12 +2,12 @@
 // sketch; <q, k> ~= sqrt(pi/2)/m ||k|| <S q, sign(S k)>, unbiased. m defaults to d.
 // Codec model: A = S (space_dim = m), y = sqrt(pi/2)/m ||k|| sign(S k), decode = S^T y. No rotation.
 // Layout: layout::Qjl.
-#include <cmath>
 #include <cstring>
 #include <memory>
 
 #include "codec/block_layout.hpp"
 #include "codec/codec_factories.hpp"
+#include "codec/lane_norm.hpp"
 #include "codec/qjl_sketch.hpp"
 #include "codec/turbo_mse.hpp"
 #include "codec/turbo_parts.hpp"
@@ -46,14 +46,10 @@ class QjlCodec final : public Codec {
     const int d = dim();
     std::memset(block, 0, block_bytes());
     for (int t = 0; t < block_tokens(); ++t) {
-      double sum = 0;
-      for (int j = 0; j < d; ++j) {
-        k[j] = t < n ? x[static_cast<size_t>(t) * d + j] : 0.0f;  // tokens past n: zero vectors
-        sum += k[j] * k[j];
-      }
+      for (int j = 0; j < d; ++j) k[j] = t < n ? x[static_cast<size_t>(t) * d + j] : 0.0f;  // past n: zero vectors
       sketch_.sign_bits(k, bits);
       write_sign_bits(layout_.signs(), static_cast<size_t>(t), bits, block);
-      store_f16(block + layout_.norms_offset(), t, stored_norm(std::sqrt(sum), spec().str()));
+      store_f16(block + layout_.norms_offset(), t, stored_norm(lane_norm(k, d), spec().str()));
     }
   }
 

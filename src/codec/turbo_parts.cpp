@@ -1,7 +1,6 @@
 #include "codec/turbo_parts.hpp"
 
-#include <cmath>
-
+#include "codec/lane_norm.hpp"
 #include "kvq/error.hpp"
 
 namespace kvq {
@@ -13,9 +12,7 @@ uint16_t stored_norm(double norm, std::string_view codec) {
 
 uint16_t split_norm(const Rotation& rotation, const float* x, float* u, std::string_view codec) {
   const int d = rotation.dim();
-  double sum = 0;
-  for (int j = 0; j < d; ++j) sum += static_cast<double>(x[j]) * x[j];
-  const double norm = std::sqrt(sum);
+  const double norm = lane_norm(x, d);
   const uint16_t stored = stored_norm(norm, codec);
   if (norm == 0) {
     std::memset(u, 0, static_cast<size_t>(d) * sizeof(float));

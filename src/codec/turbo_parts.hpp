@@ -55,7 +55,7 @@ class FloatCodebook {
 /// The fp16 bits of a norm as stored; throws kvq::Error, naming `codec`, when it is beyond the fp16 range.
 uint16_t stored_norm(double norm, std::string_view codec);
 
-/// u = R x / ||x|| (all zero for x = 0), ||x|| computed in double. Returns stored_norm(||x||).
+/// u = R x / ||x|| (all zero for x = 0), ||x|| in double (lane_norm.hpp's order). Returns stored_norm(||x||).
 uint16_t split_norm(const Rotation& rotation, const float* x, float* u, std::string_view codec);
 
 /// Writes token t's d indices into a zeroed LaneCodes section (the low bits in part 0, the rest in part 1).

@@ -5,7 +5,6 @@
 // inverse rotation), so that the decoded key's error is exactly what the sketch encodes.
 // Codec model: space [rotated (d) | sketch (m)], A q = [R q, S q], y = [||x|| c[idx], sqrt(pi/2)/m ||r|| sign(S r)],
 // decode = R^T a + S^T b. Layout: layout::TurboProd.
-#include <cmath>
 #include <cstring>
 #include <memory>
 
@@ -13,6 +12,7 @@
 
 #include "codec/block_layout.hpp"
 #include "codec/codec_factories.hpp"
+#include "codec/lane_norm.hpp"
 #include "codec/qjl_sketch.hpp"
 #include "codec/turbo_parts.hpp"
 #include "kvq/detail/random.hpp"
@@ -72,15 +72,11 @@ class TurboProdCodec final : public Codec {
       const float stored = f16_to_f32(norm);
       for (int j = 0; j < d; ++j) u[j] = stored * centroids()[idx[j]];
       rotation_->apply_inverse(u, mse, 1);
-      double sum = 0;
-      for (int j = 0; j < d; ++j) {
-        r[j] = static_cast<double>(xt[j]) - mse[j];
-        sum += r[j] * r[j];
-      }
+      for (int j = 0; j < d; ++j) r[j] = static_cast<double>(xt[j]) - mse[j];
       uint8_t bits[kMaxCodecDim / 8];
       sketch_.sign_bits(r, bits);
       write_sign_bits(layout_.signs(), static_cast<size_t>(t), bits, block + layout_.signs_offset());
-      store_f16(block + layout_.residual_norms_offset(), t, stored_norm(std::sqrt(sum), spec().str()));
+      store_f16(block + layout_.residual_norms_offset(), t, stored_norm(lane_norm(r, d), spec().str()));
     }
   }
 

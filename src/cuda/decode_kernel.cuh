@@ -189,14 +189,17 @@ struct SplitShape {
   static constexpr int kCodeBytes = kKeyCodeBytes + (V::kBulk ? kBulkStageBytes : 16 * code_slots<V, D, DP, C>());
   static constexpr int kBulkBytes = (K::kBulk ? kKeyChunkBytes : 0) + (V::kBulk ? kValueChunkBytes : 0);
   static constexpr int kBulkUnits = FloatStage<D, C>::kUnits * ((K::kBulk ? 1 : 0) + (V::kBulk ? 1 : 0));
-  // Stages of 12 KB or more (f16/bf16 at d = 256) take 2-warp blocks with 3 stages. The int4 pair fits 128
-  // registers: 16 warps per SM with 2 stages (4 blocks of 41 KB). The others: 12 warps per SM, 3 stages where a
-  // 32-token stage is small.
+  // The int4 pair fits 128 registers: 16 warps per SM with 2 stages (4 blocks of 41 KB). The others: 12 warps per
+  // SM, 3 stages where a 32-token stage is small. Stages of 10 KB or more (f16/bf16 and int8 at d = 256, kivi:3 /
+  // kivi:3 and kivi:4 / kivi:2 there with their high planes and 64-token chunks) take 2-warp blocks with 2 stages:
+  // 4 warps would make a block of over 110 KB, one to an SM, and 3 stages two (4 warps), where 2-warp blocks of 2
+  // stages fit three (6 warps).
   static constexpr bool kDense = K::kDense && V::kDense;
-  static constexpr bool kWide = kCodeBytes >= 12288;
-  static constexpr int kStages = kWide || (C == 32 && kCodeBytes <= 4608 && !kDense) ? 3 : 2;
+  static constexpr int kPlaneBytes = (has_high_plane<K>() ? C * KD / 8 : 0) + (has_high_plane<V>() ? C * D / 8 : 0);
+  static constexpr bool kCrowded = kCodeBytes + kPlaneBytes >= 10240;
+  static constexpr int kStages = C == 32 && kCodeBytes <= 4608 && !kDense ? 3 : 2;
   static_assert(C == 16 || C == 32 || C == 64, "chunks of 16, 32 or 64 tokens");
-  static constexpr int kWarps = kWide && kParts <= 2 ? 2 : 4;
+  static constexpr int kWarps = kCrowded && kParts <= 2 ? 2 : 4;
   static constexpr int kThreads = 32 * kWarps;
   // Registers: 128 (dense), 168, or 255 at d = 256, for values in parts, for grouped (int) keys in 64-token
   // chunks (beside kivi:2 values: 8 score tiles per scale group), and for kivi:3 beside f16/bf16 codes (the bulk

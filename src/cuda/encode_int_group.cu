@@ -1,17 +1,20 @@
 // The append kernel of int8 and int4 (src/codec/int_group.cpp): rotate, divide by the trained per-channel lambda,
 // then per token and group an fp16 absmax scale (nearest, up where the nearest would leave a code past qmax + 1/2)
-// and codes round(x / s) clamped to +-qmax in the 64-byte lane tiles of layout::IntGroup. The Hadamard rotation
-// divides by lambda in its own pass (rotate_device.cuh: the rotated row is in registers); after the rotation (a
-// barrier) a warp takes an item of tokens x whole groups (lane_tile_items.cuh) through the scales (lambda too under
-// a dense rotation), codes and code words with no block barrier. The two roles are separate instantiations of the
-// item loop (fewer live registers: 5 blocks of 256 threads per SM). Bit-exact with the CPU encoder under the
-// Hadamard rotation; other rotations differ in float order (dense matrix).
+// and codes round(x / s) clamped to +-qmax in the 64-byte lane tiles of layout::IntGroup. Both quotients are the
+// CPU's IEEE ones, formed from reciprocals (exact_quotient.cuh: lambda's uploaded beside it, each scale's once per
+// token and group). The Hadamard rotation divides by lambda in its own pass (rotate_device.cuh: the rotated row is
+// in registers); after the rotation (a barrier) a warp takes an item of tokens x whole groups (lane_tile_items.cuh)
+// through the scales (lambda too under a dense rotation), codes and code words with no block barrier. The two roles
+// are separate instantiations of the item loop (fewer live registers: 5 blocks of 256 threads per SM). Bit-exact
+// with the CPU encoder under the Hadamard rotation; other rotations differ in float order (dense matrix).
 #include <memory>
+#include <vector>
 
 #include "codec/block_layout.hpp"
 #include "codec/int_group.hpp"
 #include "cuda/device_half.cuh"
 #include "cuda/encode_kernel.cuh"
+#include "cuda/exact_quotient.cuh"
 #include "cuda/lane_tile_items.cuh"
 #include "cuda/rotate_device.cuh"
 
@@ -21,14 +24,15 @@ namespace {
 struct IntEnc {
   static constexpr int kBlocksPerSM = 5;
   RotationView rot;
-  const float* lambda = nullptr;
+  const Divisor* lambda = nullptr;  // per channel
   int lb = 2, lg = 5, qmax = 7;  // log2 of the code bits and of the group size
   bool key = true;
   uint32_t scales_offset = 0;
 
-  // The dense rotation's spare tile, then each warp's item: a scale per (token, group).
+  // The dense rotation's spare tile, then each warp's item: a scale and its reciprocal per (token, group).
   __host__ __device__ size_t scratch_floats(int T, int d) const {
-    return (rot.hadamard() ? 0 : static_cast<size_t>(T) * d) + static_cast<size_t>(kItemPairs) * (kEncodeThreads / 32);
+    return (rot.hadamard() ? 0 : static_cast<size_t>(T) * d) +
+           static_cast<size_t>(2 * kItemPairs) * (kEncodeThreads / 32);
   }
 
   // group_scale of int_group.cpp: the fp16 scale of a group whose largest |x''| is amax. The CPU rounds the double
@@ -45,19 +49,19 @@ struct IntEnc {
     return f16_bits_round_up(__ddiv_rn(static_cast<double>(amax), static_cast<double>(qmax)));
   }
 
-  // The code of x'' in a group of scale s, masked to its 2^lb bits.
-  __device__ uint32_t code(float v, float s) const {
+  // The code of x'' in a group of scale s = sy.x (sy.y: its reciprocal, 0 where s = 0), masked to its 2^lb bits.
+  __device__ uint32_t code(float v, float2 sy) const {
     const float lim = static_cast<float>(qmax);
-    const int q = s > 0 ? static_cast<int>(fminf(fmaxf(rintf(__fdiv_rn(v, s)), -lim), lim)) : 0;
-    return static_cast<uint32_t>(q) & ((1u << (1 << lb)) - 1);
+    return rounded_code_bits(v, sy.x, sy.y, -lim, lim) & ((1u << (1 << lb)) - 1);
   }
 
   __device__ void encode(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {
     // Under the Hadamard rotation x'' = x' / lambda is formed in the rotation's pass, in registers (the same IEEE
-    // division); a dense rotation leaves it to the items.
+    // quotient); a dense rotation leaves it to the items.
     const bool divided = rot.hadamard();
     rotate_rows(rot, x, scratch, ctx.T, ctx.d, ctx.dd, divided ? lambda : nullptr);
-    float* scales = scratch + (divided ? 0 : ctx.T * ctx.d) + kItemPairs * (static_cast<int>(threadIdx.x) >> 5);
+    float2* scales = reinterpret_cast<float2*>(scratch + (divided ? 0 : ctx.T * ctx.d)) +
+                     kItemPairs * (static_cast<int>(threadIdx.x) >> 5);
     // The role a compile-time branch: each instantiation keeps only its own path's values live (both in one body
     // need more registers than kBlocksPerSM allows).
     if (key)
@@ -67,42 +71,43 @@ struct IntEnc {
   }
 
   template <bool kKey>
-  __device__ void encode_items(const EncodeContext& ctx, float* x, float* scales, uint32_t* block,
+  __device__ void encode_items(const EncodeContext& ctx, float* x, float2* scales, uint32_t* block,
                                bool divided) const {
     const int T = ctx.T, d = ctx.d, G = 1 << lg, groups = d >> lg, S = G > 32 ? G : 32, P = 32 >> lb;
     const int per_span = S >> lg, lane = static_cast<int>(threadIdx.x) & 31;
     const ItemQuad q = ItemQuad::of(S, lane);
     for_each_lane_tile_item(T, d, P, S, [&](int t0, int c0) {
       const int c = c0 + q.c;
-      // x'' = x' / lambda in place (unless the rotation formed it), and each (token, group)'s largest |x''| (the
-      // maximum does not depend on the order) into its pair's slot.
-      const float4 lam = c < d && !divided ? *reinterpret_cast<const float4*>(lambda + c) : float4{1, 1, 1, 1};
+      // x'' = x' / lambda in place (unless the rotation formed it: a dense rotation's items divide, their
+      // reciprocal form would spill registers here), and each (token, group)'s largest |x''| (the maximum does not
+      // depend on the order) into its pair's slot.
       for (int r = 0; r < P; r += q.tokens_per_round) {
         float amax = 0;
         if (c < d) {
           float4* at = reinterpret_cast<float4*>(x + (t0 + r + q.p) * d + c);
           float4 v = *at;
           if (!divided) {
-            v = {__fdiv_rn(v.x, lam.x), __fdiv_rn(v.y, lam.y), __fdiv_rn(v.z, lam.z), __fdiv_rn(v.w, lam.w)};
+            v = {__fdiv_rn(v.x, lambda[c].b), __fdiv_rn(v.y, lambda[c + 1].b), __fdiv_rn(v.z, lambda[c + 2].b),
+                 __fdiv_rn(v.w, lambda[c + 3].b)};
             *at = v;
           }
           amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
         }
         for (int m = 1; m < G / 4; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullWarp, amax, m));
-        if ((lane & (G / 4 - 1)) == 0) scales[(r + q.p) * per_span + q.c / G] = amax;
+        if ((lane & (G / 4 - 1)) == 0) scales[(r + q.p) * per_span + q.c / G].x = amax;
       }
       __syncwarp();
-      // Lane i: the scale of pair i (token i / per_span, group i % per_span of the span).
+      // Lane i: the scale of pair i (token i / per_span, group i % per_span of the span) and its reciprocal.
       if (lane < P * per_span) {
         const int t = t0 + lane / per_span, gc = c0 + lane % per_span * G;
         if (gc < d) {
-          const uint16_t h = group_scale(scales[lane]);
+          const uint16_t h = group_scale(scales[lane].x);
           float s = f16_bits_to_float(h);
           if (!isfinite(s)) {
             ctx.report(t, gc);
             s = 0;
           }
-          scales[lane] = s;
+          scales[lane] = {s, s > 0 ? __frcp_rn(s) : 0.0f};
           put_half(block, scales_offset + int_scale_byte(groups, t, gc >> lg), h);
         }
       }
@@ -112,7 +117,7 @@ struct IntEnc {
           const int p = r + q.p;
           uint32_t codes = 0;
           if (c < d) {
-            const float s = scales[p * per_span + q.c / G];
+            const float2 s = scales[p * per_span + q.c / G];
             const float4 v = *reinterpret_cast<const float4*>(x + (t0 + p) * d + c);
             codes = code(v.x, s) | code(v.y, s) << (1 << lb) | code(v.z, s) << (2 << lb) | code(v.w, s) << (3 << lb);
           }
@@ -138,12 +143,15 @@ class IntGroupEncoder final : public EncoderOf<IntEnc> {
   IntGroupEncoder(const Codec& codec, const IntGroupParams& p)
       : EncoderOf(codec.spec().str()), rotation_(upload_rotation(codec)) {
     const size_t d = static_cast<size_t>(codec.dim());
-    lambda_ = upload_floats(p.lambda, d);
+    std::vector<Divisor> lambda(d);
+    for (size_t c = 0; c < d; ++c) lambda[c] = divisor_of(p.lambda[c]);
+    static_assert(sizeof(Divisor) == 2 * sizeof(float));
+    lambda_ = upload_floats(&lambda[0].b, 2 * d);
     const bool key = codec.role() == Role::key;
     const layout::IntGroup l{d, static_cast<size_t>(codec.block_tokens()), static_cast<size_t>(p.bits),
                              static_cast<size_t>(p.group), key};
     enc_.rot = {rotation_.signs.get(), rotation_.columns.get(), rotation_.scale};
-    enc_.lambda = lambda_.get();
+    enc_.lambda = reinterpret_cast<const Divisor*>(lambda_.get());
     enc_.lb = log2_of(p.bits);
     enc_.lg = log2_of(p.group);
     enc_.qmax = p.bits == 8 ? 127 : 7;
@@ -153,7 +161,7 @@ class IntGroupEncoder final : public EncoderOf<IntEnc> {
 
  private:
   DeviceRotation rotation_;
-  std::shared_ptr<float> lambda_;
+  std::shared_ptr<float> lambda_;  // d Divisors
 };
 
 }  // namespace

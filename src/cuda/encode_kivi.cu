@@ -1,6 +1,7 @@
 // The append kernel of kivi:2, kivi:3 and kivi:4 (src/codec/kivi.cpp): no rotation; keys take one range per channel
 // over the page's tokens, values one per token and group of G channels. A range [lo, hi] is stored as m = lo rounded
-// down to fp16 and s = the smallest fp16 >= (hi - m) / (2^b - 1), codes round((x - m) / s). Keys: a thread per
+// down to fp16 and s = the smallest fp16 >= (hi - m) / (2^b - 1), codes round((x - m) / s) (the float quotient
+// from s's reciprocal, exact_quotient.cuh). Keys: a thread per
 // channel's range (two threads a channel, each half of the tokens, where 2 d <= 256), a barrier, then a warp per
 // item of tokens x channels (lane_tile_items.cuh) builds its code words;
 // values: a warp per item through ranges, codes and code words with no block barrier. Bit-exact with the CPU
@@ -15,6 +16,7 @@
 #include "codec/kivi.hpp"
 #include "cuda/device_half.cuh"
 #include "cuda/encode_kernel.cuh"
+#include "cuda/exact_quotient.cuh"
 #include "cuda/lane_tile_items.cuh"
 
 namespace kvq::cuda::detail {
@@ -28,9 +30,9 @@ struct KiviEnc {
   uint32_t mins_offset = 0, scales_offset = 0;
   uint32_t high_offset = 0;  // kivi:3: where its high-bit plane starts (kivi_high_plane_offset); 0: one plane
 
-  // The ranges' (m, s): keys d of each; values each warp's item, kItemPairs of each.
+  // The ranges' (m, s, 1 / s): keys d of each; values each warp's item, kItemPairs of each.
   __host__ __device__ size_t scratch_floats(int, int d) const {
-    return 2 * static_cast<size_t>(key ? d : kItemPairs * (kEncodeThreads / 32));
+    return 3 * static_cast<size_t>(key ? d : kItemPairs * (kEncodeThreads / 32));
   }
 
   // Stores range p (outward fp16 rounding); false where fp16 cannot hold it.
@@ -45,9 +47,10 @@ struct KiviEnc {
     return isfinite(m) && isfinite(s);
   }
 
-  __device__ uint32_t code(float v, float m, float s) const {
-    if (s == 0) return 0u;  // a constant range: every value equals m
-    return static_cast<uint32_t>(fminf(fmaxf(rintf(__fdiv_rn(__fsub_rn(v, m), s)), 0.0f), static_cast<float>(levels)));
+  // The code of v in a range (m, s) with y = RN(1 / s) (exact_quotient.cuh), or 0 where s = y = 0 (a constant
+  // range: every value equals m).
+  __device__ uint32_t code(float v, float m, float s, float y) const {
+    return rounded_code_bits(__fsub_rn(v, m), s, y, 0.0f, static_cast<float>(levels)) & static_cast<uint32_t>(levels);
   }
 
   // The role a compile-time branch: each instantiation keeps only its own path's values live (both in one body
@@ -65,26 +68,43 @@ struct KiviEnc {
     const int per_span = kKey ? 1 : S >> lg, lane = static_cast<int>(threadIdx.x) & 31;
     const int bits = 1 << lb;  // of a word's codes (kivi:3: the low two)
     const uint32_t low_mask = (1u << bits) - 1;
-    // keys: mins[c], steps[c]; values: the warp's item pairs
-    float* mins = scratch + (kKey ? 0 : 2 * kItemPairs * (static_cast<int>(threadIdx.x) >> 5));
+    // keys: mins[c], steps[c], inverses[c] (RN(1 / steps[c]), 0 for 0); values: the warp's item pairs
+    float* mins = scratch + (kKey ? 0 : 3 * kItemPairs * (static_cast<int>(threadIdx.x) >> 5));
     float* steps = mins + (kKey ? d : kItemPairs);
+    // inverses[i] = steps[i + n]: an offset that is a constant for values (no register for its own pointer)
+    const int n_ranges = kKey ? d : kItemPairs;
     if constexpr (kKey) {
       // Where the block has two threads a channel (d <= 128 at 256 threads), each takes half of the page's tokens
       // and the later half's (lo, hi) meets the earlier's through mins / steps: half the serial chain of compares
       // and every thread busy, in std::min / std::max's order over the whole page (the loop below).
       const int tid = static_cast<int>(threadIdx.x), n = static_cast<int>(blockDim.x);
+      // Channel c over tokens [t_begin, t_end) in std::min / std::max's order: the first of equal values stays.
+      auto scan = [&](int c, int t_begin, int t_end, float& lo, float& hi) {
+        lo = hi = x[t_begin * d + c];
+        for (int t = t_begin + 1; t < t_end; ++t) {
+          const float e = x[t * d + c];
+          lo = e < lo ? e : lo;
+          hi = hi < e ? e : hi;
+        }
+      };
+      // The channel's (min, step) into the block and, for the items, into mins / steps.
+      auto publish = [&](int c, float lo, float hi) {
+        float m = 0, s = 0;
+        if (!store_range(block, c, lo, hi, m, s)) {
+          ctx.report(0, c);
+          m = s = 0;
+        }
+        mins[c] = m;
+        steps[c] = s;
+        steps[n_ranges + c] = s > 0 ? __frcp_rn(s) : 0.0f;
+      };
       const bool halves = 2 * d <= n && T >= 2;
       if (halves) {
         const bool later = tid >= d;
-        const int c = later ? tid - d : tid, t_begin = later ? T / 2 : 0, t_end = later ? T : T / 2;
+        const int c = later ? tid - d : tid;
         float lo = 0, hi = 0;
         if (tid < 2 * d) {
-          lo = hi = x[t_begin * d + c];
-          for (int t = t_begin + 1; t < t_end; ++t) {
-            const float e = x[t * d + c];
-            lo = e < lo ? e : lo;
-            hi = hi < e ? e : hi;
-          }
+          scan(c, later ? T / 2 : 0, later ? T : T / 2, lo, hi);
           if (later) {
             mins[c] = lo;
             steps[c] = hi;
@@ -97,30 +117,13 @@ struct KiviEnc {
           const float lo2 = mins[c], hi2 = steps[c];
           lo = lo2 < lo ? lo2 : lo;
           hi = hi < hi2 ? hi2 : hi;
-          float m = 0, s = 0;
-          if (!store_range(block, c, lo, hi, m, s)) {
-            ctx.report(0, c);
-            m = s = 0;
-          }
-          mins[c] = m;
-          steps[c] = s;
+          publish(c, lo, hi);
         }
       }
       for (int c = tid; !halves && c < d; c += n) {
-        // Channel c over the page's tokens in std::min / std::max's order: the first of equal values stays.
-        float lo = x[c], hi = lo;
-        for (int t = 1; t < T; ++t) {
-          const float e = x[t * d + c];
-          lo = e < lo ? e : lo;
-          hi = hi < e ? e : hi;
-        }
-        float m = 0, s = 0;
-        if (!store_range(block, c, lo, hi, m, s)) {
-          ctx.report(0, c);
-          m = s = 0;
-        }
-        mins[c] = m;
-        steps[c] = s;
+        float lo, hi;
+        scan(c, 0, T, lo, hi);
+        publish(c, lo, hi);
       }
       __syncthreads();
     }
@@ -165,14 +168,16 @@ struct KiviEnc {
             }
             mins[lane] = m;
             steps[lane] = s;
+            steps[n_ranges + lane] = s > 0 ? __frcp_rn(s) : 0.0f;
           }
         }
         __syncwarp();
         for (int j = lane; j < S && c0 + j < d; j += 32) {
           uint32_t word = 0, high = 0;
+#pragma unroll 2  // further, the loop's registers spill
           for (int p = 0; p < P; ++p) {
             const int k = p * per_span + (j >> lg);
-            const uint32_t u = code(x[(t0 + p) * d + c0 + j], mins[k], steps[k]);
+            const uint32_t u = code(x[(t0 + p) * d + c0 + j], mins[k], steps[k], steps[n_ranges + k]);
             word |= (u & low_mask) << (p << lb);
             high |= (u >> bits) << p;  // kivi:3's high bit (0 for kivi:2 and kivi:4)
           }
@@ -190,8 +195,10 @@ struct KiviEnc {
         uint32_t codes = 0, high = 0;
         if (c < d) {
           const float4 v = *reinterpret_cast<const float4*>(x + t * d + c);
-          const uint32_t u[4] = {code(v.x, m4.x, s4.x), code(v.y, m4.y, s4.y), code(v.z, m4.z, s4.z),
-                                 code(v.w, m4.w, s4.w)};
+          // read each round: held beside m4 and s4 across the rounds, it would spill
+          const float4 y4 = *reinterpret_cast<const float4*>(steps + n_ranges + c);
+          const uint32_t u[4] = {code(v.x, m4.x, s4.x, y4.x), code(v.y, m4.y, s4.y, y4.y),
+                                 code(v.z, m4.z, s4.z, y4.z), code(v.w, m4.w, s4.w, y4.w)};
           for (int e = 0; e < 4; ++e) {
             codes |= (u[e] & low_mask) << (e << lb);
             high |= (u[e] >> bits) << e;  // kivi:3's high bit (0 for kivi:2 and kivi:4)

@@ -1,7 +1,7 @@
-// The append kernel of qjl:m (src/codec/qjl.cpp): no rotation; per token the norm (row_norm.cuh: a sequential sum
-// in double, as the CPU) as fp16, and the m sign bits of S x (sketch_device.cuh: the CPU's float order) in
-// layout::Qjl's sign tiles ("tokens in lanes" for keys and values alike), the tokens widened to double in passes of a
-// few rows (encode_passes.cuh). Bit-exact with the CPU encoder.
+// The append kernel of qjl:m (src/codec/qjl.cpp): no rotation; per token the norm (row_norm.cuh: four lanes per
+// token, lane_norm.hpp's order, as the CPU) as fp16, and the m sign bits of S x (sketch_device.cuh: the CPU's float
+// order) in layout::Qjl's sign tiles ("tokens in lanes" for keys and values alike), the tokens widened to double in
+// passes of a few rows (encode_passes.cuh). Bit-exact with the CPU encoder.
 #include <memory>
 #include <vector>
 
@@ -28,14 +28,13 @@ struct QjlEnc {
   __device__ void encode(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {
     const int T = ctx.T, d = ctx.d, m = sketch.m, P = encode_pass_rows(T, d), stride = sketch_row_stride(d);
     double* v = reinterpret_cast<double*>(scratch);
-    for (int t = threadIdx.x; t < T; t += blockDim.x) {
-      const double norm = row_norm(x + t * d, d);
+    for_each_row_norm(x, T, d, d, [&](int t, double norm) {
       if (!(norm <= 65504.0)) {
         ctx.report(t, 0);
-        continue;
+        return;
       }
       put_half(block, norms_offset + 2 * t, to_f16_bits(__double2float_rn(norm)));
-    }
+    });
     for (int t0 = 0; t0 < T; t0 += P) {
       const int rows = P < T - t0 ? P : T - t0;
       for (int i = threadIdx.x; i < rows * d; i += blockDim.x) {

@@ -24,21 +24,23 @@ struct TurboMseEnc {
   // shared-memory banks (the key code words read one channel of 16 tokens).
   __host__ __device__ static int index_pitch(int d) { return d + 4; }
 
-  // The token norms (T doubles), the dense rotation's spare rows, then the index bytes [T][pitch].
+  // The token norms (TokenNorm), the dense rotation's spare rows, then the index bytes [T][pitch].
   __host__ __device__ size_t scratch_floats(int T, int d) const {
-    return 2 * static_cast<size_t>(T) + stage.spare_floats(T, d) + (static_cast<size_t>(T) * index_pitch(d) + 3) / 4;
+    const size_t index_floats = (static_cast<size_t>(T) * index_pitch(d) + 3) / 4;
+    return TurboMseStage::norms_floats(T) + stage.spare_floats(T, d) + index_floats;
   }
 
   __device__ void encode(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {
     const int T = ctx.T, d = ctx.d;
-    double* norms = reinterpret_cast<double*>(scratch);
+    TokenNorm* norms = reinterpret_cast<TokenNorm*>(scratch);
+    float* spare = scratch + TurboMseStage::norms_floats(T);
     stage.store_norms(ctx, x, norms, block);
     __syncthreads();
     TurboMseStage::normalize(ctx.dd, x, norms, x, T * d);
     __syncthreads();
-    stage.rotate_page(ctx, x, scratch + 2 * T);
+    stage.rotate_page(ctx, x, spare);
     // Each coordinate's index once (a coordinate per thread), then each code word from the indices.
-    uint8_t* indices = reinterpret_cast<uint8_t*>(scratch + 2 * T + stage.spare_floats(T, d));
+    uint8_t* indices = reinterpret_cast<uint8_t*>(spare + stage.spare_floats(T, d));
     const int pitch = index_pitch(d);
     for (int i = threadIdx.x; i < T * d; i += blockDim.x)
       indices[ctx.dd.div(i) * pitch + ctx.dd.mod(i)] = static_cast<uint8_t>(stage.book.index(x[i]));

@@ -1,8 +1,8 @@
 // The append kernel of turbo_prod:b (src/codec/turbo_prod.cpp): the turbo_mse stage with b - 1 bits
 // (turbo_mse_device.cuh) into layout::TurboProd's LaneCodes and norms, then the residual r = x - x^mse against the
 // MSE stage as decode produces it (fp16 norm times float centroid, inverse rotation: unrotate_device.cuh), held as
-// doubles, its norm (row_norm.cuh: a sequential sum in double) as fp16 and the sign bits of S r (sketch_device.cuh)
-// in the role's sign tiles, in passes of a few rows (encode_passes.cuh).
+// doubles, its norm (row_norm.cuh: four lanes per token, lane_norm.hpp's order) as fp16 and the sign bits of S r
+// (sketch_device.cuh) in the role's sign tiles, in passes of a few rows (encode_passes.cuh).
 // Bit-exact with the CPU encoder under the Hadamard rotation; other rotations differ in float order (dense matrix).
 #include <algorithm>
 #include <memory>
@@ -33,18 +33,18 @@ struct TurboProdEnc {
   bool key = true;
   uint32_t signs_offset = 0, residual_norms_offset = 0;
 
-  // A pass's residual rows (doubles), the token norms (T doubles), a pass's rows (the unit vectors, then the
+  // A pass's residual rows (doubles), the token norms (TokenNorm), a pass's rows (the unit vectors, then the
   // decoded MSE stage), the dense rotations' spare rows.
   __host__ __device__ size_t scratch_floats(int T, int d) const {
     const int P = encode_pass_rows(T, d);
     const size_t pass = static_cast<size_t>(P) * d;
-    return 2 * sketch_buffer_doubles(P, d) + 2 * static_cast<size_t>(T) + pass + (mse.rot.hadamard() ? 0 : pass);
+    return 2 * sketch_buffer_doubles(P, d) + TurboMseStage::norms_floats(T) + pass + (mse.rot.hadamard() ? 0 : pass);
   }
 
   __device__ void encode(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {
     const int T = ctx.T, d = ctx.d, m = sketch.m, P = encode_pass_rows(T, d), stride = sketch_row_stride(d);
     double* r = reinterpret_cast<double*>(scratch);
-    double* norms = r + sketch_buffer_doubles(P, d);
+    TokenNorm* norms = reinterpret_cast<TokenNorm*>(r + sketch_buffer_doubles(P, d));
     float* u = reinterpret_cast<float*>(norms + T);
     float* spare = u + P * d;
     mse.store_norms(ctx, x, norms, block);
@@ -59,7 +59,7 @@ struct TurboProdEnc {
         const int t = t0 + ctx.dd.div(i);
         const uint32_t idx = mse.book.index(u[i]);
         put_lane_index(block, key, d, mse.book.bits, t, ctx.dd.mod(i), idx);
-        u[i] = __fmul_rn(TurboMseStage::stored_norm(norms[t]), centroids[idx]);
+        u[i] = __fmul_rn(TurboMseStage::stored_norm(norms[t].norm), centroids[idx]);
       }
       __syncthreads();
       unrotate_rows(unrot, u, spare, rows, d, ctx.dd);  // u: x^mse of the pass's rows
@@ -72,14 +72,13 @@ struct TurboProdEnc {
         const CodePlace at = sign_tiles_place(key, m, t0 + t, i);
         put_bits(block, {base + at.byte, at.shift, at.width}, 1u);
       });
-      for (int tl = threadIdx.x; tl < rows; tl += blockDim.x) {
-        const double norm = row_norm(r + tl * stride, d);
+      for_each_row_norm(r, rows, stride, d, [&](int tl, double norm) {
         if (!(norm <= 65504.0)) {
           ctx.report(t0 + tl, 0);
-          continue;
+          return;
         }
         put_half(block, residual_norms_offset + 2 * (t0 + tl), to_f16_bits(__double2float_rn(norm)));
-      }
+      });
       __syncthreads();  // the next pass overwrites u and r
     }
   }

@@ -26,19 +26,19 @@ struct TurboRvqEnc {
   LevelBoundaries stage2;
   uint32_t code_bytes = 0, stage2_offset = 0;
 
-  // The token norms (T doubles), then the dense rotation's spare rows.
+  // The token norms (TokenNorm), then the dense rotation's spare rows.
   __host__ __device__ size_t scratch_floats(int T, int d) const {
-    return 2 * static_cast<size_t>(T) + stage1.spare_floats(T, d);
+    return TurboMseStage::norms_floats(T) + stage1.spare_floats(T, d);
   }
 
   __device__ void encode(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {
     const int T = ctx.T, d = ctx.d, b = stage1.book.bits;
-    double* norms = reinterpret_cast<double*>(scratch);
+    TokenNorm* norms = reinterpret_cast<TokenNorm*>(scratch);
     stage1.store_norms(ctx, x, norms, block);
     __syncthreads();
     TurboMseStage::normalize(ctx.dd, x, norms, x, T * d);
     __syncthreads();
-    stage1.rotate_page(ctx, x, scratch + 2 * T);
+    stage1.rotate_page(ctx, x, scratch + TurboMseStage::norms_floats(T));
     const uint32_t width = static_cast<uint32_t>(b);
     for (int i = threadIdx.x; i < T * d; i += blockDim.x) {
       const int t = ctx.dd.div(i), c = ctx.dd.mod(i);

@@ -7,32 +7,10 @@
 #pragma once
 
 #include "cuda/encode_layout.cuh"
+#include "cuda/float_rn.cuh"
 #include "cuda/unroll.cuh"
 
 namespace kvq::cuda::detail {
-
-// IEEE single operations rounded to nearest, never fused, on the device and on the host.
-KVQ_ENCODE_HD float add_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-KVQ_ENCODE_HD float sub_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-KVQ_ENCODE_HD float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
 
 /// y = H diag(signs) x * scale for R rows at once: row r's elements [lane E, (lane + 1) E) are v[r], and the lane's
 /// E signs are already loaded (sign[k] = signs[lane E + k]; any value at lanes >= `lanes`). The rows' butterflies

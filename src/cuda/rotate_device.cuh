@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "cuda/encode_layout.cuh"
+#include "cuda/exact_quotient.cuh"
 #include "cuda/hadamard_lanes.cuh"
 
 namespace kvq::cuda::detail {
@@ -49,24 +50,46 @@ __device__ __forceinline__ void store_lane_row(float* at, const float (&v)[E]) {
   }
 }
 
+// v[k] = v[k] / d(k) (Divisor d(int k)) for N elements of a lane: the corrected quotients of exact_quotient.cuh,
+// their ranges checked together (a compare each, one branch), and only where one falls outside its exact range
+// (rare: zeros, tiny or non-finite quotients) the divisions.
+template <int N, class D>
+__device__ __forceinline__ void divide_lane_row(float (&v)[N], const D& d) {
+  float c[N];
+  bool exact = true;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    c[k] = corrected_quotient(v[k], d(k));
+    exact &= exact_range(c[k]);
+  }
+  if (!exact) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) c[k] = __fdiv_rn(v[k], d(k).b);
+  }
+#pragma unroll
+  for (int k = 0; k < N; ++k) v[k] = c[k];
+}
+
 // The Hadamard transform of every row: E elements a lane (d = 32 E, or d < 32 with E = 1). `divisor` (null: none):
-// each element of the result then divided by divisor[c] (IEEE, as the CPU's x' / lambda_c), before it is stored.
+// each element of the result then divided by divisor[c] (the IEEE quotient, as the CPU's x' / lambda_c, from the
+// divisor's reciprocal: exact_quotient.cuh), before it is stored.
 // Up to d = 128 (E <= 4) a warp takes two rows at a time (rows 2 w, 2 w + 1, then 2 (w + warps), ...): two
 // independent rows between a stage's shuffles, so one row's exchange latency overlaps the other's, with the lane's
 // signs and divisors loaded once for all its rows. Larger E keep one row at a time (the registers of two rows of 8 or
 // 16 elements, with their signs, exceed what the encoders' occupancy allows).
 template <int E>
-__device__ void hadamard_rows(const RotationView& r, float* x, int rows, int d, const float* divisor) {
+__device__ void hadamard_rows(const RotationView& r, float* x, int rows, int d, const Divisor* divisor) {
   const int lane = static_cast<int>(threadIdx.x) & 31, lanes = d / E;
   const int warp = static_cast<int>(threadIdx.x) >> 5, warps = static_cast<int>(blockDim.x) >> 5;
   const bool active = lane < lanes;
   if constexpr (E <= 4) {
     constexpr int R = 2;
-    float sign[E], div[E];
+    float sign[E];
+    Divisor div[E];
 #pragma unroll
     for (int k = 0; k < E; ++k) {
       sign[k] = active ? r.signs[lane * E + k] : 1.0f;
-      div[k] = active && divisor != nullptr ? divisor[lane * E + k] : 1.0f;
+      div[k] = active && divisor != nullptr ? divisor[lane * E + k] : Divisor{1.0f, 1.0f};
     }
     for (int row0 = warp * R; row0 < rows; row0 += warps * R) {
       float v[R][E] = {};
@@ -78,9 +101,8 @@ __device__ void hadamard_rows(const RotationView& r, float* x, int rows, int d, 
       hadamard_rows_lanes<E, R>(v, sign, r.scale, lane, lanes, WarpXor{});
       if (divisor != nullptr) {
 #pragma unroll
-        for (int i = 0; i < R; ++i)
-#pragma unroll
-          for (int k = 0; k < E; ++k) v[i][k] = __fdiv_rn(v[i][k], div[k]);
+        for (int i = 0; i < R; ++i)  // (not the zeros of idle lanes and missing rows: each would take the divisions)
+          if (active && row0 + i < rows) divide_lane_row<E>(v[i], [&](int k) { return div[k]; });
       }
 #pragma unroll
       for (int i = 0; i < R; ++i)
@@ -95,7 +117,12 @@ __device__ void hadamard_rows(const RotationView& r, float* x, int rows, int d, 
       if (active) {
         if (divisor != nullptr) {
 #pragma unroll
-          for (int k = 0; k < E; ++k) v[k] = __fdiv_rn(v[k], divisor[lane * E + k]);
+          for (int k0 = 0; k0 < E; k0 += 4) {  // 4 at a time: the divisors of the whole row would spill
+            float w[4] = {v[k0], v[k0 + 1], v[k0 + 2], v[k0 + 3]};
+            divide_lane_row<4>(w, [&](int k) { return divisor[lane * E + k0 + k]; });
+#pragma unroll
+            for (int k = 0; k < 4; ++k) v[k0 + k] = w[k];
+          }
         }
         store_lane_row<E>(at, v);
       }
@@ -105,10 +132,10 @@ __device__ void hadamard_rows(const RotationView& r, float* x, int rows, int d, 
 
 /// Rotates the rows of x in place; `spare` holds rows * d floats for a dense rotation (unused by Hadamard). Called
 /// by every thread of the block; ends with a barrier. `divisor` (Hadamard only; null: none): each rotated element
-/// of channel c then divided by divisor[c] in the same pass (IEEE division, the value the CPU's x' / divisor[c]
+/// of channel c then divided by divisor[c] in the same pass (the IEEE quotient, the value the CPU's x' / divisor[c]
 /// gives); a dense rotation ignores it (the caller divides).
 __device__ inline void rotate_rows(const RotationView& r, float* x, float* spare, int rows, int d,
-                                   const FastDiv& dd, const float* divisor = nullptr) {
+                                   const FastDiv& dd, const Divisor* divisor = nullptr) {
   const int n = rows * d;
   if (r.hadamard()) {  // d is a power of two, at most 512 (launch_encode refuses a page of T >= 64 x d = 1024)
     switch (d >> 5) {

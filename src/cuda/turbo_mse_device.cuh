@@ -1,13 +1,15 @@
 // The turbo_mse stage of the append kernels (src/codec/turbo_mse.cpp, split_norm of src/codec/turbo_parts.cpp),
-// shared by the turbo_mse, turbo_prod and turbo_rvq encoders: per token the norm (a sequential sum in double, stored
-// as fp16), u = x / ||x|| in double rounded to float, rotated (rotate_page, or the caller's passes), and each
-// coordinate's index = the number of Lloyd–Max boundaries below it (LevelBoundaries). The same operations in the
-// same order as the CPU, so bit-exact wherever the rotation is (Hadamard).
+// shared by the turbo_mse, turbo_prod and turbo_rvq encoders: per token the norm (lane_norm.hpp's order, four lanes per
+// token: row_norm.cuh; stored as fp16), u = x / ||x|| in double rounded to float (unit_quotient.hpp: a product by the
+// token's reciprocal), rotated (rotate_page, or the caller's passes), and each coordinate's index = the number of
+// Lloyd–Max boundaries below it (LevelBoundaries). The same values as the CPU, so bit-exact wherever the rotation is
+// (Hadamard).
 #pragma once
 
 #include <cstdint>
 
 #include "codec/turbo_parts.hpp"
+#include "codec/unit_quotient.hpp"
 #include "cuda/device_half.cuh"
 #include "cuda/encode_kernel.cuh"
 #include "cuda/encode_passes.cuh"
@@ -37,22 +39,31 @@ inline LevelBoundaries level_boundaries(const FloatCodebook& book) {
   return b;
 }
 
+/// A token's norm and its reciprocal rounded to nearest, in shared memory (one 16-byte load; every encoder's scratch
+/// places them at a multiple of 16 bytes).
+struct alignas(16) TokenNorm {
+  double norm, inverse;
+};
+
 struct TurboMseStage {
   RotationView rot;
   LevelBoundaries book;
   uint32_t norms_offset = 0;  ///< the fp16 norms' section in the block
 
-  /// norms[t] = ||x_t|| in double for the T rows of x, its fp16 into the block; a norm beyond fp16 is reported.
-  __device__ void store_norms(const EncodeContext& ctx, const float* x, double* norms, uint32_t* block) const {
-    for (int t = threadIdx.x; t < ctx.T; t += blockDim.x) {
-      const double norm = row_norm(x + t * ctx.d, ctx.d);
-      norms[t] = norm;
+  /// Shared floats of T tokens' TokenNorms.
+  __host__ __device__ static size_t norms_floats(int T) { return static_cast<size_t>(T) * sizeof(TokenNorm) / 4; }
+
+  /// norms[t] = ||x_t|| in double and its reciprocal for the T rows of x, its fp16 into the block; a norm beyond
+  /// fp16 is reported.
+  __device__ void store_norms(const EncodeContext& ctx, const float* x, TokenNorm* norms, uint32_t* block) const {
+    for_each_row_norm(x, ctx.T, ctx.d, ctx.d, [&](int t, double norm) {
+      norms[t] = {norm, __drcp_rn(norm)};
       if (!(norm <= 65504.0)) {
         ctx.report(t, 0);
-        continue;
+        return;
       }
       put_half(block, norms_offset + 2 * t, to_f16_bits(__double2float_rn(norm)));
-    }
+    });
   }
 
   /// Shared floats rotate_page needs beyond the tile: none (Hadamard), or a pass of rows (dense).
@@ -72,10 +83,10 @@ struct TurboMseStage {
 
   /// u[i] = x[i] / ||x_t|| for the first n elements of rows of d (norms of those rows), 0 for a zero vector; u may
   /// be x.
-  __device__ static void normalize(const FastDiv& dd, const float* x, const double* norms, float* u, int n) {
+  __device__ static void normalize(const FastDiv& dd, const float* x, const TokenNorm* norms, float* u, int n) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      const double norm = norms[dd.div(i)];
-      u[i] = norm == 0 ? 0.0f : __double2float_rn(__ddiv_rn(static_cast<double>(x[i]), norm));
+      const TokenNorm s = norms[dd.div(i)];
+      u[i] = s.norm == 0 ? 0.0f : unit_quotient(x[i], s.norm, s.inverse);
     }
   }
 };

@@ -31,6 +31,7 @@ expect_refused(calibrate --model absent.gguf --text absent.txt --out x --budget-
 expect_refused(calibrate --model absent.gguf --text absent.txt --out x --budget-bits 4 --tokens 1)
 expect_refused(attention-error --k int4 --v int4 --ctx 99999999999)
 expect_refused(bench attention --threads 0)
+expect_refused(bench attention --device cuda --splits -1)
 expect_refused(demo --steps -1)
 expect_refused(bench decode --depth -1)
 expect_refused(bench decode --depth 0,99999999999)

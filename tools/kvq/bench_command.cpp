@@ -1,5 +1,5 @@
 // kvq bench attention --ctx N --batch B --q-heads H --kv-heads G --dim D --threads T --k SPEC --v SPEC
-//   [--k SPEC --v SPEC ...] [--block 64|128] [--reps R] [--hot] [--exact] [--json] [--device cpu|cuda]
+//   [--k SPEC --v SPEC ...] [--block 64|128] [--reps R] [--hot] [--exact] [--json] [--device cpu|cuda] [--splits S]
 // kvq bench append --device cuda [--batch B] [--chunk N] [--codec SPEC ...] [--json]   (cuda_append_bench.cpp)
 // kvq bench decode ...   (decode_bench_command.cpp)
 //
@@ -44,6 +44,7 @@ struct BenchOptions {
   size_t ctx = 32768;
   size_t batch = 1;
   int q_heads = 32, kv_heads = 8, dim = 128, threads = 2, block = 64, reps = 20;
+  int splits = 0;  // cuda: ranges per sequence and kv head; 0: the plan's choice
   std::vector<std::string> keys, values;
   bool hot = false, json = false;
   uint64_t seed = 1;
@@ -214,10 +215,11 @@ std::vector<Row> measure(const BenchOptions& o, ThreadPool& pool, double& read_g
 
 void run_bench(const BenchOptions& o) {
   if (o.device == "cuda") {
-    run_cuda_bench(
-        {o.ctx, o.batch, o.q_heads, o.kv_heads, o.dim, o.block, o.reps, o.keys, o.values, o.json, o.hot, o.seed});
+    run_cuda_bench({o.ctx, o.batch, o.q_heads, o.kv_heads, o.dim, o.block, o.reps, o.keys, o.values, o.json, o.hot,
+                    o.seed, o.splits});
     return;
   }
+  KVQ_CHECK(o.splits == 0, "bench attention: --splits is for --device cuda (the CPU splits over its threads)");
   ThreadPool pool(o.threads);
   double read_gbps = 0;
   std::vector<Row> rows = measure(o, pool, read_gbps);
@@ -296,6 +298,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--json", o->json, "print one JSON object");
   cmd->add_option("--device", o->device, "cpu, or cuda (device 0, against the bf16/bf16 kernel)")
       ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  cmd->add_option("--splits", o->splits, "cuda: split-K ranges per sequence and kv head (0: the plan's choice)")
+      ->check(CLI::Range(0, 1 << 16))->capture_default_str();
   cmd->callback([o] { run_bench(*o); });
 
   auto a = std::make_shared<AppendBenchOptions>();

@@ -74,7 +74,9 @@ Timed time_pair(const CudaBenchOptions& o, const std::string& k, const std::stri
     b.resize(o.batch, b.front());
   }
   std::vector<DecodePlan> plans;
-  for (const auto& b : batches) plans.emplace_back(dev, 0, b, o.q_heads);
+  AttentionOptions options;
+  options.splits = o.splits;
+  for (const auto& b : batches) plans.emplace_back(dev, 0, b, o.q_heads, options);
   t.splits = plans[0].splits();
   t.kernel = attention_kernel(dev, 0);
 

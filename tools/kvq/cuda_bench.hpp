@@ -15,6 +15,7 @@ struct CudaBenchOptions {
   bool json = false;
   bool hot = false;  ///< every sequence of the batch reads one sequence's pages (L2-resident when they fit)
   uint64_t seed = 1;
+  int splits = 0;  ///< split-K ranges per sequence and kv head (AttentionOptions::splits); 0: the plan's choice
 };
 
 /// Times every (--k, --v) pair and the bf16/bf16 baseline on CUDA device 0; prints a table or one JSON object.
