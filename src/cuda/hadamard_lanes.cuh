@@ -12,6 +12,11 @@
 
 namespace kvq::cuda::detail {
 
+/// A stage between lanes l and l ^ m gives the lower lane a + b (its own value plus the other's) and the upper lane
+/// a - b (the other's minus its own): both are side * own + other with side = +1 or -1, one fma whose product is
+/// exact, so rounded once as the CPU's sum and difference (signed zeros included), with no select between the two.
+KVQ_ENCODE_HD float exchange_side(int lane, int m) { return (lane & m) != 0 ? -1.0f : 1.0f; }
+
 /// y = H diag(signs) x * scale for R rows at once: row r's elements [lane E, (lane + 1) E) are v[r], and the lane's
 /// E signs are already loaded (sign[k] = signs[lane E + k]; any value at lanes >= `lanes`). The rows' butterflies
 /// are interleaved (independent work between a stage's exchanges); each element goes through the operations of
@@ -40,14 +45,11 @@ KVQ_UNROLL
           v[r][j + h] = sub_rn(a, b);
         }
   for (int m = 1; m < lanes; m <<= 1) {  // stride m E
-    const bool upper = (lane & m) != 0;
+    const float side = exchange_side(lane, m);
 KVQ_UNROLL
     for (int r = 0; r < R; ++r)
 KVQ_UNROLL
-      for (int k = 0; k < E; ++k) {
-        const float other = partner(v[r][k], m);
-        v[r][k] = upper ? sub_rn(other, v[r][k]) : add_rn(v[r][k], other);
-      }
+      for (int k = 0; k < E; ++k) v[r][k] = fma_rn(side, v[r][k], partner(v[r][k], m));
   }
 KVQ_UNROLL
   for (int r = 0; r < R; ++r)
@@ -76,12 +78,9 @@ KVQ_UNROLL
         v[j + h] = sub_rn(a, b);
       }
   for (int m = 1; m < lanes; m <<= 1) {  // stride m E
-    const bool upper = (lane & m) != 0;
+    const float side = exchange_side(lane, m);
 KVQ_UNROLL
-    for (int k = 0; k < E; ++k) {
-      const float other = partner(v[k], m);
-      v[k] = upper ? sub_rn(other, v[k]) : add_rn(v[k], other);
-    }
+    for (int k = 0; k < E; ++k) v[k] = fma_rn(side, v[k], partner(v[k], m));
   }
 KVQ_UNROLL
   for (int k = 0; k < E; ++k) v[k] = mul_rn(v[k], scale);
