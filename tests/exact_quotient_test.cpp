@@ -69,7 +69,9 @@ TEST(ExactQuotient, DivideIsTheDivision) {
   for (const float b : bs) {
     const Divisor d = divisor_of(b);
     auto check = [&](float a) {
-      const float want = a / b, got = divide(a, d);
+      float v[1] = {a};
+      divide(v, [&](int) { return d; });
+      const float want = a / b, got = v[0];
       tally.check(same(got, want), [&] {
         return testing::Message() << a << " / " << b << ": " << got << ", the division " << want;
       });
@@ -114,7 +116,7 @@ TEST(ExactQuotient, RoundedCodeIsTheCpuCode) {
   for (const Range range : {Range{-7, 7}, Range{-127, 127}, Range{0, 1}, Range{0, 3}, Range{0, 7}, Range{0, 15}}) {
     const float lo = static_cast<float>(range.lo), hi = static_cast<float>(range.hi);
     for (uint16_t h = 1; h < 0x7c00; ++h) {  // every positive finite fp16 scale
-      const float s = f16_to_f32(h), y = 1.0f / s;
+      const float s = f16_to_f32(h), y = code_inverse(s);
       auto check = [&](float v) {
         const float want = cpu_code(v, s, lo, hi);
         const auto got = static_cast<int32_t>(rounded_code_bits(v, s, y, lo, hi) - 0x4B400000u);

@@ -107,7 +107,7 @@ struct IntEnc {
             ctx.report(t, gc);
             s = 0;
           }
-          scales[lane] = {s, s > 0 ? __frcp_rn(s) : 0.0f};
+          scales[lane] = {s, code_inverse(s)};
           put_half(block, scales_offset + int_scale_byte(groups, t, gc >> lg), h);
         }
       }

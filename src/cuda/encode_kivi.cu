@@ -96,7 +96,7 @@ struct KiviEnc {
         }
         mins[c] = m;
         steps[c] = s;
-        steps[n_ranges + c] = s > 0 ? __frcp_rn(s) : 0.0f;
+        steps[n_ranges + c] = code_inverse(s);
       };
       const bool halves = 2 * d <= n && T >= 2;
       if (halves) {
@@ -168,7 +168,7 @@ struct KiviEnc {
             }
             mins[lane] = m;
             steps[lane] = s;
-            steps[n_ranges + lane] = s > 0 ? __frcp_rn(s) : 0.0f;
+            steps[n_ranges + lane] = code_inverse(s);
           }
         }
         __syncwarp();

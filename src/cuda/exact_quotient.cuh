@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "cuda/float_rn.cuh"
+#include "cuda/unroll.cuh"
 
 namespace kvq::cuda::detail {
 
@@ -44,11 +45,28 @@ KVQ_ENCODE_HD bool exact_range(float c) {
 #endif
 }
 
-/// RN(a / b): the corrected quotient in its exact range, the division elsewhere.
-KVQ_ENCODE_HD float divide(float a, const Divisor& d) {
-  const float c = corrected_quotient(a, d);
-  return exact_range(c) ? c : div_rn(a, d.b);
+/// v[k] = RN(v[k] / d(k)) for N elements of a lane (Divisor d(int k)): the corrected quotients, their ranges
+/// checked together (a compare each, one branch), and only where one falls outside its exact range (rare: zeros,
+/// tiny or non-finite quotients) the divisions.
+template <int N, class D>
+KVQ_ENCODE_HD void divide(float (&v)[N], const D& d) {
+  float c[N];
+  bool exact = true;
+KVQ_UNROLL
+  for (int k = 0; k < N; ++k) {
+    c[k] = corrected_quotient(v[k], d(k));
+    exact &= exact_range(c[k]);
+  }
+  if (!exact) {
+KVQ_UNROLL
+    for (int k = 0; k < N; ++k) c[k] = div_rn(v[k], d(k).b);
+  }
+KVQ_UNROLL
+  for (int k = 0; k < N; ++k) v[k] = c[k];
 }
+
+/// rounded_code_bits' y for a group's or range's scale s: RN(1 / s), or 0 where s = 0.
+KVQ_ENCODE_HD float code_inverse(float s) { return s > 0 ? div_rn(1.0f, s) : 0.0f; }
 
 /// clamp(rint(RN(v / s)), lo, hi) as the CPU codes an element (v / s in float, nearbyint: ties to even), for an
 /// fp16 scale s > 0 with y = RN(1 / s), or 0 where s = y = 0; lo <= 0 <= hi integers within 2^22, v finite with

@@ -50,26 +50,6 @@ __device__ __forceinline__ void store_lane_row(float* at, const float (&v)[E]) {
   }
 }
 
-// v[k] = v[k] / d(k) (Divisor d(int k)) for N elements of a lane: the corrected quotients of exact_quotient.cuh,
-// their ranges checked together (a compare each, one branch), and only where one falls outside its exact range
-// (rare: zeros, tiny or non-finite quotients) the divisions.
-template <int N, class D>
-__device__ __forceinline__ void divide_lane_row(float (&v)[N], const D& d) {
-  float c[N];
-  bool exact = true;
-#pragma unroll
-  for (int k = 0; k < N; ++k) {
-    c[k] = corrected_quotient(v[k], d(k));
-    exact &= exact_range(c[k]);
-  }
-  if (!exact) {
-#pragma unroll
-    for (int k = 0; k < N; ++k) c[k] = __fdiv_rn(v[k], d(k).b);
-  }
-#pragma unroll
-  for (int k = 0; k < N; ++k) v[k] = c[k];
-}
-
 // The Hadamard transform of every row: E elements a lane (d = 32 E, or d < 32 with E = 1). `divisor` (null: none):
 // each element of the result then divided by divisor[c] (the IEEE quotient, as the CPU's x' / lambda_c, from the
 // divisor's reciprocal: exact_quotient.cuh), before it is stored.
@@ -102,7 +82,7 @@ __device__ void hadamard_rows(const RotationView& r, float* x, int rows, int d, 
       if (divisor != nullptr) {
 #pragma unroll
         for (int i = 0; i < R; ++i)  // (not the zeros of idle lanes and missing rows: each would take the divisions)
-          if (active && row0 + i < rows) divide_lane_row<E>(v[i], [&](int k) { return div[k]; });
+          if (active && row0 + i < rows) divide<E>(v[i], [&](int k) { return div[k]; });
       }
 #pragma unroll
       for (int i = 0; i < R; ++i)
@@ -119,7 +99,7 @@ __device__ void hadamard_rows(const RotationView& r, float* x, int rows, int d, 
 #pragma unroll
           for (int k0 = 0; k0 < E; k0 += 4) {  // 4 at a time: the divisors of the whole row would spill
             float w[4] = {v[k0], v[k0 + 1], v[k0 + 2], v[k0 + 3]};
-            divide_lane_row<4>(w, [&](int k) { return divisor[lane * E + k0 + k]; });
+            divide<4>(w, [&](int k) { return divisor[lane * E + k0 + k]; });
 #pragma unroll
             for (int k = 0; k < 4; ++k) v[k0 + k] = w[k];
           }

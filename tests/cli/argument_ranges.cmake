@@ -39,3 +39,9 @@ expect_refused(bench decode --steps 1)
 expect_refused(bench decode --threads 0)
 expect_refused(bench decode --block-tokens 96)
 expect_refused(demo --speed-depth -4)
+
+# --splits picks the CUDA plan's split-K ranges; the CPU splits over its threads and refuses it by name.
+execute_process(COMMAND ${KVQ} bench attention --splits 4 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(rc EQUAL 0 OR NOT "${out}${err}" MATCHES "--splits is for --device cuda")
+  message(FATAL_ERROR "kvq bench attention --splits 4 on the CPU: expected a clear refusal, got rc=${rc}: ${out}${err}")
+endif()
