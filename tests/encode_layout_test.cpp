@@ -148,9 +148,9 @@ TEST(EncodeLayout, LaneTileWordsHoldConsecutiveChannelsOrTokens) {
       }
 }
 
-// Every field of every code word (lane_codes_word / lane_codes_field, what the turbo_mse encoder builds a word from)
+// Every slot of every group (lane_codes_group / lane_codes_slot, what the turbo_mse encoder builds its words from)
 // lies where layout::LaneCodes places that part of that index, and covers every (token, channel, part) once.
-TEST(EncodeLayout, LaneCodeWordsInvertThePlaces) {
+TEST(EncodeLayout, LaneCodeGroupsInvertThePlaces) {
   for (size_t d : {32u, 48u, 128u, 256u})
     for (size_t T : {1u, 33u, 64u})
       for (size_t bits = 1; bits <= 4; ++bits)
@@ -159,31 +159,36 @@ TEST(EncodeLayout, LaneCodeWordsInvertThePlaces) {
                        (key ? " keys" : " values"));
           const layout::LaneCodes l{d, T, bits, key};
           std::vector<int> hits(T * d * l.parts(), 0);
-          const int bi = static_cast<int>(bits), words = static_cast<int>(l.bytes() / 4);
-          for (int w = 0; w < words; ++w) {
-            const LaneCodesWord at = lane_codes_word(key, static_cast<int>(d), bi, w);
-            const int fields = lane_codes_fields(bi, at.sub);
-            ASSERT_EQ(fields * static_cast<int>(32 / fields), 32);
-            for (int f = 0; f < fields; ++f) {
-              const LaneCodesField fl = lane_codes_field(bi, at.sub, f);
-              ASSERT_EQ(fl.shift, f * fl.width);
-              const size_t t = static_cast<size_t>(key ? at.t0 : at.t0 + fl.e);
-              const size_t c = static_cast<size_t>(key ? at.c0 + fl.e : at.c0);
-              if (t >= T || c >= d) continue;  // padding
-              const auto want = l.place(t, c, static_cast<size_t>(fl.part));
-              ASSERT_EQ(8 * want.byte + want.shift, 32 * static_cast<size_t>(w) + static_cast<size_t>(fl.shift))
-                  << "word " << w << " field " << f;
-              ASSERT_EQ(want.width, static_cast<unsigned>(fl.width));
-              ++hits[(t * d + c) * l.parts() + static_cast<size_t>(fl.part)];
+          const int bi = static_cast<int>(bits), groups = static_cast<int>(l.bytes() / 4) / (16 * bi);
+          ASSERT_EQ(static_cast<size_t>(groups) * 16 * bits * 4, l.bytes());
+          const FastDiv per_row = FastDiv::of(lane_codes_groups_per_row(key, static_cast<int>(d)));
+          for (int g = 0; g < groups; ++g)
+            for (int lane = 0; lane < 16; ++lane) {
+              const LaneCodesGroup at = lane_codes_group(key, per_row, g, lane);
+              for (int e = 0; e < 32; ++e) {
+                const size_t t = static_cast<size_t>(key ? at.t0 : at.t0 + e);
+                const size_t c = static_cast<size_t>(key ? at.c0 + e : at.c0);
+                if (t >= T || c >= d) continue;  // padding
+                const LaneCodesSlot slot = lane_codes_slot(bi, e);
+                for (size_t part = 0; part < l.parts(); ++part) {
+                  const int sub = part == 0 ? slot.sub : 2, shift = part == 0 ? slot.shift : slot.high_shift;
+                  const int width = part == 0 ? slot.width : 1;
+                  const size_t word = static_cast<size_t>(16 * (bi * g + sub) + lane);
+                  const auto want = l.place(t, c, part);
+                  ASSERT_EQ(8 * want.byte + want.shift, 32 * word + static_cast<size_t>(shift))
+                      << "group " << g << " lane " << lane << " e " << e << " part " << part;
+                  ASSERT_EQ(want.width, static_cast<unsigned>(width));
+                  ++hits[(t * d + c) * l.parts() + part];
+                }
+              }
             }
-          }
           for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i], 1) << "element " << i;
         }
 }
 
-// The turbo_mse encoder's words (lane_codes_pack_word) hold the bytes that packing every index at
+// Words packed by lane_codes_put (as the turbo_mse encoder's values do) hold the bytes that packing every index at
 // layout::LaneCodes::place gives, padding zero.
-TEST(EncodeLayout, LaneCodeWordsPackLikeTheLayout) {
+TEST(EncodeLayout, LaneCodeGroupsPackLikeTheLayout) {
   uint32_t state = 12345;
   for (size_t d : {32u, 48u, 128u})
     for (size_t T : {33u, 64u})
@@ -202,13 +207,27 @@ TEST(EncodeLayout, LaneCodeWordsPackLikeTheLayout) {
                 v >>= at.width;
               }
             }
+          const int bi = static_cast<int>(bits), groups = static_cast<int>(l.bytes() / 4) / (16 * bi);
+          const FastDiv per_row = FastDiv::of(lane_codes_groups_per_row(key, static_cast<int>(d)));
           std::vector<uint8_t> got(l.bytes());
-          const auto index = [&](int t, int c) { return idx[static_cast<size_t>(t) * d + static_cast<size_t>(c)]; };
-          for (size_t w = 0; w < l.bytes() / 4; ++w) {
-            const uint32_t word = lane_codes_pack_word(key, static_cast<int>(d), static_cast<int>(T),
-                                                       static_cast<int>(bits), static_cast<int>(w), index);
-            std::memcpy(&got[4 * w], &word, 4);  // little-endian, as the device stores it
-          }
+          for (int g = 0; g < groups; ++g)
+            for (int lane = 0; lane < 16; ++lane) {
+              const LaneCodesGroup at = lane_codes_group(key, per_row, g, lane);
+              uint32_t words[4] = {};
+              for (int e = 0; e < 32; ++e) {
+                const size_t t = static_cast<size_t>(key ? at.t0 : at.t0 + e);
+                const size_t c = static_cast<size_t>(key ? at.c0 + e : at.c0);
+                if (t >= T || c >= d) continue;
+                switch (bi) {
+                  case 1: lane_codes_put<1>(reinterpret_cast<uint32_t(&)[1]>(words), e, idx[t * d + c]); break;
+                  case 2: lane_codes_put<2>(reinterpret_cast<uint32_t(&)[2]>(words), e, idx[t * d + c]); break;
+                  case 3: lane_codes_put<3>(reinterpret_cast<uint32_t(&)[3]>(words), e, idx[t * d + c]); break;
+                  default: lane_codes_put<4>(words, e, idx[t * d + c]); break;
+                }
+              }
+              for (int sub = 0; sub < bi; ++sub)  // little-endian, as the device stores it
+                std::memcpy(&got[4 * static_cast<size_t>(16 * (bi * g + sub) + lane)], &words[sub], 4);
+            }
           ASSERT_EQ(got, want) << "d=" << d << " T=" << T << " b=" << bits << (key ? " keys" : " values");
         }
 }

@@ -88,53 +88,40 @@ KVQ_ENCODE_HD CodePlace lane_codes_place(bool key, int d, int bits, int t, int c
           static_cast<uint32_t>(width)};
 }
 
-/// The inverse of lane_codes_place for whole 32-bit words: word w of the codes (w = 16 tile + lane) holds fields of
-/// 32 consecutive channels c0 + e of token t0 (keys) or 32 consecutive tokens t0 + e of channel c0 (values), all
-/// from tile `sub` of the group's `bits` tiles (lane_codes_field says which).
-struct LaneCodesWord {
-  int t0, c0, sub;
+/// The inverse of lane_codes_place for whole groups: a group of layout::LaneCodes is `bits` tiles of 16 lanes (word
+/// w = 16 (bits g + sub) + lane), and lane `lane` of group g holds, in its `bits` words, the indices of 32 consecutive
+/// channels c0 + e of token t0 (keys) or of 32 consecutive tokens t0 + e of channel c0 (values), e = 0..31.
+struct LaneCodesGroup {
+  int t0, c0;
 };
-KVQ_ENCODE_HD LaneCodesWord lane_codes_word(bool key, int d, int bits, int w) {
-  const int lane = w & 15, tile = w >> 4, g = tile / bits, sub = tile % bits;
-  if (key) {
-    const int per_row = (d + 31) / 32;  // groups of 32 code channels per 16 tokens
-    return {16 * (g / per_row) + lane, 32 * (g % per_row), sub};
-  }
-  const int per_row = d / 16;  // groups of 16 channels per 32 tokens
-  return {32 * (g / per_row), 16 * (g % per_row) + lane, sub};
+/// Groups per row of groups: of 16 tokens x 32 code channels (keys: d rounded up to 32), of 32 tokens x 16 channels
+/// (values).
+KVQ_ENCODE_HD int lane_codes_groups_per_row(bool key, int d) { return key ? (d + 31) / 32 : d / 16; }
+/// `per_row`: division by lane_codes_groups_per_row.
+KVQ_ENCODE_HD LaneCodesGroup lane_codes_group(bool key, const FastDiv& per_row, int g, int lane) {
+  const int row = per_row.div(g), column = per_row.mod(g);
+  return key ? LaneCodesGroup{16 * row + lane, 32 * column} : LaneCodesGroup{32 * row, 16 * column + lane};
 }
 
-/// Field f of such a word: part `part` of the index of element e, at bit `shift` = f * width of the word.
-struct LaneCodesField {
-  int e, part, shift, width;
+/// Where element e of a lane's group lies in its words: the index's low `width` bits in word `sub` at bit `shift`
+/// (b = 4: nibble j of word v; b = 2 and b = 3's low bits: field 2 j + v % 2 of word v / 2; b = 1: bit 4 j + (v + 2)
+/// % 4, with v = e / 8, j = e % 8), and b = 3's high bit in word 2 at bit `high_shift` (b = 1's place).
+struct LaneCodesSlot {
+  int sub, shift, width, high_shift;
 };
-/// Fields of a word of tile `sub`: 8 nibbles (b = 4), 16 two-bit fields (b = 2, and b = 3's low bits), 32 bits
-/// (b = 1, and b = 3's high bits).
-KVQ_ENCODE_HD int lane_codes_fields(int bits, int sub) {
-  return bits == 4 ? 8 : bits == 2 || (bits == 3 && sub < 2) ? 16 : 32;
-}
-KVQ_ENCODE_HD LaneCodesField lane_codes_field(int bits, int sub, int f) {
-  if (bits == 4) return {8 * sub + f, 0, 4 * f, 4};  // v = sub, j = f
-  if (bits == 2 || (bits == 3 && sub < 2)) {          // v = 2 sub + f % 2, j = f / 2
-    return {8 * (2 * sub + (f & 1)) + (f >> 1), 0, 2 * f, 2};
-  }
-  return {8 * (((f & 3) + 2) & 3) + (f >> 2), bits == 3 ? 1 : 0, f, 1};  // bit 4 j + (v + 2) % 4
+KVQ_ENCODE_HD LaneCodesSlot lane_codes_slot(int bits, int e) {
+  const int v = e >> 3, j = e & 7, one_bit = 4 * j + ((v + 2) & 3);
+  if (bits == 4) return {v, 4 * j, 4, 0};
+  if (bits == 1) return {0, one_bit, 1, 0};
+  return {v >> 1, 2 * (2 * j + (v & 1)), 2, one_bit};
 }
 
-/// Word w of the codes of b-bit indices index(t, c) (token t < T, channel c < d; the padding's fields stay 0).
-template <class Index>
-KVQ_ENCODE_HD uint32_t lane_codes_pack_word(bool key, int d, int T, int bits, int w, const Index& index) {
-  const LaneCodesWord at = lane_codes_word(key, d, bits, w);
-  const int fields = lane_codes_fields(bits, at.sub);
-  uint32_t word = 0;
-  for (int f = 0; f < fields; ++f) {
-    const LaneCodesField fl = lane_codes_field(bits, at.sub, f);
-    const int t = key ? at.t0 : at.t0 + fl.e, c = key ? at.c0 + fl.e : at.c0;
-    if (t >= T || c >= d) continue;
-    const uint32_t idx = index(t, c);
-    word |= ((idx >> (2 * fl.part)) & ((1u << fl.width) - 1)) << fl.shift;  // part 1: the high bit of b = 3
-  }
-  return word;
+/// ORs the Bits-bit index of element e into its lane's group of words.
+template <int Bits>
+KVQ_ENCODE_HD void lane_codes_put(uint32_t (&words)[Bits], int e, uint32_t idx) {
+  const LaneCodesSlot s = lane_codes_slot(Bits, e);
+  words[s.sub] |= (idx & ((1u << s.width) - 1)) << s.shift;
+  if constexpr (Bits == 3) words[2] |= (idx >> 2) << s.high_shift;
 }
 
 /// layout::SignTiles: the sign bit of sketch row r of token t, m rows per token (keys: "tokens in lanes", a lane's

@@ -1,7 +1,7 @@
 // The append kernel of turbo_mse:1..4 (src/codec/turbo_mse.cpp): the turbo_mse stage (turbo_mse_device.cuh) in
-// place on the page's tile, the indices packed as layout::LaneCodes (each 32-bit lane built by one thread), the
-// norm as fp16. Bit-exact with the CPU encoder under the Hadamard rotation; other rotations differ in float order
-// (dense matrix).
+// place on the page's tile, the indices packed as layout::LaneCodes (each 32-bit word built by one warp reduction,
+// keys, or by one thread, values), the norm as fp16. Bit-exact with the CPU encoder under the Hadamard rotation;
+// other rotations differ in float order (dense matrix).
 #include <memory>
 
 #include "codec/lloyd_max.hpp"
@@ -20,14 +20,9 @@ struct TurboMseEnc {
   bool key = true;
   int code_words = 0;  // 32-bit words of the codes section
 
-  // Row pitch of the index bytes: d + 4, so that the rows of 16 or 32 consecutive tokens start in different
-  // shared-memory banks (the key code words read one channel of 16 tokens).
-  __host__ __device__ static int index_pitch(int d) { return d + 4; }
-
-  // The token norms (TokenNorm), the dense rotation's spare rows, then the index bytes [T][pitch].
+  // The token norms (TokenNorm), then the dense rotation's spare rows.
   __host__ __device__ size_t scratch_floats(int T, int d) const {
-    const size_t index_floats = (static_cast<size_t>(T) * index_pitch(d) + 3) / 4;
-    return TurboMseStage::norms_floats(T) + stage.spare_floats(T, d) + index_floats;
+    return TurboMseStage::norms_floats(T) + stage.spare_floats(T, d);
   }
 
   __device__ void encode(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {
@@ -39,28 +34,76 @@ struct TurboMseEnc {
     TurboMseStage::normalize(ctx.dd, x, norms, x, T * d);
     __syncthreads();
     stage.rotate_page(ctx, x, spare);
-    // Each coordinate's index once (a coordinate per thread), then each code word from the indices.
-    uint8_t* indices = reinterpret_cast<uint8_t*>(spare + stage.spare_floats(T, d));
-    const int pitch = index_pitch(d);
-    for (int i = threadIdx.x; i < T * d; i += blockDim.x)
-      indices[ctx.dd.div(i) * pitch + ctx.dd.mod(i)] = static_cast<uint8_t>(stage.book.index(x[i]));
-    __syncthreads();
     switch (stage.book.bits) {
-      case 1: pack_words<1>(T, d, indices, block); break;
-      case 2: pack_words<2>(T, d, indices, block); break;
-      case 3: pack_words<3>(T, d, indices, block); break;
-      default: pack_words<4>(T, d, indices, block); break;
+      case 1: pack_groups<1>(ctx, x, block); break;
+      case 2: pack_groups<2>(ctx, x, block); break;
+      case 3: pack_groups<3>(ctx, x, block); break;
+      default: pack_groups<4>(ctx, x, block); break;
     }
   }
 
-  // Each code word from the indices, one thread per word; the bit width a constant, so that a word's field
-  // positions are too.
+  // Each element's index once, straight into its group's code words (encode_layout.cuh), the bit width a constant
+  // so that the boundaries and the fields' positions are too. Reads of u go along a row (no bank conflicts).
   template <int Bits>
-  __device__ void pack_words(int T, int d, const uint8_t* indices, uint32_t* block) const {
-    const int pitch = index_pitch(d);
-    const auto index_of = [&](int t, int c) { return static_cast<uint32_t>(indices[t * pitch + c]); };
-    for (int w = threadIdx.x; w < code_words; w += blockDim.x)
-      block[w] = lane_codes_pack_word(key, d, T, Bits, w, index_of);
+  __device__ void pack_groups(const EncodeContext& ctx, const float* u, uint32_t* block) const {
+    const int groups = code_words / (16 * Bits);
+    if (key) {
+      pack_key_groups<Bits>(ctx, u, block, groups);
+    } else {
+      pack_value_groups<Bits>(ctx, u, block, groups);
+    }
+  }
+
+  // Keys: a warp per token of a group, lane e reading channel c0 + e; each word is the OR of the lanes' fields
+  // (one warp reduction per word).
+  template <int Bits>
+  __device__ void pack_key_groups(const EncodeContext& ctx, const float* u, uint32_t* block, int groups) const {
+    const BoundarySearch<Bits> book = stage.book.search<Bits>();
+    const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
+    const LaneCodesSlot slot = lane_codes_slot(Bits, lane);
+    const FastDiv per_row = FastDiv::of(lane_codes_groups_per_row(true, ctx.d));
+    for (int item = threadIdx.x / 32; item < 16 * groups; item += warps) {  // warp-uniform
+      const int g = item >> 4, tt = item & 15;
+      const LaneCodesGroup at = lane_codes_group(true, per_row, g, tt);
+      const int c = at.c0 + lane;
+      const uint32_t idx = at.t0 < ctx.T && c < ctx.d ? book.index(u[at.t0 * ctx.d + c]) : 0u;
+#pragma unroll
+      for (int sub = 0; sub < Bits; ++sub) {
+        uint32_t field = sub == slot.sub ? (idx & ((1u << slot.width) - 1)) << slot.shift : 0u;
+        if (Bits == 3 && sub == 2) field = (idx >> 2) << slot.high_shift;
+        const uint32_t word = __reduce_or_sync(0xffffffffu, field);
+        if (lane == 0) block[16 * (Bits * g + sub) + tt] = word;
+      }
+    }
+  }
+
+  // Values: a thread per channel of 32 tokens, its group's words in registers.
+  template <int Bits>
+  __device__ void pack_value_groups(const EncodeContext& ctx, const float* u, uint32_t* block, int groups) const {
+    const BoundarySearch<Bits> book = stage.book.search<Bits>();
+    const int d = ctx.d;
+    for (int item = threadIdx.x; item < 16 * groups; item += blockDim.x) {
+      const int t0 = 32 * ctx.dd.div(item), c = ctx.dd.mod(item);
+      uint32_t words[Bits] = {};
+      if (t0 + 32 <= ctx.T) {
+        pack_value_words<Bits, 32>(book, u + t0 * d + c, d, 32, words);
+      } else {
+        pack_value_words<Bits, 0>(book, u + t0 * d + c, d, ctx.T - t0, words);
+      }
+      const int g = (t0 / 32) * (d / 16) + c / 16;
+#pragma unroll
+      for (int sub = 0; sub < Bits; ++sub) block[16 * (Bits * g + sub) + (c & 15)] = words[sub];
+    }
+  }
+
+  // The words of one channel's 32 tokens (a column of pitch d from u), the first n of them present (Full = 32:
+  // all, without a test per token).
+  template <int Bits, int Full>
+  __device__ static void pack_value_words(const BoundarySearch<Bits>& book, const float* u, int d, int n,
+                                          uint32_t (&words)[Bits]) {
+#pragma unroll
+    for (int e = 0; e < 32; ++e)
+      if (Full == 32 || e < n) lane_codes_put<Bits>(words, e, book.index(u[e * d]));
   }
 };
 

@@ -10,6 +10,7 @@
 
 #include "codec/turbo_parts.hpp"
 #include "codec/unit_quotient.hpp"
+#include "cuda/boundary_search.cuh"
 #include "cuda/device_half.cuh"
 #include "cuda/encode_kernel.cuh"
 #include "cuda/encode_passes.cuh"
@@ -29,6 +30,11 @@ struct LevelBoundaries {
     uint32_t idx = 0;
     for (int k = 0; k < (1 << bits) - 1; ++k) idx += v > at[k];
     return idx;
+  }
+  /// The same by binary search, the width a constant (Bits == bits).
+  template <int Bits>
+  __device__ BoundarySearch<Bits> search() const {
+    return BoundarySearch<Bits>(at);
   }
 };
 
