@@ -1,7 +1,8 @@
-// The turbo_mse append encoder's binary search over a codebook's boundaries (src/cuda/boundary_search.cuh), run on
-// the host, against FloatCodebook::nearest (the CPU encoders' linear count): every boundary, its neighbouring floats,
-// the centroids, signed zeros, infinities, NaN and random values, for every turbo_mse width and several d; and sorted
-// lists with repeated boundaries.
+// The turbo_mse and turbo_rvq append encoders' binary search over a codebook's boundaries and their level tables
+// (src/cuda/boundary_search.cuh), run on the host, against FloatCodebook (the CPU encoders' linear count and
+// levels): every boundary, its neighbouring floats, the centroids, signed zeros, infinities, NaN and random values,
+// for every width of the sphere codebooks and of turbo_rvq's residual ones, several d; and sorted lists with repeated
+// boundaries.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -47,13 +48,20 @@ void expect_search_is_the_count(const std::vector<float>& boundaries, const std:
 }
 
 template <int Bits>
+void check_book(const FloatCodebook& book, std::mt19937& rng) {
+  const auto values = probes(book.boundaries(), book.centroids(), book.size(), rng);
+  expect_search_is_the_count<Bits>(book.boundaries(), values);
+  for (const float v : values) ASSERT_EQ(linear_count(book.boundaries(), v), book.nearest(v));
+  const LevelTable<Bits> levels(book.centroids());
+  for (int i = 0; i < book.size(); ++i) ASSERT_EQ(levels.level(static_cast<uint32_t>(i)), book[i]) << "level " << i;
+}
+
+template <int Bits>
 void check_codebooks(std::mt19937& rng) {
   for (const int d : {32, 64, 128, 256}) {
     SCOPED_TRACE("bits " + std::to_string(Bits) + ", d = " + std::to_string(d));
-    const FloatCodebook book(sphere_lloyd_max(d, Bits));
-    const auto values = probes(book.boundaries(), book.centroids(), book.size(), rng);
-    expect_search_is_the_count<Bits>(book.boundaries(), values);
-    for (const float v : values) ASSERT_EQ(linear_count(book.boundaries(), v), book.nearest(v));
+    check_book<Bits>(FloatCodebook(sphere_lloyd_max(d, Bits)), rng);
+    check_book<Bits>(FloatCodebook(sphere_residual_lloyd_max(d, Bits, Bits)), rng);  // turbo_rvq's second stage
   }
 }
 

@@ -1,7 +1,8 @@
-// A scalar codebook's index (FloatCodebook::nearest: the number of boundaries below v) by binary search, for host
-// and device: the boundaries are sorted, so the ones below v are a prefix of them and Bits compares find its length
-// where the linear count takes 2^Bits - 1 (ties and NaN as that count: v > at[k] decides).
-// tests/boundary_search_test.cpp checks it against FloatCodebook::nearest on the host.
+// A scalar codebook's index (FloatCodebook::nearest: the number of boundaries below v) by binary search, and its
+// level by index, for host and device with the width a constant: the boundaries are sorted, so the ones below v are
+// a prefix of them and Bits compares find its length where the linear count takes 2^Bits - 1 (ties and NaN as that
+// count: v > at[k] decides). Both select among values held by value (registers on the device) with trees of
+// selects, never an indexed register. tests/boundary_search_test.cpp checks them against FloatCodebook on the host.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +44,29 @@ struct BoundarySearch {
     } else {
       const bool upper = (idx & ((N / 2) * 2 * Step)) != 0;
       return upper ? pick<Step, First + N / 2, N / 2>(idx) : pick<Step, First, N / 2>(idx);
+    }
+  }
+};
+
+/// The 2^Bits levels of a Bits-bit book, level(i) = at[i] by a tree of selects on i's bits.
+template <int Bits>
+struct LevelTable {
+  float at[1 << Bits];
+
+  KVQ_ENCODE_HD explicit LevelTable(const float* levels) {
+    for (int k = 0; k < (1 << Bits); ++k) at[k] = levels[k];
+  }
+
+  KVQ_ENCODE_HD float level(uint32_t i) const { return pick<0, (1 << Bits)>(i); }
+
+ private:
+  // at[i] among the N levels from the First-th on (i's bits below N decide).
+  template <int First, int N>
+  KVQ_ENCODE_HD float pick(uint32_t i) const {
+    if constexpr (N == 1) {
+      return at[First];
+    } else {
+      return (i & (N / 2)) != 0 ? pick<First + N / 2, N / 2>(i) : pick<First, N / 2>(i);
     }
   }
 };

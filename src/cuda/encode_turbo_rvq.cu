@@ -1,7 +1,7 @@
 // The append kernel of turbo_rvq:b (src/codec/turbo_rvq.cpp): the turbo_mse stage (turbo_mse_device.cuh) in place
 // on the page's tile gives stage 1's index i1 of each rotated coordinate u; stage 2's index is the nearest level of
 // the residual codebook to u - c1[i1] (a rounded float difference, as the CPU). Both stages are packed per token as
-// bitpack.hpp streams of b-bit indices, the norm as fp16. Bit-exact with the CPU encoder under the Hadamard
+// bitpack.hpp streams of b-bit indices (whole words where d is a multiple of 32), the norm as fp16. Bit-exact with the CPU encoder under the Hadamard
 // rotation; other rotations differ in float order (dense matrix).
 #include <memory>
 
@@ -9,6 +9,7 @@
 #include "codec/lloyd_max.hpp"
 #include "codec/turbo_mse.hpp"
 #include "codec/turbo_parts.hpp"
+#include "cuda/boundary_search.cuh"
 #include "cuda/encode_kernel.cuh"
 #include "cuda/rotate_device.cuh"
 #include "cuda/stream_bits.cuh"
@@ -32,21 +33,69 @@ struct TurboRvqEnc {
   }
 
   __device__ void encode(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {
-    const int T = ctx.T, d = ctx.d, b = stage1.book.bits;
+    const int T = ctx.T, d = ctx.d;
     TokenNorm* norms = reinterpret_cast<TokenNorm*>(scratch);
     stage1.store_norms(ctx, x, norms, block);
     __syncthreads();
     TurboMseStage::normalize(ctx.dd, x, norms, x, T * d);
     __syncthreads();
     stage1.rotate_page(ctx, x, scratch + TurboMseStage::norms_floats(T));
-    const uint32_t width = static_cast<uint32_t>(b);
-    for (int i = threadIdx.x; i < T * d; i += blockDim.x) {
-      const int t = ctx.dd.div(i), c = ctx.dd.mod(i);
-      const uint32_t first = stage1.book.index(x[i]);
-      const uint32_t second = stage2.index(__fsub_rn(x[i], stage1_levels[first]));
-      put_stream_bits(block, stream_code_bit(0, code_bytes, t, c, b), first, width);
-      put_stream_bits(block, stream_code_bit(stage2_offset, code_bytes, t, c, b), second, width);
+    switch (stage1.book.bits) {
+      case 1: pack_streams<1>(ctx, x, block); break;
+      case 2: pack_streams<2>(ctx, x, block); break;
+      case 3: pack_streams<3>(ctx, x, block); break;
+      default: pack_streams<4>(ctx, x, block); break;
     }
+  }
+
+  // Both stages' indices of each coordinate once (binary searches, boundary_search.cuh), straight into the token's
+  // two streams: a warp per 32 channels of a token, lane e reading channel c0 + e; the segment's Bits words of each
+  // stream are ORs of the lanes' fields (a warp reduction per word). A token's stream starts at a word where d is a
+  // multiple of 32 (code_bytes = Bits d / 8); other d OR each field into place with shared-memory atomics.
+  template <int Bits>
+  __device__ void pack_streams(const EncodeContext& ctx, const float* u, uint32_t* block) const {
+    const BoundarySearch<Bits> first_book = stage1.book.search<Bits>(), second_book = stage2.search<Bits>();
+    const LevelTable<Bits> first_levels(stage1_levels);
+    const auto indices = [&](float v, uint32_t& first, uint32_t& second) {
+      first = first_book.index(v);
+      second = second_book.index(__fsub_rn(v, first_levels.level(first)));
+    };
+    const int d = ctx.d;
+    if (d % 32 != 0) {
+      for (int i = threadIdx.x; i < ctx.T * d; i += blockDim.x) {
+        const int t = ctx.dd.div(i), c = ctx.dd.mod(i);
+        uint32_t first, second;
+        indices(u[i], first, second);
+        put_stream_bits(block, stream_code_bit(0, code_bytes, t, c, Bits), first, Bits);
+        put_stream_bits(block, stream_code_bit(stage2_offset, code_bytes, t, c, Bits), second, Bits);
+      }
+      return;
+    }
+    const int lane = threadIdx.x & 31;
+    const FastDiv chunks = FastDiv::of(d / 32);
+    for (int item = threadIdx.x / 32; item < ctx.T * chunks.n; item += blockDim.x / 32) {  // warp-uniform
+      const int t = chunks.div(item), c0 = 32 * chunks.mod(item);
+      uint32_t first, second;
+      indices(u[t * d + c0 + lane], first, second);
+      const uint32_t word1 = stream_code_bit(0, code_bytes, t, c0, Bits) / 32;
+      const uint32_t word2 = stream_code_bit(stage2_offset, code_bytes, t, c0, Bits) / 32;
+#pragma unroll
+      for (int k = 0; k < Bits; ++k) {
+        const int at = lane * Bits - 32 * k;  // the lane's field in word k of the segment
+        const uint32_t w1 = __reduce_or_sync(0xffffffffu, segment_field(first, at));
+        const uint32_t w2 = __reduce_or_sync(0xffffffffu, segment_field(second, at));
+        if (lane == 0) {
+          block[word1 + k] = w1;
+          block[word2 + k] = w2;
+        }
+      }
+    }
+  }
+
+  // A field placed at bit `at` of a 32-bit word: shifted up, or (at < 0) its part above the word's bit 0, or none.
+  __device__ static uint32_t segment_field(uint32_t v, int at) {
+    if (at >= 32 || at <= -32) return 0;
+    return at >= 0 ? v << at : v >> -at;
   }
 };
 
