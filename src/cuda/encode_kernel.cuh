@@ -78,14 +78,20 @@ __global__ void __launch_bounds__(kEncodeThreads, Enc::kBlocksPerSM)
   uint32_t* block = reinterpret_cast<uint32_t*>(shared4 + T * d / 4 + scratch_quads(enc, T, d));
   const int words = static_cast<int>((role.dst.block_bytes + 3) / 4);
   const int quads = T * d / 4;
-  // Where fresh token idx (>= used) of this stream starts in fresh_base, in floats.
-  auto fresh_at = [&](int idx) { return ((stream.fresh_first + static_cast<size_t>(idx - used)) * src.H + h) * d; };
+  // Row t of the page: the window's slot first + t for t < in_window, else the stream's fresh token
+  // first + t - used; each source a fixed stride per row from its origin (in floats), so that a quad's address is a
+  // product and a sum.
+  const int in_window = used - first;
+  const size_t window_origin = (static_cast<size_t>(h) * src.slots + first) * d;
+  const long long fresh_stride = static_cast<long long>(src.H) * d;
+  const long long fresh_origin =
+      (static_cast<long long>(stream.fresh_first) - in_window) * fresh_stride + static_cast<long long>(h) * d;
   // The whole tile in flight at once, held by no registers; then each thread checks and centers the quads it
   // copied (visible to it after its wait), and the barrier publishes them.
   for (int i = threadIdx.x; i < quads; i += blockDim.x) {
-    const int t = dd.div(4 * i), c = dd.mod(4 * i), idx = first + t;
-    const float* row = idx < used ? stream.window + (static_cast<size_t>(h) * src.slots + idx) * d
-                                  : src.fresh_base + fresh_at(idx);
+    const int t = dd.div(4 * i), c = dd.mod(4 * i);
+    const float* row = t < in_window ? stream.window + (window_origin + static_cast<size_t>(t * d))
+                                     : src.fresh_base + (fresh_origin + t * fresh_stride);
     cp_async16_cg(shared4 + i, row + c);
   }
   for (int i = threadIdx.x; i < words; i += blockDim.x) block[i] = 0;
@@ -93,13 +99,13 @@ __global__ void __launch_bounds__(kEncodeThreads, Enc::kBlocksPerSM)
   cp_async_wait<0>();
   for (int i = threadIdx.x; i < quads; i += blockDim.x) {
     const int t = dd.div(4 * i), c = dd.mod(4 * i);
-    const bool in_window = first + t < used;
-    const bool centered = stream.offset != nullptr && (!in_window || stream.center_window);
-    if (in_window && !centered) continue;
+    const bool from_window = t < in_window;
+    const bool centered = stream.offset != nullptr && (!from_window || stream.center_window);
+    if (from_window && !centered) continue;
     float4 x = shared4[i];
-    if (!in_window && !(isfinite(x.x) && isfinite(x.y) && isfinite(x.z) && isfinite(x.w))) {
+    if (!from_window && !(isfinite(x.x) && isfinite(x.y) && isfinite(x.z) && isfinite(x.w))) {
       const int j = isfinite(x.x) ? isfinite(x.y) ? isfinite(x.z) ? 3 : 2 : 1 : 0;
-      atomicMin(role.nonfinite, static_cast<unsigned long long>(fresh_at(first + t) + c + j));
+      atomicMin(role.nonfinite, static_cast<unsigned long long>(fresh_origin + t * fresh_stride + c + j));
     }
     if (centered) {
       const float4 mu = *reinterpret_cast<const float4*>(stream.offset + h * d + c);
