@@ -27,7 +27,8 @@ using namespace test;  // the shared helpers of attention_test_util.hpp
 using detail::Isa;
 
 // The kernel that runs for the pair (kernel: its name without the ISA) under KVQ_ATTENTION=fast and KVQ_ISA = isa:
-// avx512bf16's fast kernels take int4 values with int or f16 keys and kivi values with kivi keys, avx512vnni's
+// avx512bf16's fast kernels take int4 values with int or f16 keys, kivi values with kivi keys and turbo_mse values
+// with turbo_mse or int4 keys, avx512vnni's
 // int4, int8, turbo_mse:1..3 and kivi keys, avx2's int4, turbo_mse:1..3 and kivi keys (the pairs below have no
 // turbo_mse:4 keys); a pair without one on its instruction set runs the next narrower one's (avx512bf16's exact
 // kernels are avx512vnni's, avx512vnni's f16 keys avx512's).
@@ -36,11 +37,14 @@ std::string fast_kernel_name(Isa isa, const std::string& kernel) {
   const bool turbo_keys = kernel.rfind("fused_turbo_mse", 0) == 0, kivi_keys = kernel.rfind("fused_kivi", 0) == 0;
   const bool int4_values = kernel.size() > 5 && kernel.compare(kernel.size() - 5, 5, "_int4") == 0;
   const bool kivi_values = kernel.size() > 5 && kernel.compare(kernel.size() - 5, 5, "_kivi") == 0;
-  if (isa == Isa::avx512bf16 && !(int4_values && (int_keys || f16_keys)) && !(kivi_values && kivi_keys))
+  const bool turbo_values = kernel.size() > 10 && kernel.compare(kernel.size() - 10, 10, "_turbo_mse") == 0;
+  const bool int4_keys = kernel.rfind("fused_int4", 0) == 0;
+  if (isa == Isa::avx512bf16 && !(int4_values && (int_keys || f16_keys)) && !(kivi_values && kivi_keys) &&
+      !(turbo_values && (turbo_keys || int4_keys)))
     isa = Isa::avx512vnni;
   if (isa == Isa::avx512vnni && !(int_keys || turbo_keys || kivi_keys)) isa = Isa::avx512;
   const bool fast = isa == Isa::avx512bf16 || (isa == Isa::avx512vnni && (int_keys || turbo_keys || kivi_keys)) ||
-                    (isa == Isa::avx2 && (kernel.rfind("fused_int4", 0) == 0 || turbo_keys || kivi_keys));
+                    (isa == Isa::avx2 && (int4_keys || turbo_keys || kivi_keys));
   return kernel + "_" + detail::isa_name(isa) + (fast ? "_fast" : "");
 }
 
@@ -74,6 +78,8 @@ TEST(FastAttentionKernels, ErrorIsAtMostATenthOfTheCodecsOwnOnEveryIsa) {
                                     {"turbo_mse:3", "turbo_mse:3", "fused_turbo_mse_turbo_mse"},
                                     {"turbo_mse:2", "int4", "fused_turbo_mse_int4"},
                                     {"turbo_mse:3", "f16", "fused_turbo_mse_f16"},
+                                    {"int4", "turbo_mse:2", "fused_int4_turbo_mse"},
+                                    {"turbo_mse:1", "turbo_mse:4", "fused_turbo_mse_turbo_mse"},
                                     {"kivi:2", "kivi:2", "fused_kivi_kivi"},
                                     {"kivi:4", "kivi:4", "fused_kivi_kivi"},
                                     {"kivi:2", "int4", "fused_kivi_int4"},
@@ -276,12 +282,17 @@ TEST(FastAttentionKernels, KiviKeysStayWithinTheQueryDigitsRounding) {
 }
 
 // turbo_mse:4 keys have no fast kernel: their level bytes would take up to a tenth of the codec's own error.
+// turbo_mse:4 keys score exactly on every instruction set: the pair is a fast kernel only where its values are
+// summed in bf16 (avx512bf16, whose turbo_mse:4 keys are the exact kernel's).
 TEST(FastAttentionKernels, TurboMse4KeysRunTheExactKernel) {
   const Shape shape{128, 64, 0, 1, 4, {100}, false};
   const Scenario sc = build(shape, "turbo_mse:4", "turbo_mse:4", 5);
   const EnvOverride fast("KVQ_ATTENTION", "fast");
-  const std::string name = attention_kernel(sc.cache, 1);
-  EXPECT_FALSE(is_fast(name)) << name;
+  for (Isa isa : simd_isas()) {
+    const EnvOverride env("KVQ_ISA", detail::isa_name(isa));
+    const std::string name = attention_kernel(sc.cache, 1);
+    EXPECT_EQ(is_fast(name), isa == Isa::avx512bf16) << name;
+  }
 }
 
 TEST(FastAttentionKernels, QueriesTooSmallToScaleGiveTheExactOutput) {
@@ -320,8 +331,10 @@ TEST(FastAttentionKernels, QueriesTooSmallToScaleGiveTheExactOutput) {
 // scores are the exact kernels', so the bound holds against the reference (with its fp32 score allowance); with int
 // keys against the same keys' fast kernel with fp32 values (KVQ_ISA=avx512vnni: the same query digits and softmax),
 // which isolates the values. Returns the worst row's error as a fraction of that bound.
-double bf16_value_error(const Scenario& sc, const Shape& shape, const FastPair& pair, const std::vector<float>& q) {
-  const double tol = 0x1p-8 + 1e-5;
+// `rounding`: the bound's relative part (2^-8: the weights alone).
+double bf16_value_error(const Scenario& sc, const Shape& shape, const FastPair& pair, const std::vector<float>& q,
+                        double rounding = 0x1p-8) {
+  const double tol = rounding + 1e-5;
   const size_t d = static_cast<size_t>(shape.d);
   const Reference ref = reference_decode(sc, q, shape.G, true);
   std::vector<float> out;
@@ -377,6 +390,39 @@ TEST(FastAttentionKernels, Bf16ValuesStayWithinTheWeightsRounding) {
     EXPECT_LE(ratio, 1.0);
     seen = std::max(seen, ratio);
   }
+  std::printf("worst row: %.3f of the bound\n", seen);
+}
+
+// avx512bf16's fast kernels sum turbo_mse values (with turbo_mse or int4 keys) by bf16 dot products: each weight
+// p_t ||v_t|| and each level c[idx] rounded to bf16 (relative error <= 2^-8 each, so <= 2^-7 + 2^-16 a product), the
+// products exact and summed in fp32. In the codec's space channel c moves by at most (2^-7 + 2^-16) sum_t p_t ||v_t||
+// |c[idx_t,c]|, and the output row (rotated back) by that factor times sum_t p_t ||v^_t|| in norm, v^_t the decoded
+// value: of Reference::magnitude. Against the same keys' kernel with fp32 values (avx512vnni: the same scores).
+TEST(FastAttentionKernels, TurboBf16ValuesStayWithinTheRoundings) {
+  if (!detail::cpu_supports(Isa::avx512bf16)) GTEST_SKIP() << "this CPU lacks AVX512_BF16: no bf16 value kernels";
+  KVQ_FRESH_SEED();
+  const std::vector<FastPair> pairs{{"turbo_mse:3", "turbo_mse:3", "fused_turbo_mse_turbo_mse"},
+                                    {"turbo_mse:2", "turbo_mse:2", "fused_turbo_mse_turbo_mse"},
+                                    {"turbo_mse:1", "turbo_mse:4", "fused_turbo_mse_turbo_mse"},
+                                    {"turbo_mse:4", "turbo_mse:2", "fused_turbo_mse_turbo_mse"},
+                                    {"int4", "turbo_mse:1", "fused_int4_turbo_mse"}};
+  const std::vector<Shape> shapes{{128, 64, 0, 2, 4, {1000, 65}, true},
+                                  {128, 128, 128, 1, 8, {2000}, false},
+                                  {64, 64, 64, 2, 7, {700, 1}, true},
+                                  {256, 64, 0, 1, 3, {500}, true},
+                                  {64, 64, 0, 3, 3, {900}, true}};
+  const EnvOverride fast("KVQ_ATTENTION", "fast");
+  double seen = 0;
+  for (size_t s = 0; s < shapes.size(); ++s)
+    for (size_t p = 0; p < pairs.size(); ++p) {
+      SCOPED_TRACE(pairs[p].k + "/" + pairs[p].v + ", " + describe(shapes[s]));
+      const uint64_t at = seed + 1000 * s + 10 * p;
+      const Scenario sc = build(shapes[s], pairs[p].k, pairs[p].v, at);
+      const auto q = queries(shapes[s], shapes[s].lengths.size(), at + 7);
+      const double ratio = bf16_value_error(sc, shapes[s], pairs[p], q, 0x1p-7 + 0x1p-16);
+      EXPECT_LE(ratio, 1.0);
+      seen = std::max(seen, ratio);
+    }
   std::printf("worst row: %.3f of the bound\n", seen);
 }
 

@@ -76,7 +76,7 @@ namespace {
 //   Bf16Values (AVX512-BF16 only): tile_pairs<E>(x) (16 tokens in pairs (j, j + E/2) of each tile of E tokens),
 //   to_bf16(lo, hi) (32 bf16, rounded to nearest), store_i, bf16_ones(), dpbf16(acc, a, b) and dpbf16_1(acc, a, one
 //   pair broadcast from memory): acc + per lane the two products of its bf16 pair; and_xor(x, mask, flip) =
-//   (x & mask) ^ flip.
+//   (x & mask) ^ flip; bf16_table(16 floats), lookup16(table, x): each 16-bit lane's entry as bf16 (turbo_mse).
 
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 
@@ -1116,6 +1116,52 @@ void values_turbo(const KernelArgs& a, const float* p, const uint8_t* block, Pre
   }
 }
 
+// turbo_mse values by bf16 dot products (the fast kernels of AVX512-BF16), as int4 values above: one vdpbf16ps adds
+// two tokens' levels times their weights. Both operands are rounded to bf16 (to nearest; 8 significant bits):
+//   the level c[idx] by a lookup of the index in a table of the 16 levels as bf16 (vpermw on 16-bit lanes);
+//   the weight w_t = p_t ||v_t||.
+// The one error beyond fp32 rounding is those roundings': per channel at most about 2^-8 sum_t w_t |c[idx_t,c]|.
+// Tokens pair within each 8 of a nibble lane as (j, j + 4): their nibbles lie 16 bits apart, so one shift and one and
+// put both under 16-bit lanes; the weights are laid out in that order (V::tile_pairs<8>).
+template <class V, int NQ, int Bits>
+void values_turbo_bf16(const KernelArgs& a, const float* p, const uint8_t* block, Prefetch<V>& pf, float* o) {
+  constexpr int W = V::W;
+  static_assert(W == 16, "a vector is one tile's 16 channels");
+  const int d = a.d, T = a.T, os = a.value_space, nv = d / W;
+  const auto table = V::bf16_table(a.value_levels);
+  const uint8_t* norms = block + a.value_scales_offset;
+  alignas(64) uint32_t wb[NQ][kMaxTokens / 2];  // p_t ||v_t|| in pair order, two bf16 a pair
+  for (int t = 0; t < T; t += 2 * W) {
+    const bool both = t + W < T;
+    const auto n0 = V::load_f16(norms + 2 * t), n1 = both ? V::load_f16(norms + 2 * (t + W)) : V::zero();
+    for (int i = 0; i < NQ; ++i) {
+      const auto w1 = both ? V::template tile_pairs<8>(V::mul(n1, V::load(p + i * T + t + W))) : V::zero();
+      V::store_i(wb[i] + t / 2, V::to_bf16(V::template tile_pairs<8>(V::mul(n0, V::load(p + i * T + t))), w1));
+    }
+  }
+  const size_t chunk_stride = static_cast<size_t>(d / 16) * Bits * 64;  // 32 tokens further
+  for (int vec = 0; vec < nv; ++vec) {
+    const int ch = vec * W;
+    const uint8_t* lanes = block + 64 * Bits * (ch / 16) + 4 * (ch % 16);
+    typename V::F acc[2][NQ];
+    for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * os + ch), acc[1][i] = V::zero();
+    for (int c = 0; c < T / 32; ++c) {
+      typename V::I n[4];
+      nibble_lanes<V, Bits>(lanes + c * chunk_stride, n);
+      for_elements<4>([&](auto v) {
+        for_elements<4>([&](auto j) {  // tokens 8 v + j and 8 v + j + 4
+          const auto levels = V::lookup16(table, V::and_i(V::template shr<4 * j>(n[v]), 0x000F000Fu));
+          const uint32_t* w = wb[0] + 16 * c + 4 * v + j;
+          for (int i = 0; i < NQ; ++i)
+            acc[j % 2][i] = V::dpbf16_1(acc[j % 2][i], levels, w + i * (kMaxTokens / 2));
+        });
+      });
+    }
+    for (int i = 0; i < NQ; ++i) V::store(o + i * os + ch, V::add(acc[0][i], acc[1][i]));
+    pf.step(static_cast<size_t>(vec), static_cast<size_t>(nv));
+  }
+}
+
 // turbo_prod values: per query row [o_mse (d) | o_sketch (m = d)], o_mse,c += sum_t (p_t ||v_t||) c[idx_t,c] as
 // turbo_mse values, and o_sketch,r += sum_t w_t sign_t,r = 2 sum_{t: bit set} w_t - sum_t w_t with w_t = p_t
 // sqrt(pi/2)/m ||r_t||. Channel vector k and sign rows k (16 per tile) side by side, so that the masked adds issue
@@ -1261,8 +1307,8 @@ template <class V, BlockFormat K, int NQ, int KeyDigits>
   }
 }
 
-// The weights s of a pass summed over a page's VF block into o (NQ rows of value_space floats). Bf16Values: int4
-// values by bf16 dot products (the fast kernels of AVX512-BF16).
+// The weights s of a pass summed over a page's VF block into o (NQ rows of value_space floats). Bf16Values: int4,
+// kivi and turbo_mse values by bf16 dot products (the fast kernels of AVX512-BF16).
 template <class V, BlockFormat VF, int NQ, bool Bf16Values>
 [[gnu::noinline]] void value_phase(const KernelArgs& a, const RunPrep& prep, const float* s, const uint8_t* page,
                                    const uint8_t* next_page, float* o) {
@@ -1278,12 +1324,14 @@ template <class V, BlockFormat VF, int NQ, bool Bf16Values>
     values_kivi_bf16<V, NQ, bits_of(VF)>(a, s, block, pf, o);
   } else if constexpr (is_kivi(VF)) {
     values_kivi<V, NQ, bits_of(VF)>(a, s, block, pf, o);
+  } else if constexpr (Bf16Values && is_turbo(VF)) {
+    values_turbo_bf16<V, NQ, turbo_bits(VF)>(a, s, block, pf, o);
   } else if constexpr (is_turbo(VF)) {
     values_turbo<V, NQ, turbo_bits(VF)>(a, s, block, pf, o);
   } else if constexpr (is_prod(VF)) {
     values_turbo_prod<V, NQ, turbo_bits(VF)>(a, s, block, pf, o);
   } else if constexpr (Bf16Values) {
-    static_assert(VF == BlockFormat::int4, "bf16 dot products take int4 and kivi values");
+    static_assert(VF == BlockFormat::int4, "bf16 dot products take int4, kivi and turbo_mse values");
     values_int4_bf16<V, NQ>(a, s, block, pf, o);
   } else {
     values_int<V, NQ, bits_of(VF)>(a, s, block, pf, o);

@@ -18,6 +18,18 @@ std::string isa_names(Keep keep) {
   return names;
 }
 
+// avx512bf16's fast kernels sum values by vdpbf16ps, two tokens an instruction where an FMA takes one. Measured
+// faster than avx512vnni's fp32 value sums on AMD Zen 4 (int4/int4 1.17-1.22x as fast) and slower on an Intel Xeon
+// with AVX512-BF16 (int4/int4, kivi:2 and turbo_mse:3 in 1.14-1.30x avx512vnni's time; docs/perf/cpu.md): the
+// default on AMD only.
+bool bf16_values_pay() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_cpu_is("amd");
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 const char* isa_name(Isa isa) {
@@ -65,7 +77,7 @@ bool cpu_supports(Isa isa) {
 
 Isa best_isa() {
   for (Isa isa : {Isa::avx512bf16, Isa::avx512vnni, Isa::avx512, Isa::avx2, Isa::neon})
-    if (cpu_supports(isa)) return isa;
+    if (cpu_supports(isa) && (isa != Isa::avx512bf16 || bf16_values_pay())) return isa;
   return Isa::scalar;
 }
 

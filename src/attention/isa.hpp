@@ -17,7 +17,8 @@ inline constexpr Isa kAllIsas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx
 const char* isa_name(Isa isa);
 /// Whether this CPU runs kernels of `isa` (scalar always; the x86 ones only on x86, neon only on AArch64).
 bool cpu_supports(Isa isa);
-/// The widest instruction set this CPU supports.
+/// The widest instruction set this CPU supports, but avx512bf16 only on AMD (isa.cpp: its bf16 value sums are slower
+/// on Intel's Xeons than avx512vnni's fp32 ones; KVQ_ISA=avx512bf16 still takes it).
 Isa best_isa();
 /// The instruction set a kernel of `isa` falls back to where it has none for a pair: the next narrower one that this
 /// `isa` implies (scalar for avx2 and neon; scalar itself for scalar).
