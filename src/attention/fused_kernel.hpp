@@ -1081,19 +1081,13 @@ void values_kivi_bf16(const KernelArgs& a, const float* p, const uint8_t* block,
   }
 }
 
-// turbo_mse values: o_c += sum_t (p_t ||v_t||) c[idx_t,c]; one vector of W channels at a time over the page's
-// chunks of 32 tokens.
-template <class V, int NQ, int Bits>
-void values_turbo(const KernelArgs& a, const float* p, const uint8_t* block, Prefetch<V>& pf, float* o) {
+// The value side of a turbo_mse block, one vector of W channels at a time over the page's chunks of 32 tokens: each
+// chunk's nibble lanes (nibble_lanes) to add(n, c, acc), two accumulator chains per query (the first seeded with o),
+// summed into o.
+template <class V, int NQ, int Bits, class Add>
+void for_turbo_value_chunks(const KernelArgs& a, const uint8_t* block, Prefetch<V>& pf, float* o, const Add& add) {
   constexpr int W = V::W;
   const int d = a.d, T = a.T, os = a.value_space, nv = d / W;
-  const auto table = V::load_table(a.value_levels);
-  const uint8_t* norms = block + a.value_scales_offset;
-  alignas(64) float ws[NQ][kMaxTokens];  // p_t ||v_t||
-  for (int tok = 0; tok < T; tok += W) {
-    const auto norm = V::load_f16(norms + 2 * tok);
-    for (int i = 0; i < NQ; ++i) V::store(ws[i] + tok, V::mul(norm, V::load(p + i * T + tok)));
-  }
   const size_t chunk_stride = static_cast<size_t>(d / 16) * Bits * 64;  // 32 tokens further
   for (int vec = 0; vec < nv; ++vec) {
     const int ch = vec * W;
@@ -1103,17 +1097,34 @@ void values_turbo(const KernelArgs& a, const float* p, const uint8_t* block, Pre
     for (int c = 0; c < T / 32; ++c) {
       typename V::I n[4];
       nibble_lanes<V, Bits>(lanes + c * chunk_stride, n);
-      for_elements<4>([&](auto v) {
-        for_elements<8>([&](auto j) {
-          const auto f = V::lookup(table, V::template shr<4 * j>(n[v]));
-          const float* w = ws[0] + 32 * c + 8 * v + j;
-          for (int i = 0; i < NQ; ++i) acc[j % 2][i] = V::fma1(f, w + i * kMaxTokens, acc[j % 2][i]);
-        });
-      });
+      add(n, c, acc);
     }
     for (int i = 0; i < NQ; ++i) V::store(o + i * os + ch, V::add(acc[0][i], acc[1][i]));
     pf.step(static_cast<size_t>(vec), static_cast<size_t>(nv));
   }
+}
+
+// turbo_mse values: o_c += sum_t (p_t ||v_t||) c[idx_t,c].
+template <class V, int NQ, int Bits>
+void values_turbo(const KernelArgs& a, const float* p, const uint8_t* block, Prefetch<V>& pf, float* o) {
+  constexpr int W = V::W;
+  const int T = a.T;
+  const auto table = V::load_table(a.value_levels);
+  const uint8_t* norms = block + a.value_scales_offset;
+  alignas(64) float ws[NQ][kMaxTokens];  // p_t ||v_t||
+  for (int tok = 0; tok < T; tok += W) {
+    const auto norm = V::load_f16(norms + 2 * tok);
+    for (int i = 0; i < NQ; ++i) V::store(ws[i] + tok, V::mul(norm, V::load(p + i * T + tok)));
+  }
+  for_turbo_value_chunks<V, NQ, Bits>(a, block, pf, o, [&](const typename V::I (&n)[4], int c, auto& acc) {
+    for_elements<4>([&](auto v) {
+      for_elements<8>([&](auto j) {
+        const auto f = V::lookup(table, V::template shr<4 * j>(n[v]));
+        const float* w = ws[0] + 32 * c + 8 * v + j;
+        for (int i = 0; i < NQ; ++i) acc[j % 2][i] = V::fma1(f, w + i * kMaxTokens, acc[j % 2][i]);
+      });
+    });
+  });
 }
 
 // turbo_mse values by bf16 dot products (the fast kernels of AVX512-BF16), as int4 values above: one vdpbf16ps adds
@@ -1127,7 +1138,7 @@ template <class V, int NQ, int Bits>
 void values_turbo_bf16(const KernelArgs& a, const float* p, const uint8_t* block, Prefetch<V>& pf, float* o) {
   constexpr int W = V::W;
   static_assert(W == 16, "a vector is one tile's 16 channels");
-  const int d = a.d, T = a.T, os = a.value_space, nv = d / W;
+  const int T = a.T;
   const auto table = V::bf16_table(a.value_levels);
   const uint8_t* norms = block + a.value_scales_offset;
   alignas(64) uint32_t wb[NQ][kMaxTokens / 2];  // p_t ||v_t|| in pair order, two bf16 a pair
@@ -1139,27 +1150,15 @@ void values_turbo_bf16(const KernelArgs& a, const float* p, const uint8_t* block
       V::store_i(wb[i] + t / 2, V::to_bf16(V::template tile_pairs<8>(V::mul(n0, V::load(p + i * T + t))), w1));
     }
   }
-  const size_t chunk_stride = static_cast<size_t>(d / 16) * Bits * 64;  // 32 tokens further
-  for (int vec = 0; vec < nv; ++vec) {
-    const int ch = vec * W;
-    const uint8_t* lanes = block + 64 * Bits * (ch / 16) + 4 * (ch % 16);
-    typename V::F acc[2][NQ];
-    for (int i = 0; i < NQ; ++i) acc[0][i] = V::load(o + i * os + ch), acc[1][i] = V::zero();
-    for (int c = 0; c < T / 32; ++c) {
-      typename V::I n[4];
-      nibble_lanes<V, Bits>(lanes + c * chunk_stride, n);
-      for_elements<4>([&](auto v) {
-        for_elements<4>([&](auto j) {  // tokens 8 v + j and 8 v + j + 4
-          const auto levels = V::lookup16(table, V::and_i(V::template shr<4 * j>(n[v]), 0x000F000Fu));
-          const uint32_t* w = wb[0] + 16 * c + 4 * v + j;
-          for (int i = 0; i < NQ; ++i)
-            acc[j % 2][i] = V::dpbf16_1(acc[j % 2][i], levels, w + i * (kMaxTokens / 2));
-        });
+  for_turbo_value_chunks<V, NQ, Bits>(a, block, pf, o, [&](const typename V::I (&n)[4], int c, auto& acc) {
+    for_elements<4>([&](auto v) {
+      for_elements<4>([&](auto j) {  // tokens 8 v + j and 8 v + j + 4
+        const auto levels = V::lookup16(table, V::and_i(V::template shr<4 * j>(n[v]), 0x000F000Fu));
+        const uint32_t* w = wb[0] + 16 * c + 4 * v + j;
+        for (int i = 0; i < NQ; ++i) acc[j % 2][i] = V::dpbf16_1(acc[j % 2][i], levels, w + i * (kMaxTokens / 2));
       });
-    }
-    for (int i = 0; i < NQ; ++i) V::store(o + i * os + ch, V::add(acc[0][i], acc[1][i]));
-    pf.step(static_cast<size_t>(vec), static_cast<size_t>(nv));
-  }
+    });
+  });
 }
 
 // turbo_prod values: per query row [o_mse (d) | o_sketch (m = d)], o_mse,c += sum_t (p_t ||v_t||) c[idx_t,c] as
