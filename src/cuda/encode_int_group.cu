@@ -74,9 +74,10 @@ struct IntEnc {
   __device__ void encode_items(const EncodeContext& ctx, float* x, float2* scales, uint32_t* block,
                                bool divided) const {
     const int T = ctx.T, d = ctx.d, G = 1 << lg, groups = d >> lg, S = G > 32 ? G : 32, P = 32 >> lb;
-    const int per_span = S >> lg, lane = static_cast<int>(threadIdx.x) & 31;
-    const ItemQuad q = ItemQuad::of(S, lane);
-    for_each_lane_tile_item(T, d, P, S, [&](int t0, int c0) {
+    // per_span = S / G pairs of an item's token (1, or 2 where G = 16): indices by shifts, not divisions
+    const int ls = lg > 5 ? lg : 5, lps = ls - lg, per_span = 1 << lps, lane = static_cast<int>(threadIdx.x) & 31;
+    const ItemQuad q = ItemQuad::of(ls, lane);
+    for_each_lane_tile_item(T, d, 5 - lb, ls, [&](int t0, int c0) {
       const int c = c0 + q.c;
       // x'' = x' / lambda in place (unless the rotation formed it: a dense rotation's items divide, their
       // reciprocal form would spill registers here), and each (token, group)'s largest |x''| (the maximum does not
@@ -93,13 +94,16 @@ struct IntEnc {
           }
           amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
         }
-        for (int m = 1; m < G / 4; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullWarp, amax, m));
-        if ((lane & (G / 4 - 1)) == 0) scales[(r + q.p) * per_span + q.c / G].x = amax;
+        // G / 4 lanes a group (G <= 64): the steps unrolled, each under a warp-uniform condition
+#pragma unroll
+        for (int m = 1; m < 16; m <<= 1)
+          if (m < G / 4) amax = fmaxf(amax, __shfl_xor_sync(kFullWarp, amax, m));
+        if ((lane & (G / 4 - 1)) == 0) scales[((r + q.p) << lps) + (q.c >> lg)].x = amax;
       }
       __syncwarp();
       // Lane i: the scale of pair i (token i / per_span, group i % per_span of the span) and its reciprocal.
       if (lane < P * per_span) {
-        const int t = t0 + lane / per_span, gc = c0 + lane % per_span * G;
+        const int t = t0 + (lane >> lps), gc = c0 + ((lane & (per_span - 1)) << lg);
         if (gc < d) {
           const uint16_t h = group_scale(scales[lane].x);
           float s = f16_bits_to_float(h);
@@ -117,7 +121,7 @@ struct IntEnc {
           const int p = r + q.p;
           uint32_t codes = 0;
           if (c < d) {
-            const float2 s = scales[p * per_span + q.c / G];
+            const float2 s = scales[(p << lps) + (q.c >> lg)];
             const float4 v = *reinterpret_cast<const float4*>(x + (t0 + p) * d + c);
             codes = code(v.x, s) | code(v.y, s) << (1 << lb) | code(v.z, s) << (2 << lb) | code(v.w, s) << (3 << lb);
           }
@@ -126,8 +130,12 @@ struct IntEnc {
       } else {
         for (int j = lane; j < S && c0 + j < d; j += 32) {
           uint32_t word = 0;
-          for (int p = 0; p < P; ++p)
-            word |= code(x[(t0 + p) * d + c0 + j], scales[p * per_span + (j >> lg)]) << (p << lb);
+          // P = 4 or 8 tokens: 4 at a time
+          for (int p = 0; p < P; p += 4) {
+#pragma unroll
+            for (int u = p; u < p + 4; ++u)
+              word |= code(x[(t0 + u) * d + c0 + j], scales[(u << lps) + (j >> lg)]) << (u << lb);
+          }
           store_value_word(block, d, lb, t0, c0 + j, word);
         }
       }

@@ -56,8 +56,12 @@ __host__ __device__ size_t scratch_quads(const Enc& enc, int T, int d) {
 }
 
 
+/// Whole quads of the block (zeroed and stored as such): its shared memory rounded up to 16 bytes.
+__host__ __device__ inline size_t block_quads(size_t block_bytes) { return (block_bytes + 15) / 16; }
+
 // blockIdx.z picks the role: keys and values of one codec kind share a launch. The parameters stay in the
-// parameter space (__grid_constant__), addressed by reference.
+// parameter space (__grid_constant__), addressed by reference. Shared memory: the tile (T x d floats), the Enc's
+// scratch, then the block.
 template <class Enc>
 __global__ void __launch_bounds__(kEncodeThreads, Enc::kBlocksPerSM)
     encode_pages_kernel(const __grid_constant__ EncodeRole r0, const __grid_constant__ EncodeRole r1,
@@ -75,48 +79,130 @@ __global__ void __launch_bounds__(kEncodeThreads, Enc::kBlocksPerSM)
   const FastDiv dd = FastDiv::of(d);
   float* tile = reinterpret_cast<float*>(shared4);
   float* scratch = tile + T * d;
-  uint32_t* block = reinterpret_cast<uint32_t*>(shared4 + T * d / 4 + scratch_quads(enc, T, d));
-  const int words = static_cast<int>((role.dst.block_bytes + 3) / 4);
-  const int quads = T * d / 4;
+  // (the block's offset in 32 bits: it is held through the encoder)
+  float4* block4 = shared4 + (T * d / 4 + (static_cast<int>(enc.scratch_floats(T, d)) + 3) / 4);
+  uint32_t* block = reinterpret_cast<uint32_t*>(block4);
+  const int quads_out = static_cast<int>(block_quads(role.dst.block_bytes));
+  const int tid = static_cast<int>(threadIdx.x);  // (threadIdx.x again after the encoder: a register less there)
   // Row t of the page: the window's slot first + t for t < in_window, else the stream's fresh token
-  // first + t - used; each source a fixed stride per row from its origin (in floats), so that a quad's address is a
-  // product and a sum.
+  // first + t - used; each source a fixed stride per row from its origin (in floats). Window rows are copied as they
+  // are, or centered where the offset is new in this append; fresh rows are checked for NaN / Inf (the first one's
+  // flat index in fresh_base, by atomicMin) and centered where the stream has an offset.
   const int in_window = used - first;
+  const int window_rows = min(max(in_window, 0), T);
   const size_t window_origin = (static_cast<size_t>(h) * src.slots + first) * d;
   const long long fresh_stride = static_cast<long long>(src.H) * d;
   const long long fresh_origin =
       (static_cast<long long>(stream.fresh_first) - in_window) * fresh_stride + static_cast<long long>(h) * d;
-  // The whole tile in flight at once, held by no registers; then each thread checks and centers the quads it
-  // copied (visible to it after its wait), and the barrier publishes them.
-  for (int i = threadIdx.x; i < quads; i += blockDim.x) {
-    const int t = dd.div(4 * i), c = dd.mod(4 * i);
-    const float* row = t < in_window ? stream.window + (window_origin + static_cast<size_t>(t * d))
-                                     : src.fresh_base + (fresh_origin + t * fresh_stride);
-    cp_async16_cg(shared4 + i, row + c);
+  const bool center_fresh = stream.offset != nullptr, center_window = center_fresh && stream.center_window;
+  // The quad x of row t, channels c.. holds a NaN or Inf: its flat index in fresh_base.
+  auto nonfinite = [&](const float4& x, int t, int c) {
+    const int j = isfinite(x.x) ? isfinite(x.y) ? isfinite(x.z) ? 3 : 2 : 1 : 0;
+    atomicMin(role.nonfinite, static_cast<unsigned long long>(fresh_origin + t * fresh_stride + c + j));
+  };
+  // The whole tile in flight at once, held by no registers, while the block is zeroed; then each thread checks and
+  // centers the quads it copied (visible to it after its wait), and the barrier publishes them.
+  // Where d divides a sweep of the block (4 floats a thread: d a power of two up to 1024, the usual case), a thread's
+  // quads are the same 4 channels c of rows t0, t0 + step, ...: a fixed stride apart in the tile and in each source,
+  // no division per quad, the offset's channels read once, and the NaN / Inf test one predicate per quad with the
+  // position formed once, for the thread's first such quad (left uncentered so that its values tell which channel:
+  // an append that holds one is refused, and its pages are not used).
+  constexpr int kSweep = 4 * kEncodeThreads;
+  const bool fixed_channels = dd.shift >= 0 && d <= kSweep;
+  const int lstep = fixed_channels ? __ffs(kSweep) - 1 - dd.shift : 0, step = 1 << lstep;
+  const int t0 = fixed_channels ? (4 * tid) >> dd.shift : 0, c0 = (4 * tid) & (d - 1);
+  if (fixed_channels) {
+    int t = t0;
+    float4* to = shared4 + tid;
+    if (t < window_rows) {
+      const float* from = stream.window + (window_origin + static_cast<size_t>(t * d + c0));
+      for (; t < window_rows; t += step, to += kEncodeThreads, from += step * d) cp_async16_cg(to, from);
+    }
+    if (t < T) {
+      const float* from = src.fresh_base + (fresh_origin + t * fresh_stride + c0);
+      const long long jump = step * fresh_stride;
+#pragma unroll 4
+      for (; t < T; t += step, to += kEncodeThreads, from += jump) cp_async16_cg(to, from);
+    }
+  } else {
+#pragma unroll 1
+    for (int i = tid; i < T * d / 4; i += kEncodeThreads) {
+      const int t = dd.div(4 * i), c = dd.mod(4 * i);
+      const float* row = t < in_window ? stream.window + (window_origin + static_cast<size_t>(t * d))
+                                       : src.fresh_base + (fresh_origin + t * fresh_stride);
+      cp_async16_cg(shared4 + i, row + c);
+    }
   }
-  for (int i = threadIdx.x; i < words; i += blockDim.x) block[i] = 0;
+#pragma unroll 1
+  for (int i = tid; i < quads_out; i += kEncodeThreads) block4[i] = float4{};
   cp_async_commit();
   cp_async_wait<0>();
-  for (int i = threadIdx.x; i < quads; i += blockDim.x) {
-    const int t = dd.div(4 * i), c = dd.mod(4 * i);
-    const bool from_window = t < in_window;
-    const bool centered = stream.offset != nullptr && (!from_window || stream.center_window);
-    if (from_window && !centered) continue;
-    float4 x = shared4[i];
-    if (!from_window && !(isfinite(x.x) && isfinite(x.y) && isfinite(x.z) && isfinite(x.w))) {
-      const int j = isfinite(x.x) ? isfinite(x.y) ? isfinite(x.z) ? 3 : 2 : 1 : 0;
-      atomicMin(role.nonfinite, static_cast<unsigned long long>(fresh_origin + t * fresh_stride + c + j));
+  if (fixed_channels) {
+    const float4 mu = center_fresh ? *reinterpret_cast<const float4*>(stream.offset + h * d + c0) : float4{};
+    auto center = [&](float4* at, const float4& x) {
+      *at = {__fsub_rn(x.x, mu.x), __fsub_rn(x.y, mu.y), __fsub_rn(x.z, mu.z), __fsub_rn(x.w, mu.w)};
+    };
+    int t = t0;
+    float4* at = shared4 + tid;
+    if (center_window) {
+      for (; t < window_rows; t += step, at += kEncodeThreads) center(at, *at);
+    } else if (t < window_rows) {  // past the window rows: they stay as copied
+      const int k = (window_rows - t + step - 1) >> lstep;
+      t += k * step;
+      at += k * kEncodeThreads;
     }
-    if (centered) {
-      const float4 mu = *reinterpret_cast<const float4*>(stream.offset + h * d + c);
-      shared4[i] = {__fsub_rn(x.x, mu.x), __fsub_rn(x.y, mu.y), __fsub_rn(x.z, mu.z), __fsub_rn(x.w, mu.w)};
+    auto finite = [](const float4& x) {
+      return (fabsf(x.x) < INFINITY) & (fabsf(x.y) < INFINITY) & (fabsf(x.z) < INFINITY) & (fabsf(x.w) < INFINITY);
+    };
+    const int t_fresh = t;
+    float4* const at_fresh = at;
+    int bad = T;  // the thread's first fresh row with a NaN or Inf
+    if (center_fresh) {
+      // A quad with a NaN or Inf stays uncentered (its values tell which channel), its row noted.
+#pragma unroll 4
+      for (; t < T; t += step, at += kEncodeThreads) {
+        const float4 x = *at;
+        if (finite(x))
+          center(at, x);
+        else
+          bad = min(bad, t);
+      }
+    } else {
+      // One predicate over every quad; the rows searched again only where it fails.
+      bool all = true;
+#pragma unroll 4
+      for (; t < T; t += step, at += kEncodeThreads) all &= finite(*at);
+      if (!all) [[unlikely]] {
+        for (t = t_fresh, at = at_fresh; finite(*at); t += step, at += kEncodeThreads) {
+        }
+        bad = t;
+      }
+    }
+    if (bad < T) [[unlikely]]
+      nonfinite(at_fresh[((bad - t_fresh) >> lstep) * kEncodeThreads], bad, c0);
+  } else {
+#pragma unroll 1
+    for (int i = tid; i < T * d / 4; i += kEncodeThreads) {
+      const int t = dd.div(4 * i), c = dd.mod(4 * i);
+      const bool from_window = t < in_window;
+      const bool centered = center_fresh && (!from_window || center_window);
+      if (from_window && !centered) continue;
+      const float4 x = shared4[i];
+      if (!from_window && !(isfinite(x.x) && isfinite(x.y) && isfinite(x.z) && isfinite(x.w))) nonfinite(x, t, c);
+      if (centered) {
+        const float4 mu = *reinterpret_cast<const float4*>(stream.offset + h * d + c);
+        shared4[i] = {__fsub_rn(x.x, mu.x), __fsub_rn(x.y, mu.y), __fsub_rn(x.z, mu.z), __fsub_rn(x.w, mu.w)};
+      }
     }
   }
   __syncthreads();
   enc.encode(EncodeContext{page, h, T, d, dd, role.error}, tile, scratch, block);
   __syncthreads();
-  uint8_t* out = role.dst.pool + static_cast<size_t>(job.target) * role.dst.page_bytes +
+  // The target page read again here rather than held through the encoder (a register it would spill for).
+  const PageId target = role.pages[page].target;
+  uint8_t* out = role.dst.pool + static_cast<size_t>(target) * role.dst.page_bytes +
                  role.dst.block_offset + static_cast<size_t>(h) * role.dst.head_stride;
+  const int words = static_cast<int>((role.dst.block_bytes + 3) / 4);
   if (words % 4 == 0) {  // blocks start 64-byte aligned
     for (int i = threadIdx.x; i < words / 4; i += blockDim.x)
       reinterpret_cast<uint4*>(out)[i] = reinterpret_cast<const uint4*>(block)[i];
@@ -133,7 +219,7 @@ void launch_encode(const char* codec, const Enc& e0, const EncodeRole& r0, const
   if (n_pages == 0) return;
   auto need = [](const Enc& e, const EncodeRole& r) {
     return (static_cast<size_t>(r.src.T) * r.src.d / 4 + scratch_quads(e, r.src.T, r.src.d)) * sizeof(float4) +
-           (r.dst.block_bytes + 3) / 4 * 4;
+           block_quads(r.dst.block_bytes) * sizeof(float4);
   };
   const size_t shared = std::max(need(e0, r0), e1 != nullptr ? need(*e1, *r1) : 0);
   KVQ_CHECK(shared <= kEncodeMaxSharedBytes, "KVCache::append_device: ", codec, ": a page of ", r0.src.T,

@@ -65,7 +65,9 @@ struct KiviEnc {
   template <bool kKey>
   __device__ void encode_role(const EncodeContext& ctx, float* x, float* scratch, uint32_t* block) const {
     const int T = ctx.T, d = ctx.d, G = 1 << lg, S = kKey ? 32 : G > 32 ? G : 32, P = 32 >> lb;
-    const int per_span = kKey ? 1 : S >> lg, lane = static_cast<int>(threadIdx.x) & 31;
+    // per_span = S / G value pairs of an item's token (1, or 2 where G = 16): indices by shifts, not divisions
+    const int ls = kKey || lg < 5 ? 5 : lg, lps = kKey ? 0 : ls - lg, per_span = 1 << lps;  // S = 2^ls
+    const int lane = static_cast<int>(threadIdx.x) & 31;
     const int bits = 1 << lb;  // of a word's codes (kivi:3: the low two)
     const uint32_t low_mask = (1u << bits) - 1;
     // keys: mins[c], steps[c], inverses[c] (RN(1 / steps[c]), 0 for 0); values: the warp's item pairs
@@ -127,8 +129,8 @@ struct KiviEnc {
       }
       __syncthreads();
     }
-    const ItemQuad q = ItemQuad::of(S, lane);
-    for_each_lane_tile_item(T, d, P, S, [&](int t0, int c0) {
+    const ItemQuad q = ItemQuad::of(ls, lane);
+    for_each_lane_tile_item(T, d, 5 - lb, ls, [&](int t0, int c0) {
       const int c = c0 + q.c;
       if constexpr (!kKey) {
         // Each (token, group)'s range in std::minmax_element's order (the first of equal minima, the last of equal
@@ -143,7 +145,10 @@ struct KiviEnc {
               hi = e < hi ? hi : e;
             }
           }
-          for (int m = 1; m < G / 4; m <<= 1) {
+          // G / 4 lanes a group (G <= 128): the steps unrolled, each under a warp-uniform condition
+#pragma unroll
+          for (int m = 1; m < 32; m <<= 1) {
+            if (m >= G / 4) break;
             const float other_lo = __shfl_xor_sync(kFullWarp, lo, m), other_hi = __shfl_xor_sync(kFullWarp, hi, m);
             const bool upper = (lane & m) != 0;  // this lane's channels follow the other's
             const float lo_a = upper ? other_lo : lo, lo_b = upper ? lo : other_lo;
@@ -152,14 +157,14 @@ struct KiviEnc {
             hi = hi_b < hi_a ? hi_a : hi_b;
           }
           if ((lane & (G / 4 - 1)) == 0) {
-            mins[(r + q.p) * per_span + q.c / G] = lo;
-            steps[(r + q.p) * per_span + q.c / G] = hi;
+            mins[((r + q.p) << lps) + (q.c >> lg)] = lo;
+            steps[((r + q.p) << lps) + (q.c >> lg)] = hi;
           }
         }
         __syncwarp();
         // Lane i: the (m, s) of pair i (token i / per_span, group i % per_span of the span), over its (lo, hi).
         if (lane < P * per_span) {
-          const int t = t0 + lane / per_span, gc = c0 + lane % per_span * G;
+          const int t = t0 + (lane >> lps), gc = c0 + ((lane & (per_span - 1)) << lg);
           if (gc < d) {
             float m = 0, s = 0;
             if (!store_range(block, kivi_param(false, d, lg, t, gc), mins[lane], steps[lane], m, s)) {
@@ -176,7 +181,7 @@ struct KiviEnc {
           uint32_t word = 0, high = 0;
 #pragma unroll 2  // further, the loop's registers spill
           for (int p = 0; p < P; ++p) {
-            const int k = p * per_span + (j >> lg);
+            const int k = (p << lps) + (j >> lg);
             const uint32_t u = code(x[(t0 + p) * d + c0 + j], mins[k], steps[k], steps[n_ranges + k]);
             word |= (u & low_mask) << (p << lb);
             high |= (u >> bits) << p;  // kivi:3's high bit (0 for kivi:2 and kivi:4)

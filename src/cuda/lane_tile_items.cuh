@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "cuda/encode_kernel.cuh"
 #include "cuda/encode_layout.cuh"
 
 namespace kvq::cuda::detail {
@@ -20,22 +21,30 @@ constexpr unsigned kFullWarp = 0xffffffffu;
 constexpr int kItemPairs = 32;
 
 /// Calls run(t0, c0) for each item of a page of T tokens x d channels, a warp per item: tokens [t0, t0 + P),
-/// channels [c0, c0 + S) (the last span may pass d by 16 channels: d is a multiple of 16 and of G).
+/// channels [c0, c0 + S) (the last span may pass d by 16 channels: d is a multiple of 16 and of G), P = 2^lp and
+/// S = 2^ls (shifts: the compiler cannot see that run-time P and S are powers of two, and divided).
 template <class Run>
-__device__ void for_each_lane_tile_item(int T, int d, int P, int S, const Run& run) {
-  const int spans = (d + S - 1) / S, items = T / P * spans;
-  for (int i = static_cast<int>(threadIdx.x) >> 5; i < items; i += static_cast<int>(blockDim.x) >> 5)
-    run(i / spans * P, i % spans * S);
+__device__ void for_each_lane_tile_item(int T, int d, int lp, int ls, const Run& run) {
+  constexpr int kWarps = kEncodeThreads / 32;
+  const int spans = (d + (1 << ls) - 1) >> ls, rows = T >> lp;
+  // item i = row * spans + span, i stepping by kWarps: the (row, span) pair stepped alike, no division
+  int row = 0, span = static_cast<int>(threadIdx.x) >> 5;
+  while (span >= spans) span -= spans, ++row;
+  while (row < rows) {
+    run(row << lp, span << ls);
+    span += kWarps;
+    while (span >= spans) span -= spans, ++row;
+  }
 }
 
-/// The quad view of a lane in an item of span S.
+/// The quad view of a lane in an item of span S = 2^ls.
 struct ItemQuad {
   int tokens_per_round;  ///< 128 / S
   int c;                 ///< offset of the lane's 4 channels in the span
   int p;                 ///< the lane's token in a round
-  __device__ static ItemQuad of(int S, int lane) {
-    const int lanes = S / 4;  // per token
-    return {32 / lanes, 4 * (lane & (lanes - 1)), lane / lanes};
+  __device__ static ItemQuad of(int ls, int lane) {
+    const int llanes = ls - 2;  // S / 4 lanes a token
+    return {1 << (5 - llanes), 4 * (lane & ((1 << llanes) - 1)), lane >> llanes};
   }
 };
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "cuda/encode_kernel.cuh"
 #include "cuda/encode_layout.cuh"
 #include "cuda/exact_quotient.cuh"
 #include "cuda/hadamard_lanes.cuh"
@@ -60,7 +61,8 @@ __device__ __forceinline__ void store_lane_row(float* at, const float (&v)[E]) {
 template <int E>
 __device__ void hadamard_rows(const RotationView& r, float* x, int rows, int d, const Divisor* divisor) {
   const int lane = static_cast<int>(threadIdx.x) & 31, lanes = d / E;
-  const int warp = static_cast<int>(threadIdx.x) >> 5, warps = static_cast<int>(blockDim.x) >> 5;
+  // (the append blocks' kEncodeThreads, a constant: no register for the rows' stride)
+  const int warp = static_cast<int>(threadIdx.x) >> 5, warps = kEncodeThreads >> 5;
   const bool active = lane < lanes;
   if constexpr (E <= 4) {
     constexpr int R = 2;
