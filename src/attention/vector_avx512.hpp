@@ -43,18 +43,38 @@ struct Avx512 {
     odd = _mm512_castsi512_ps(_mm512_and_si512(_mm512_srai_epi32(x, 3), mask));
   }
 
-  // Element J of a lane (Bits wide, two's complement): shifted to the top, shifted back arithmetically, converted.
-  // These run beside the FMAs (Zen 4: not on the FMA pipes; a ternary-logic op would be).
+  // Element J of a lane (Bits wide, two's complement) as a float. Codes of at most 4 bits: shifted down and looked
+  // up by vpermps, which reads only the low 4 bits of each index, in a table whose entry i holds the value of i's
+  // low Bits bits (two operations, where shifting up, back down and converting takes three, all on Intel's port 0
+  // beside an FMA). Wider codes: shifted to the top, shifted back arithmetically, converted.
   template <int Bits, int J>
   static F element(I x) {
-    const I top = (J + 1) * Bits == 32 ? x : _mm512_slli_epi32(x, 32 - (J + 1) * Bits);
-    return _mm512_cvtepi32_ps(_mm512_srai_epi32(top, 32 - Bits));
+    if constexpr (Bits <= 4) {
+      return _mm512_permutexvar_ps(shr<J * Bits>(x), low_bits_table<Bits, true>());
+    } else {
+      const I top = (J + 1) * Bits == 32 ? x : _mm512_slli_epi32(x, 32 - (J + 1) * Bits);
+      return _mm512_cvtepi32_ps(_mm512_srai_epi32(top, 32 - Bits));
+    }
   }
-  // The same element, unsigned: shifted back logically.
+  // The same element, unsigned.
   template <int Bits, int J>
   static F uelement(I x) {
-    const I top = (J + 1) * Bits == 32 ? x : _mm512_slli_epi32(x, 32 - (J + 1) * Bits);
-    return _mm512_cvtepi32_ps(_mm512_srli_epi32(top, 32 - Bits));
+    if constexpr (Bits <= 4) {
+      return _mm512_permutexvar_ps(shr<J * Bits>(x), low_bits_table<Bits, false>());
+    } else {
+      const I top = (J + 1) * Bits == 32 ? x : _mm512_slli_epi32(x, 32 - (J + 1) * Bits);
+      return _mm512_cvtepi32_ps(_mm512_srli_epi32(top, 32 - Bits));
+    }
+  }
+  // Entry i: the value of i's low Bits bits, signed (two's complement) or not.
+  template <int Bits, bool Signed>
+  static F low_bits_table() {
+    constexpr auto value = [](int i) {
+      const int c = i & ((1 << Bits) - 1);
+      return static_cast<float>(Signed && c >= 1 << (Bits - 1) ? c - (1 << Bits) : c);
+    };
+    return _mm512_setr_ps(value(0), value(1), value(2), value(3), value(4), value(5), value(6), value(7), value(8),
+                          value(9), value(10), value(11), value(12), value(13), value(14), value(15));
   }
   // The top three bits of each lane (a kivi:3 code, joined there by kivi3_code), unsigned, converted.
   static F top3(I x) { return _mm512_cvtepi32_ps(_mm512_srli_epi32(x, 29)); }
