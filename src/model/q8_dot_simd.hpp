@@ -97,29 +97,57 @@ void dot_q4_1(const uint8_t* row, const Q8Row* x, size_t blocks, float* out) {
   finish(acc, offset, 1.0f, out);
 }
 
-// kQ8WeightRows rows of Q4_1 (or Q4_0, kOffset -8 on the activation sums) against one activation row.
+// The 16 code bytes of block b of rows k and k + 1 (w: row k's block), row k in the low 128 bits.
+template <class Block>
+inline __m256i two_rows_codes(const uint8_t* w, size_t row_bytes) {
+  const auto* qs = reinterpret_cast<const __m128i*>(w + offsetof(Block, qs));
+  const auto* qs_next = reinterpret_cast<const __m128i*>(w + row_bytes + offsetof(Block, qs));
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(qs)), _mm_loadu_si128(qs_next), 1);
+}
+
+// The first 32 bits of block b of kQ8WeightRows = 4 rows (w: row 0's block) as fp32 pairs, lanes 2k and 2k + 1 of
+// row k: Q4_1's d and m; Q4_0's d and two code bytes (read, unused).
+inline __m256 four_rows_head(const uint8_t* w, size_t row_bytes) {
+  int32_t head[4];
+  for (int k = 0; k < 4; ++k) std::memcpy(&head[k], w + k * row_bytes, 4);
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(head)));
+}
+
+// kQ8WeightRows = 4 rows of Q4_1 (or Q4_0) against one activation row, two rows' blocks per vector: lanes 0..3 hold
+// row k's 32 products of a block, lanes 4..7 row k + 1's (low nibbles against activations 0..15, high nibbles
+// against 16..31, four per lane), converted once and scaled by d_k d_b; the offsets m_k s_b (or -8 d_k s_b) gather
+// in the blocks' heads' lanes. Half the instructions per row of a row at a time; the same sums per block, added in
+// another order (within q8_dot_test's rounding bound).
 template <class Ops, class Block>
 void dot_q4_weight_rows(const uint8_t* row, size_t row_bytes, const Q8Row& x, size_t blocks, float* out) {
-  constexpr int W = kQ8WeightRows;
+  static_assert(kQ8WeightRows == 4);
   constexpr bool kHasMin = std::is_same_v<Block, BlockQ4_1>;
-  __m256 acc[W];
-  float offset[W] = {};
-  for (auto& a : acc) a = _mm256_setzero_ps();
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i scale_index[2] = {_mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2), _mm256_setr_epi32(4, 4, 4, 4, 6, 6, 6, 6)};
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, offset = _mm256_setzero_ps();
   for (size_t b = 0; b < blocks; ++b) {
+    const uint8_t* w = row + b * sizeof(Block);
     const int8_t* c = x.codes + b * QK;
-    for (int k = 0; k < W; ++k) {
-      const uint8_t* w = row + static_cast<size_t>(k) * row_bytes + b * sizeof(Block);
-      const float d = half_at(w + offsetof(Block, d));
-      const __m256i i = dot_unsigned<Ops>(nibbles(w + offsetof(Block, qs)), c);
-      acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_set1_ps(d * x.scales[b]), acc[k]);
-      if constexpr (kHasMin) {
-        offset[k] += half_at(w + offsetof(BlockQ4_1, m)) * x.sums[b];
-      } else {
-        offset[k] += d * x.sums[b];
-      }
+    const __m256i x_low = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c)));
+    const __m256i x_high = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + 16)));
+    const __m256 head = four_rows_head(w, row_bytes);
+    const __m256 xd = _mm256_set1_ps(x.scales[b]);
+    for (int pair = 0; pair < 2; ++pair) {
+      const __m256i q = two_rows_codes<Block>(w + 2 * pair * row_bytes, row_bytes);
+      __m256i i = Ops::dot4(_mm256_setzero_si256(), _mm256_and_si256(q, low4), x_low);
+      i = Ops::dot4(i, _mm256_and_si256(_mm256_srli_epi16(q, 4), low4), x_high);
+      const __m256 scale = _mm256_mul_ps(_mm256_permutevar8x32_ps(head, scale_index[pair]), xd);
+      acc[pair] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), scale, acc[pair]);
     }
+    offset = _mm256_fmadd_ps(head, _mm256_set1_ps(x.sums[b]), offset);
   }
-  finish(acc, offset, kHasMin ? 1.0f : -8.0f, out);
+  alignas(32) float lanes[2][8], offsets[8];
+  for (int pair = 0; pair < 2; ++pair) _mm256_store_ps(lanes[pair], acc[pair]);
+  _mm256_store_ps(offsets, offset);
+  for (int k = 0; k < 4; ++k) {
+    const float* l = lanes[k / 2] + 4 * (k % 2);
+    out[k] = ((l[0] + l[1]) + (l[2] + l[3])) + (kHasMin ? offsets[2 * k + 1] : -8.0f * offsets[2 * k]);
+  }
 }
 
 template <class Ops>
