@@ -34,17 +34,36 @@ struct Avx2 {
     odd = _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(x, 3), mask));
   }
 
-  // Element J of a lane (Bits wide, two's complement): shifted to the top, shifted back arithmetically, converted.
+  // Element J of a lane (Bits wide, two's complement) as a float. Codes of at most 2 bits: shifted down and looked up
+  // by vpermps, which reads only the low 3 bits of each index, in a table whose entry i holds the value of i's low
+  // Bits bits (two operations). Wider codes: shifted to the top, shifted back arithmetically, converted (three).
   template <int Bits, int J>
   static F element(I x) {
-    const I top = (J + 1) * Bits == 32 ? x : _mm256_slli_epi32(x, 32 - (J + 1) * Bits);
-    return _mm256_cvtepi32_ps(_mm256_srai_epi32(top, 32 - Bits));
+    if constexpr (Bits <= 2) {
+      return _mm256_permutevar8x32_ps(low_bits_table<Bits, true>(), shr<J * Bits>(x));
+    } else {
+      const I top = (J + 1) * Bits == 32 ? x : _mm256_slli_epi32(x, 32 - (J + 1) * Bits);
+      return _mm256_cvtepi32_ps(_mm256_srai_epi32(top, 32 - Bits));
+    }
   }
-  // The same element, unsigned: shifted back logically.
+  // The same element, unsigned.
   template <int Bits, int J>
   static F uelement(I x) {
-    const I top = (J + 1) * Bits == 32 ? x : _mm256_slli_epi32(x, 32 - (J + 1) * Bits);
-    return _mm256_cvtepi32_ps(_mm256_srli_epi32(top, 32 - Bits));
+    if constexpr (Bits <= 2) {
+      return _mm256_permutevar8x32_ps(low_bits_table<Bits, false>(), shr<J * Bits>(x));
+    } else {
+      const I top = (J + 1) * Bits == 32 ? x : _mm256_slli_epi32(x, 32 - (J + 1) * Bits);
+      return _mm256_cvtepi32_ps(_mm256_srli_epi32(top, 32 - Bits));
+    }
+  }
+  // Entry i: the value of i's low Bits bits, signed (two's complement) or not.
+  template <int Bits, bool Signed>
+  static F low_bits_table() {
+    constexpr auto value = [](int i) {
+      const int c = i & ((1 << Bits) - 1);
+      return static_cast<float>(Signed && c >= 1 << (Bits - 1) ? c - (1 << Bits) : c);
+    };
+    return _mm256_setr_ps(value(0), value(1), value(2), value(3), value(4), value(5), value(6), value(7));
   }
   // The top three bits of each lane (a kivi:3 code, joined there by kivi3_code), unsigned, converted.
   static F top3(I x) { return _mm256_cvtepi32_ps(_mm256_srli_epi32(x, 29)); }
