@@ -1,6 +1,6 @@
 // q8_dot_simd.hpp with AVX512-VNNI on 256-bit vectors (AVX512-VL): four products summed per lane by one vpdpbusd.
-// The 4-bit formats' decode kernel (kQ8WeightRows rows, one activation row) on 512-bit vectors instead: the four rows'
-// blocks side by side, one 128-bit lane each (below). This file alone is compiled with those flags.
+// The decode kernels of Q4_0, Q4_1 and Q8_0 (kQ8WeightRows rows, one activation row) on 512-bit vectors instead:
+// the rows' blocks side by side in one vector (below). This file alone is compiled with those flags.
 #include "model/q8_dot.hpp"
 
 #if defined(__x86_64__)
@@ -61,10 +61,47 @@ void dot_q4_weight_rows_x4(const uint8_t* row, size_t row_bytes, const Q8Row& x,
   }
 }
 
+// kQ8WeightRows = 4 rows of Q8_0 against one activation row, two rows' blocks per vector (row k in the low 256
+// bits): the signed codes w enter vpdpbusd as the unsigned w + 128 (a flipped top bit) against the activation codes
+// c, and 128 sum c, the same for every row, starts each block's sums negated. Lanes 0..7 hold row k's products, lanes
+// 8..15 row k + 1's, scaled by d_k d_b as in dot_q4_weight_rows_x4.
+void dot_q8_0_weight_rows_x4(const uint8_t* row, size_t row_bytes, const Q8Row& x, size_t blocks, float* out) {
+  static_assert(kQ8WeightRows == 4);
+  using ggml::BlockQ8_0;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i scale_index[2] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2),
+                                  _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6)};
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (size_t b = 0; b < blocks; ++b) {
+    const uint8_t* w = row + b * sizeof(BlockQ8_0);
+    const __m512i c = _mm512_broadcast_i64x4(q8_simd::load32(x.codes + b * ggml::QK));
+    const __m512i bias = _mm512_dpbusd_epi32(_mm512_setzero_si512(), flip, c);  // 128 sum c, four codes per lane
+    const __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(), bias);
+    const __m512 head = _mm512_castps256_ps512(
+        _mm256_mul_ps(q8_simd::four_rows_head(w, row_bytes), _mm256_set1_ps(x.scales[b])));
+    for (int pair = 0; pair < 2; ++pair) {
+      const uint8_t* qs = w + 2 * pair * row_bytes + offsetof(BlockQ8_0, qs);
+      const __m512i q =
+          _mm512_inserti64x4(_mm512_castsi256_si512(q8_simd::load32(qs)), q8_simd::load32(qs + row_bytes), 1);
+      const __m512i i = _mm512_dpbusd_epi32(start, _mm512_xor_si512(q, flip), c);
+      acc[pair] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_permutexvar_ps(scale_index[pair], head), acc[pair]);
+    }
+  }
+  for (int pair = 0; pair < 2; ++pair) {
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, acc[pair]);
+    for (int h = 0; h < 2; ++h) {
+      const float* l = lanes + 8 * h;
+      out[2 * pair + h] = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+    }
+  }
+}
+
 constexpr Q8DotTable vnni_table() {
   Q8DotTable t = q8_simd::table<VnniOps>();
   t.q4_0.weight_rows = dot_q4_weight_rows_x4<ggml::BlockQ4_0>;
   t.q4_1.weight_rows = dot_q4_weight_rows_x4<ggml::BlockQ4_1>;
+  t.q8_0.weight_rows = dot_q8_0_weight_rows_x4;
   return t;
 }
 
