@@ -37,24 +37,19 @@ struct Avx2 {
   // Element J of a lane (Bits wide, two's complement) as a float. Codes of at most 2 bits: shifted down and looked up
   // by vpermps, which reads only the low 3 bits of each index, in a table whose entry i holds the value of i's low
   // Bits bits (two operations). Wider codes: shifted to the top, shifted back arithmetically, converted (three).
-  template <int Bits, int J>
+  template <int Bits, int J, bool Signed = true>
   static F element(I x) {
     if constexpr (Bits <= 2) {
-      return _mm256_permutevar8x32_ps(low_bits_table<Bits, true>(), shr<J * Bits>(x));
+      return _mm256_permutevar8x32_ps(low_bits_table<Bits, Signed>(), shr<J * Bits>(x));
     } else {
       const I top = (J + 1) * Bits == 32 ? x : _mm256_slli_epi32(x, 32 - (J + 1) * Bits);
-      return _mm256_cvtepi32_ps(_mm256_srai_epi32(top, 32 - Bits));
+      return _mm256_cvtepi32_ps(Signed ? _mm256_srai_epi32(top, 32 - Bits) : _mm256_srli_epi32(top, 32 - Bits));
     }
   }
   // The same element, unsigned.
   template <int Bits, int J>
   static F uelement(I x) {
-    if constexpr (Bits <= 2) {
-      return _mm256_permutevar8x32_ps(low_bits_table<Bits, false>(), shr<J * Bits>(x));
-    } else {
-      const I top = (J + 1) * Bits == 32 ? x : _mm256_slli_epi32(x, 32 - (J + 1) * Bits);
-      return _mm256_cvtepi32_ps(_mm256_srli_epi32(top, 32 - Bits));
-    }
+    return element<Bits, J, false>(x);
   }
   // Entry i: the value of i's low Bits bits, signed (two's complement) or not.
   template <int Bits, bool Signed>

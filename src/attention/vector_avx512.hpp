@@ -47,24 +47,19 @@ struct Avx512 {
   // up by vpermps, which reads only the low 4 bits of each index, in a table whose entry i holds the value of i's
   // low Bits bits (two operations, where shifting up, back down and converting takes three, all on Intel's port 0
   // beside an FMA). Wider codes: shifted to the top, shifted back arithmetically, converted.
-  template <int Bits, int J>
+  template <int Bits, int J, bool Signed = true>
   static F element(I x) {
     if constexpr (Bits <= 4) {
-      return _mm512_permutexvar_ps(shr<J * Bits>(x), low_bits_table<Bits, true>());
+      return _mm512_permutexvar_ps(shr<J * Bits>(x), low_bits_table<Bits, Signed>());
     } else {
       const I top = (J + 1) * Bits == 32 ? x : _mm512_slli_epi32(x, 32 - (J + 1) * Bits);
-      return _mm512_cvtepi32_ps(_mm512_srai_epi32(top, 32 - Bits));
+      return _mm512_cvtepi32_ps(Signed ? _mm512_srai_epi32(top, 32 - Bits) : _mm512_srli_epi32(top, 32 - Bits));
     }
   }
   // The same element, unsigned.
   template <int Bits, int J>
   static F uelement(I x) {
-    if constexpr (Bits <= 4) {
-      return _mm512_permutexvar_ps(shr<J * Bits>(x), low_bits_table<Bits, false>());
-    } else {
-      const I top = (J + 1) * Bits == 32 ? x : _mm512_slli_epi32(x, 32 - (J + 1) * Bits);
-      return _mm512_cvtepi32_ps(_mm512_srli_epi32(top, 32 - Bits));
-    }
+    return element<Bits, J, false>(x);
   }
   // Entry i: the value of i's low Bits bits, signed (two's complement) or not.
   template <int Bits, bool Signed>
