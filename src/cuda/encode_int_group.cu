@@ -59,7 +59,8 @@ struct IntEnc {
     // Under the Hadamard rotation x'' = x' / lambda is formed in the rotation's pass, in registers (the same IEEE
     // quotient); a dense rotation leaves it to the items.
     const bool divided = rot.hadamard();
-    rotate_rows(rot, x, scratch, ctx.T, ctx.d, ctx.dd, divided ? lambda : nullptr);
+    // (d >= 256 rotated outside this body: inlined, its rows' registers spilled here)
+    rotate_rows</*kOutlineSingle=*/true>(rot, x, scratch, ctx.T, ctx.d, ctx.dd, divided ? lambda : nullptr);
     float2* scales = reinterpret_cast<float2*>(scratch + (divided ? 0 : ctx.T * ctx.d)) +
                      kItemPairs * (static_cast<int>(threadIdx.x) >> 5);
     // The role a compile-time branch: each instantiation keeps only its own path's values live (both in one body

@@ -51,20 +51,59 @@ __device__ __forceinline__ void store_lane_row(float* at, const float (&v)[E]) {
   }
 }
 
+// E >= 8 (d = 256, 512): one row at a time.
+template <int E>
+__device__ __forceinline__ void hadamard_rows_single(const RotationView& r, float* x, int rows, int d,
+                                                     const Divisor* divisor) {
+  const int lane = static_cast<int>(threadIdx.x) & 31, lanes = d / E;
+  const int warp = static_cast<int>(threadIdx.x) >> 5, warps = kEncodeThreads >> 5;
+  const bool active = lane < lanes;
+  for (int row = warp; row < rows; row += warps) {
+    float* at = x + row * d + lane * E;
+    float v[E] = {};
+    if (active) load_lane_row<E>(at, v);
+    hadamard_row_lanes<E>(v, r.signs, r.scale, lane, lanes, WarpXor{});
+    if (active) {
+      if (divisor != nullptr) {
+#pragma unroll
+        for (int k0 = 0; k0 < E; k0 += 4) {  // 4 at a time: the divisors of the whole row would spill
+          float w[4] = {v[k0], v[k0 + 1], v[k0 + 2], v[k0 + 3]};
+          divide<4>(w, [&](int k) { return divisor[lane * E + k0 + k]; });
+#pragma unroll
+          for (int k = 0; k < 4; ++k) v[k0 + k] = w[k];
+        }
+      }
+      store_lane_row<E>(at, v);
+    }
+  }
+}
+
+// The same in a function of its own (not inlined), for a caller in whose body both instances (d = 256 and 512) took
+// more registers than its occupancy allows (the int encoder's: a spilled row counter).
+template <int E>
+__device__ __noinline__ void hadamard_rows_single_outlined(const RotationView& r, float* x, int rows, int d,
+                                                            const Divisor* divisor) {
+  hadamard_rows_single<E>(r, x, rows, d, divisor);
+}
+
 // The Hadamard transform of every row: E elements a lane (d = 32 E, or d < 32 with E = 1). `divisor` (null: none):
 // each element of the result then divided by divisor[c] (the IEEE quotient, as the CPU's x' / lambda_c, from the
 // divisor's reciprocal: exact_quotient.cuh), before it is stored.
 // Up to d = 128 (E <= 4) a warp takes two rows at a time (rows 2 w, 2 w + 1, then 2 (w + warps), ...): two
 // independent rows between a stage's shuffles, so one row's exchange latency overlaps the other's, with the lane's
-// signs and divisors loaded once for all its rows. Larger E keep one row at a time (the registers of two rows of 8 or
-// 16 elements, with their signs, exceed what the encoders' occupancy allows).
-template <int E>
+// signs and divisors loaded once for all its rows. Larger E keep one row at a time (hadamard_rows_single: the
+// registers of two rows of 8 or 16 elements, with their signs, exceed what the encoders' occupancy allows).
+template <int E, bool kOutlineSingle>
 __device__ void hadamard_rows(const RotationView& r, float* x, int rows, int d, const Divisor* divisor) {
-  const int lane = static_cast<int>(threadIdx.x) & 31, lanes = d / E;
-  // (the append blocks' kEncodeThreads, a constant: no register for the rows' stride)
-  const int warp = static_cast<int>(threadIdx.x) >> 5, warps = kEncodeThreads >> 5;
-  const bool active = lane < lanes;
-  if constexpr (E <= 4) {
+  if constexpr (E > 4 && kOutlineSingle) {
+    hadamard_rows_single_outlined<E>(r, x, rows, d, divisor);
+  } else if constexpr (E > 4) {
+    hadamard_rows_single<E>(r, x, rows, d, divisor);
+  } else {
+    const int lane = static_cast<int>(threadIdx.x) & 31, lanes = d / E;
+    // (the append blocks' kEncodeThreads, a constant: no register for the rows' stride)
+    const int warp = static_cast<int>(threadIdx.x) >> 5, warps = kEncodeThreads >> 5;
+    const bool active = lane < lanes;
     constexpr int R = 2;
     float sign[E];
     Divisor div[E];
@@ -90,43 +129,25 @@ __device__ void hadamard_rows(const RotationView& r, float* x, int rows, int d, 
       for (int i = 0; i < R; ++i)
         if (active && row0 + i < rows) store_lane_row<E>(x + (row0 + i) * d + lane * E, v[i]);
     }
-  } else {
-    for (int row = warp; row < rows; row += warps) {
-      float* at = x + row * d + lane * E;
-      float v[E] = {};
-      if (active) load_lane_row<E>(at, v);
-      hadamard_row_lanes<E>(v, r.signs, r.scale, lane, lanes, WarpXor{});
-      if (active) {
-        if (divisor != nullptr) {
-#pragma unroll
-          for (int k0 = 0; k0 < E; k0 += 4) {  // 4 at a time: the divisors of the whole row would spill
-            float w[4] = {v[k0], v[k0 + 1], v[k0 + 2], v[k0 + 3]};
-            divide<4>(w, [&](int k) { return divisor[lane * E + k0 + k]; });
-#pragma unroll
-            for (int k = 0; k < 4; ++k) v[k0 + k] = w[k];
-          }
-        }
-        store_lane_row<E>(at, v);
-      }
-    }
   }
 }
 
 /// Rotates the rows of x in place; `spare` holds rows * d floats for a dense rotation (unused by Hadamard). Called
 /// by every thread of the block; ends with a barrier. `divisor` (Hadamard only; null: none): each rotated element
 /// of channel c then divided by divisor[c] in the same pass (the IEEE quotient, the value the CPU's x' / divisor[c]
-/// gives); a dense rotation ignores it (the caller divides).
+/// gives); a dense rotation ignores it (the caller divides). kOutlineSingle: d >= 256 by hadamard_rows_single_outlined.
+template <bool kOutlineSingle = false>
 __device__ inline void rotate_rows(const RotationView& r, float* x, float* spare, int rows, int d,
                                    const FastDiv& dd, const Divisor* divisor = nullptr) {
   const int n = rows * d;
   if (r.hadamard()) {  // d is a power of two, at most 512 (launch_encode refuses a page of T >= 64 x d = 1024)
     switch (d >> 5) {
       case 0:
-      case 1: hadamard_rows<1>(r, x, rows, d, divisor); break;
-      case 2: hadamard_rows<2>(r, x, rows, d, divisor); break;
-      case 4: hadamard_rows<4>(r, x, rows, d, divisor); break;
-      case 8: hadamard_rows<8>(r, x, rows, d, divisor); break;
-      default: hadamard_rows<16>(r, x, rows, d, divisor); break;
+      case 1: hadamard_rows<1, kOutlineSingle>(r, x, rows, d, divisor); break;
+      case 2: hadamard_rows<2, kOutlineSingle>(r, x, rows, d, divisor); break;
+      case 4: hadamard_rows<4, kOutlineSingle>(r, x, rows, d, divisor); break;
+      case 8: hadamard_rows<8, kOutlineSingle>(r, x, rows, d, divisor); break;
+      default: hadamard_rows<16, kOutlineSingle>(r, x, rows, d, divisor); break;
     }
     __syncthreads();
     return;
