@@ -3,8 +3,9 @@
 // bytes u and signed bytes s per 32-bit lane (AVX2: vpmaddubsw then vpmaddwd; AVX512-VNNI: vpdpbusd). Included only
 // by the translation units compiled for those instructions (q8_dot_avx2.cpp, q8_dot_avx512.cpp).
 //
-// Each block's 32 products land in 8 int32 lanes, are converted to float once and multiplied by the block's scale
-// product into one float accumulator per row; offsets (Q4_0's 8, Q4_1's and Q4_K's mins) go to a scalar sum.
+// Each block's 32 products land in 8 int32 lanes (the 4-bit weight-row kernel: 4 lanes, two rows to a vector), are
+// converted to float once and multiplied by the block's scale product into one float accumulator per row; offsets
+// (Q4_0's 8, Q4_1's and Q4_K's mins) go to a scalar sum (the weight-row kernel: the lanes of the blocks' heads).
 // Signed weight codes (Q8_0, Q6_K minus 32) use |w| and the activation codes with w's sign (vpsignb), as the
 // products need unsigned first operands. The int16 pair sums of vpmaddubsw cannot saturate: at most
 // 2 x 128 x 127 = 32512 (Q8_0), 2 x 32 x 127 (Q6_K), 2 x 15 x 127 (4 bits).
