@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include "attention/fused_kernel.hpp"
+#include "attention/low_bits_table.hpp"
 
 namespace kvq::detail {
 namespace {
@@ -54,11 +55,8 @@ struct Avx2 {
   // Entry i: the value of i's low Bits bits, signed (two's complement) or not.
   template <int Bits, bool Signed>
   static F low_bits_table() {
-    constexpr auto value = [](int i) {
-      const int c = i & ((1 << Bits) - 1);
-      return static_cast<float>(Signed && c >= 1 << (Bits - 1) ? c - (1 << Bits) : c);
-    };
-    return _mm256_setr_ps(value(0), value(1), value(2), value(3), value(4), value(5), value(6), value(7));
+    static constexpr auto kTable = low_bits_values<Bits, Signed, 8>();
+    return _mm256_load_ps(kTable.value);
   }
   // The top three bits of each lane (a kivi:3 code, joined there by kivi3_code), unsigned, converted.
   static F top3(I x) { return _mm256_cvtepi32_ps(_mm256_srli_epi32(x, 29)); }
