@@ -1,6 +1,6 @@
 // Matrix-matrix products for a chunk of positions: Y = X W^T with W [rows][cols] in a ggml format read in place.
 // W is dequantized a tile of kTileRows rows at a time (so each weight is read once per chunk, not once per
-// position) and multiplied from a transposed fp32 copy of the tile, kChunkRows positions per register block.
+// position) and multiplied from a transposed fp32 copy of the tile, a few positions per register block.
 #pragma once
 
 #include <cstddef>
