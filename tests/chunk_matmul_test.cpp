@@ -109,7 +109,8 @@ TEST(ChunkMatmul, QuantizedWeightsDecodeAlikeOnEveryIsa) {
             magnitude += std::fabs(p);
           }
           // the decoded weights' own rounding (a product and an add, 2^-24 each) on top of the FMA chain's
-          ASSERT_NEAR(y[i * rows + r], exact, (2.0 * cols + 4.0) * 0x1p-24 * magnitude) << "position " << i << " row " << r;
+          ASSERT_NEAR(y[i * rows + r], exact, (2.0 * cols + 4.0) * 0x1p-24 * magnitude)
+              << "position " << i << " row " << r;
         }
       }
       if (isa == Isa::avx2) avx2 = y;

@@ -55,7 +55,8 @@ void block_generic(const float* wt, int cols, const float* x, int n, int m, floa
 // 8 or 16 columns at a time leaves over).
 void transpose_tail(const float* rows, int cols, int from, float* wt) {
   for (int c = from; c < cols; ++c)
-    for (int r = 0; r < kTileRows; ++r) wt[static_cast<size_t>(c) * kTileRows + r] = rows[static_cast<size_t>(r) * cols + c];
+    for (int r = 0; r < kTileRows; ++r)
+      wt[static_cast<size_t>(c) * kTileRows + r] = rows[static_cast<size_t>(r) * cols + c];
 }
 
 void transpose_generic(const float* rows, int cols, float* wt) { transpose_tail(rows, cols, 0, wt); }
@@ -131,19 +132,21 @@ constexpr int kAvx512Positions = 12;
   store_block<P>(out, n, m, y, ldy);
 }
 
-// One row of Q4_0, Q4_1 or Q8_0 blocks to fp32, 16 elements a vector, by the scalar decoders' operations (the
-// code times d, then Q4_1's minimum added: an empty asm between keeps GCC from fusing them into an FMA): equal
-// results. False for the other formats.
-[[gnu::target("avx512f")]] __m512 half_avx512(const std::byte* p) {  // an fp16 field, in every lane
+// An fp16 field, in every lane.
+[[gnu::target("avx512f")]] __m512 half_avx512(const std::byte* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(h)));
 }
 
+// 16 code bytes.
 [[gnu::target("avx512f")]] __m128i codes16(const std::byte* p) {
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
 }
 
+// One row of Q4_0, Q4_1 or Q8_0 blocks to fp32, 16 elements a vector, by the scalar decoders' operations (the
+// code times d, then Q4_1's minimum added: an empty asm between keeps GCC from fusing them into an FMA): equal
+// results. False for the other formats.
 [[gnu::target("avx512f")]] bool dequantize_avx512(GgmlType type, const std::byte* row, float* out, int cols) {
   if (type != GgmlType::Q4_0 && type != GgmlType::Q4_1 && type != GgmlType::Q8_0) return false;
   const __m512i low = _mm512_set1_epi32(0xF), eight = _mm512_set1_epi32(8);
