@@ -23,6 +23,39 @@ namespace {
 
 using detail::Isa;
 
+// The chunk product of w with the n positions x on every instruction set this CPU has: each output within
+// (2 cols + extra) 2^-24 of its sum of |products| of the product in double of `values` (w's rows as they decode)
+// with x, and the AVX2 outputs equal to the AVX-512 ones.
+void expect_every_isa_matches(const WeightMatrix& w, const std::vector<double>& values, const std::vector<float>& x,
+                              int n, double extra) {
+  const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
+  std::vector<float> avx2, avx512;
+  for (Isa isa : detail::kAllIsas) {
+    if (!detail::cpu_supports(isa)) continue;
+    SCOPED_TRACE(detail::isa_name(isa));
+    const test::EnvOverride env("KVQ_ISA", detail::isa_name(isa));
+    std::vector<float> y(static_cast<size_t>(n) * rows, -1.0f), scratch;
+    detail::multiply_tiles(w, 0, detail::tile_count(w), x.data(), n, y.data(), static_cast<size_t>(rows), scratch);
+    for (int i = 0; i < n; ++i) {
+      for (int r = 0; r < rows; ++r) {
+        double exact = 0, magnitude = 0;
+        for (int c = 0; c < cols; ++c) {
+          const double p = values[static_cast<size_t>(r) * cols + c] * x[static_cast<size_t>(i) * cols + c];
+          exact += p;
+          magnitude += std::fabs(p);
+        }
+        ASSERT_NEAR(y[static_cast<size_t>(i) * rows + r], exact, (2.0 * cols + extra) * 0x1p-24 * magnitude)
+            << "position " << i << " row " << r;
+      }
+    }
+    if (isa == Isa::avx2) avx2 = y;
+    if (isa == Isa::avx512) avx512 = y;
+  }
+  if (!avx2.empty() && !avx512.empty()) {
+    EXPECT_EQ(avx2, avx512) << "the same decoded weights and FMA chains";
+  }
+}
+
 TEST(ChunkMatmul, EveryIsaMatchesTheProductInDouble) {
   KVQ_FRESH_SEED();
   Rng rng(seed);
@@ -35,35 +68,12 @@ TEST(ChunkMatmul, EveryIsaMatchesTheProductInDouble) {
     w.rows = rows;
     w.cols = cols;
     w.row_bytes = static_cast<size_t>(cols) * sizeof(float);
+    const std::vector<double> values(weights.begin(), weights.end());
     for (int n : {1, 5, 6, 7, 12, 13, 30}) {
       SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(cols) + ", " + std::to_string(n) + " positions");
       std::vector<float> x(static_cast<size_t>(n) * cols);
       for (float& v : x) v = static_cast<float>(rng.normal());
-      std::vector<float> avx2, avx512;
-      for (Isa isa : detail::kAllIsas) {
-        if (!detail::cpu_supports(isa)) continue;
-        SCOPED_TRACE(detail::isa_name(isa));
-        const test::EnvOverride env("KVQ_ISA", detail::isa_name(isa));
-        std::vector<float> y(static_cast<size_t>(n) * rows, -1.0f), scratch;
-        detail::multiply_tiles(w, 0, detail::tile_count(w), x.data(), n, y.data(), static_cast<size_t>(rows),
-                               scratch);
-        for (int i = 0; i < n; ++i) {
-          for (int r = 0; r < rows; ++r) {
-            double exact = 0, magnitude = 0;
-            for (int c = 0; c < cols; ++c) {
-              const double p = static_cast<double>(weights[static_cast<size_t>(r) * cols + c]) * x[i * cols + c];
-              exact += p;
-              magnitude += std::fabs(p);
-            }
-            ASSERT_NEAR(y[i * rows + r], exact, 2.0 * cols * 0x1p-24 * magnitude) << "position " << i << " row " << r;
-          }
-        }
-        if (isa == Isa::avx2) avx2 = y;
-        if (isa == Isa::avx512) avx512 = y;
-      }
-      if (!avx2.empty() && !avx512.empty()) {
-        EXPECT_EQ(avx2, avx512) << "the same FMA chains";
-      }
+      expect_every_isa_matches(w, values, x, n, 0.0);
     }
   }
 }
@@ -84,41 +94,15 @@ TEST(ChunkMatmul, QuantizedWeightsDecodeAlikeOnEveryIsa) {
       bytes.insert(bytes.end(), row.bytes.begin() + 1, row.bytes.end());
       values.insert(values.end(), row.expected.begin(), row.expected.end());
     }
-    const int cols = static_cast<int>(values.size()) / rows;
     WeightMatrix w;
     w.type = type;
     w.data = reinterpret_cast<const std::byte*>(bytes.data());
     w.rows = rows;
-    w.cols = cols;
+    w.cols = static_cast<int64_t>(values.size()) / rows;
     w.row_bytes = row_bytes;
-    std::vector<float> x(static_cast<size_t>(n) * cols);
+    std::vector<float> x(static_cast<size_t>(n) * w.cols);
     for (float& v : x) v = static_cast<float>(rng.normal());
-    std::vector<float> avx2, avx512;
-    for (Isa isa : detail::kAllIsas) {
-      if (!detail::cpu_supports(isa)) continue;
-      SCOPED_TRACE(detail::isa_name(isa));
-      const test::EnvOverride env("KVQ_ISA", detail::isa_name(isa));
-      std::vector<float> y(static_cast<size_t>(n) * rows), scratch;
-      detail::multiply_tiles(w, 0, detail::tile_count(w), x.data(), n, y.data(), static_cast<size_t>(rows), scratch);
-      for (int i = 0; i < n; ++i) {
-        for (int r = 0; r < rows; ++r) {
-          double exact = 0, magnitude = 0;
-          for (int c = 0; c < cols; ++c) {
-            const double p = values[static_cast<size_t>(r) * cols + c] * x[i * cols + c];
-            exact += p;
-            magnitude += std::fabs(p);
-          }
-          // the decoded weights' own rounding (a product and an add, 2^-24 each) on top of the FMA chain's
-          ASSERT_NEAR(y[i * rows + r], exact, (2.0 * cols + 4.0) * 0x1p-24 * magnitude)
-              << "position " << i << " row " << r;
-        }
-      }
-      if (isa == Isa::avx2) avx2 = y;
-      if (isa == Isa::avx512) avx512 = y;
-    }
-    if (!avx2.empty() && !avx512.empty()) {
-      EXPECT_EQ(avx2, avx512) << "the same decoded weights and FMA chains";
-    }
+    expect_every_isa_matches(w, values, x, n, 4.0);  // the decoded weights' own roundings: a product and an add
   }
 }
 
