@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "attention/isa.hpp"
-#include "env_override.hpp"
 #include "ggml_block_encoder.hpp"
 #include "kvq/model.hpp"
 #include "model/chunk_matmul.hpp"
@@ -33,9 +32,9 @@ void expect_every_isa_matches(const WeightMatrix& w, const std::vector<double>& 
   for (Isa isa : detail::kAllIsas) {
     if (!detail::cpu_supports(isa)) continue;
     SCOPED_TRACE(detail::isa_name(isa));
-    const test::EnvOverride env("KVQ_ISA", detail::isa_name(isa));
     std::vector<float> y(static_cast<size_t>(n) * rows, -1.0f), scratch;
-    detail::multiply_tiles(w, 0, detail::tile_count(w), x.data(), n, y.data(), static_cast<size_t>(rows), scratch);
+    detail::multiply_tiles(w, 0, detail::tile_count(w), x.data(), n, y.data(), static_cast<size_t>(rows), scratch,
+                           isa);
     for (int i = 0; i < n; ++i) {
       for (int r = 0; r < rows; ++r) {
         double exact = 0, magnitude = 0;

@@ -2,13 +2,12 @@
 // transposed tile wt[c][16]: on AVX-512 one 16-float vector per position, 12 positions; on AVX2+FMA two 8-float
 // vectors per position, 6 positions; a plain loop the compiler vectorizes elsewhere. Every output is the same chain
 // of fp32 FMAs over the columns in order on each, so the kernels give equal results. Chosen at run time by the
-// attention kernels' instruction set (KVQ_ISA), so the library stays baseline x86-64.
+// caller's instruction set, so the library stays baseline x86-64.
 #include "model/chunk_matmul.hpp"
 
 #include <algorithm>
 #include <cstring>
 
-#include "attention/isa.hpp"
 #include "kvq/detail/ggml_quants.hpp"
 
 #if defined(__x86_64__)
@@ -144,23 +143,28 @@ constexpr int kAvx512Positions = 12;
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
 }
 
+// Whether dequantize_avx512 decodes the format.
+bool avx512_decodes(GgmlType type) {
+  return type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0;
+}
+
 // One row of Q4_0, Q4_1 or Q8_0 blocks to fp32, 16 elements a vector, by the scalar decoders' operations (the
 // code times d, then Q4_1's minimum added: an empty asm between keeps GCC from fusing them into an FMA): equal
-// results. False for the other formats.
-[[gnu::target("avx512f")]] bool dequantize_avx512(GgmlType type, const std::byte* row, float* out, int cols) {
-  if (type != GgmlType::Q4_0 && type != GgmlType::Q4_1 && type != GgmlType::Q8_0) return false;
+// results.
+[[gnu::target("avx512f")]] void dequantize_avx512(GgmlType type, const void* row, float* out, int64_t cols) {
   const __m512i low = _mm512_set1_epi32(0xF), eight = _mm512_set1_epi32(8);
-  for (int b = 0; b < cols / ggml::QK; ++b) {
+  for (int64_t b = 0; b < cols / ggml::QK; ++b) {
     float* y = out + static_cast<size_t>(b) * ggml::QK;
     if (type == GgmlType::Q8_0) {
-      const std::byte* p = row + static_cast<size_t>(b) * sizeof(ggml::BlockQ8_0);
+      const std::byte* p = static_cast<const std::byte*>(row) + static_cast<size_t>(b) * sizeof(ggml::BlockQ8_0);
       const __m512 d = half_avx512(p);
       _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(codes16(p + 2))), d));
       _mm512_storeu_ps(y + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(codes16(p + 18))), d));
       continue;
     }
     const bool q4_1 = type == GgmlType::Q4_1;
-    const std::byte* p = row + static_cast<size_t>(b) * (q4_1 ? sizeof(ggml::BlockQ4_1) : sizeof(ggml::BlockQ4_0));
+    const std::byte* p = static_cast<const std::byte*>(row) +
+                         static_cast<size_t>(b) * (q4_1 ? sizeof(ggml::BlockQ4_1) : sizeof(ggml::BlockQ4_0));
     const __m512 d = half_avx512(p);
     const __m512i q = _mm512_cvtepu8_epi32(codes16(p + (q4_1 ? 4 : 2)));
     __m512i lo = _mm512_and_si512(q, low), hi = _mm512_srli_epi32(q, 4);
@@ -174,15 +178,12 @@ constexpr int kAvx512Positions = 12;
     _mm512_storeu_ps(y, y0);
     _mm512_storeu_ps(y + 16, y1);
   }
-  return true;
 }
-
-constexpr int kAvx512Columns = 16;
 
 // 16 x 16 blocks: as the AVX2 one within 128-bit lanes, then the four lanes of four vectors transposed.
 [[gnu::target("avx512f")]] void transpose_avx512(const float* rows, int cols, float* wt) {
   int c = 0;
-  for (; c + kAvx512Columns <= cols; c += kAvx512Columns) {
+  for (; c + 16 <= cols; c += 16) {
     __m512 r[16], t[16], u[16];
     for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(rows + static_cast<size_t>(i) * cols + c);
     for (int k = 0; k < 8; ++k) {
@@ -212,43 +213,40 @@ constexpr int kAvx512Columns = 16;
 
 using BlockFn = void (*)(const float*, int, const float*, int, int, float*, size_t);
 using TransposeFn = void (*)(const float*, int, float*);
-using DequantizeFn = bool (*)(GgmlType, const std::byte*, float*, int);
+using DequantizeFn = void (*)(GgmlType, const void*, float*, int64_t);
 
 struct BlockKernel {
   BlockFn fn;
   int positions;  // per call
   TransposeFn transpose;
-  DequantizeFn dequantize = nullptr;  // a vector decoder of some formats (false for the others), or none
+  DequantizeFn dequantize = dequantize_row;  // a row of the weights' format to fp32
 };
 
-BlockKernel block_kernel() {
+BlockKernel block_kernel(Isa isa, GgmlType type) {
 #if defined(__x86_64__)
-  const Isa isa = active_isa();
   if (isa == Isa::avx2) return {block_avx2, kAvx2Positions, transpose_avx2};
   if (isa == Isa::avx512 || isa == Isa::avx512vnni || isa == Isa::avx512bf16)
-    return {block_avx512, kAvx512Positions, transpose_avx512, dequantize_avx512};
+    return {block_avx512, kAvx512Positions, transpose_avx512,
+            avx512_decodes(type) ? dequantize_avx512 : dequantize_row};
 #endif
+  (void)type;
   return {block_generic, kGenericPositions, transpose_generic};
 }
 
 }  // namespace
 
 void multiply_tiles(const WeightMatrix& w, int64_t tile_begin, int64_t tile_end, const float* x, int n, float* y,
-                    size_t ldy, std::vector<float>& scratch) {
+                    size_t ldy, std::vector<float>& scratch, Isa isa) {
   const int cols = static_cast<int>(w.cols);
   const size_t tile_floats = static_cast<size_t>(kTileRows) * cols;
   scratch.resize(2 * tile_floats);
   float* rows = scratch.data();              // [kTileRows][cols]
   float* wt = scratch.data() + tile_floats;  // [cols][kTileRows]
-  const BlockKernel block = block_kernel();
+  const BlockKernel block = block_kernel(isa, w.type);
   for (int64_t t = tile_begin; t < tile_end; ++t) {
     const int64_t r0 = t * kTileRows;
     const int m = static_cast<int>(std::min<int64_t>(kTileRows, w.rows - r0));
-    for (int r = 0; r < m; ++r) {
-      float* row = rows + static_cast<size_t>(r) * cols;
-      if (!block.dequantize || !block.dequantize(w.type, w.row(r0 + r), row, cols))
-        dequantize_row(w.type, w.row(r0 + r), row, cols);
-    }
+    for (int r = 0; r < m; ++r) block.dequantize(w.type, w.row(r0 + r), rows + static_cast<size_t>(r) * cols, cols);
     std::fill(rows + static_cast<size_t>(m) * cols, rows + tile_floats, 0.0f);
     block.transpose(rows, cols, wt);
     for (int i = 0; i < n; i += block.positions)

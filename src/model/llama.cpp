@@ -239,7 +239,7 @@ void LlamaRunner::multiply(std::initializer_list<Product> products, const float*
       const int64_t t = static_cast<int64_t>(task) - first;
       if (t >= 0 && t < tasks) {
         detail::multiply_tiles(*w, t * kTilesPerTask, std::min(tiles, (t + 1) * kTilesPerTask), x, n, out,
-                               static_cast<size_t>(w->rows), scratch_[static_cast<size_t>(worker)]);
+                               static_cast<size_t>(w->rows), scratch_[static_cast<size_t>(worker)], isa_);
         return;
       }
       first += tasks;
