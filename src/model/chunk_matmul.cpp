@@ -229,7 +229,7 @@ BlockKernel block_kernel(Isa isa, GgmlType type) {
     return {block_avx512, kAvx512Positions, transpose_avx512,
             avx512_decodes(type) ? dequantize_avx512 : dequantize_row};
 #endif
-  (void)type;
+  (void)isa, (void)type;  // the x86 levels only
   return {block_generic, kGenericPositions, transpose_generic};
 }
 
