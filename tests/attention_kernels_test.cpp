@@ -130,11 +130,13 @@ TEST(AttentionKernels, DecodeOfEveryIsaMatchesScalarKernelAndReference) {
     }
 }
 
-// Trained int codecs: lambda folded into the queries (keys) and applied after the page loop (values).
+// Trained int codecs: lambda folded into the queries (keys) and applied after the page loop (values); learned
+// rotations in the codec's maps.
 TEST(AttentionKernels, TrainedIntLambdasMatchReference) {
   KVQ_FRESH_SEED();
   const Shape shape{128, 64, 0, 2, 4, {500, 77}, true};
-  for (const Pair& pair : {Pair{"int4", "int4", "fused_int4_int4"}, Pair{"int8", "int8", "fused_int8_int8"}}) {
+  for (const Pair& pair : {Pair{"int4", "int4", "fused_int4_int4"}, Pair{"int8", "int8", "fused_int8_int8"},
+                           Pair{"int4,learn=8", "int8:16,learn=4", "fused_int4_int8"}}) {
     SCOPED_TRACE(pair.k);
     const CacheConfig cfg = config_for(shape, pair.k, pair.v, seed);
     Scenario sc{cfg, KVCache(cfg), {}, {}};

@@ -15,7 +15,12 @@
 // the examples, normalized to geometric mean 1, so that each channel's step follows its typical size and one large
 // channel no longer coarsens its whole group. RMS values below 1e-3 of the largest are raised to that floor (a dead
 // channel must not get lambda = 0). state() / load_state() carry lambda.
+//
+// learn=K (K even): train() also learns K Householder reflectors over the base rotation, R = H_K ... H_1 R_base,
+// that lower the group maxima of the rotated examples (codec/reflector_learning.hpp), before it sets lambda. Until
+// trained (or given a state) R is the base rotation.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -25,8 +30,11 @@
 #include "codec/block_layout.hpp"
 #include "codec/codec_factories.hpp"
 #include "codec/fp16_bounds.hpp"
+#include "codec/reflector_learning.hpp"
 #include "core/half.hpp"
+#include "kvq/detail/random.hpp"
 #include "kvq/error.hpp"
+#include "rotation/rotations.hpp"
 
 namespace kvq {
 namespace {
@@ -48,10 +56,24 @@ float max_abs(const float* v, int n) {
   return m;
 }
 
+// The spec's learn=K: 0 where absent.
+int learned_reflectors(const CodecSpec& spec, int d) {
+  const std::string text = spec.option("learn", "");
+  if (text.empty()) return 0;
+  int k = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), k);
+  KVQ_CHECK(ec == std::errc() && end == text.data() + text.size() && k >= 2 && k <= d && k % 2 == 0, spec.str(),
+            ": learn=", text, " is not an even count of reflectors in [2, ", d, "]");
+  return k;
+}
+
 class IntGroupCodec final : public Codec {
  public:
   IntGroupCodec(const CodecSpec& spec, const CodecParams& params, int bits, int group)
-      : Codec(spec, params), qmax_(bits == 8 ? 127 : 7), lambda_(static_cast<size_t>(params.dim), 1.0f) {
+      : Codec(spec, params),
+        qmax_(bits == 8 ? 127 : 7),
+        learn_(learned_reflectors(spec, params.dim)),
+        lambda_(static_cast<size_t>(params.dim), 1.0f) {
     KVQ_CHECK(group == 16 || group == 32 || group == 64, spec.str(), ": group size ", group,
               " unsupported (use 16, 32 or 64)");
     KVQ_CHECK(params.dim % group == 0, spec.str(), ": group size ", group, " does not divide head dimension ",
@@ -147,31 +169,43 @@ class IntGroupCodec final : public Codec {
     for (size_t j = 0; j < static_cast<size_t>(n_q) * d; ++j) acc[j] += lambda_[j % d] * sum[j];
   }
 
-  // The state is lambda as d little-endian fp32 values, or nothing while lambda is all 1.
+  // The state is lambda as d little-endian fp32 values, or nothing while lambda is all 1 and nothing is learned;
+  // with learned reflectors, lambda and then the K reflectors (K x d fp32).
   std::vector<uint8_t> state() const override {
-    if (std::all_of(lambda_.begin(), lambda_.end(), [](float l) { return l == 1.0f; })) return {};
-    std::vector<uint8_t> bytes(lambda_.size() * sizeof(float));
-    std::memcpy(bytes.data(), lambda_.data(), bytes.size());
+    if (reflectors_.empty() && std::all_of(lambda_.begin(), lambda_.end(), [](float l) { return l == 1.0f; }))
+      return {};
+    std::vector<float> floats = lambda_;
+    for (const auto& r : reflectors_) floats.insert(floats.end(), r.begin(), r.end());
+    std::vector<uint8_t> bytes(floats.size() * sizeof(float));
+    std::memcpy(bytes.data(), floats.data(), bytes.size());
     return bytes;
   }
 
   void load_state_impl(const std::vector<uint8_t>& bytes) override {
+    const size_t d = lambda_.size(), scales = d * sizeof(float), learned = scales + learn_ * scales;
     if (bytes.empty()) {
       std::fill(lambda_.begin(), lambda_.end(), 1.0f);
+      set_reflectors({});
       return;
     }
-    KVQ_CHECK(bytes.size() == lambda_.size() * sizeof(float), spec().str(), ": state of ", bytes.size(),
-              " bytes, expected ", lambda_.size() * sizeof(float), " (", dim(), " fp32 channel scales)");
-    std::vector<float> lambda(lambda_.size());
-    std::memcpy(lambda.data(), bytes.data(), bytes.size());
+    KVQ_CHECK(bytes.size() == scales || (learn_ > 0 && bytes.size() == learned), spec().str(), ": state of ",
+              bytes.size(), " bytes, expected ", scales, " (", dim(), " fp32 channel scales)",
+              learn_ > 0 ? detail::concat(" or ", learned, " (and ", learn_, " learned reflectors)") : "");
+    std::vector<float> floats(bytes.size() / sizeof(float));
+    std::memcpy(floats.data(), bytes.data(), bytes.size());
     for (int c = 0; c < dim(); ++c)
-      KVQ_CHECK(std::isfinite(lambda[c]) && lambda[c] > 0, spec().str(), ": state gives channel ", c, " the scale ",
-                lambda[c], " (must be positive and finite)");
-    lambda_ = std::move(lambda);
+      KVQ_CHECK(std::isfinite(floats[c]) && floats[c] > 0, spec().str(), ": state gives channel ", c, " the scale ",
+                floats[c], " (must be positive and finite)");
+    std::vector<std::vector<float>> reflectors;
+    for (auto at = floats.begin() + d; at != floats.end(); at += d) reflectors.emplace_back(at, at + d);
+    set_reflectors(std::move(reflectors));  // make_householder refuses non-finite or zero reflectors
+    floats.resize(d);
+    lambda_ = std::move(floats);
   }
 
   void train_impl(const float* x, size_t n) override {
     const int d = dim();
+    if (learn_ > 0) learn_rotation(x, n);
     std::vector<double> sum_sq(d, 0.0);
     std::vector<float> xr(kTrainChunk * d);
     for (size_t start = 0; start < n; start += kTrainChunk) {
@@ -192,6 +226,27 @@ class IntGroupCodec final : public Codec {
   }
 
  private:
+  // Reflectors learned on the examples under the base rotation (lambda comes after, from the result).
+  void learn_rotation(const float* x, size_t n) {
+    const int d = dim();
+    set_reflectors({});
+    std::vector<float> y(n * d);
+    for (size_t start = 0; start < n; start += kTrainChunk)
+      rotation_->apply(x + start * d, y.data() + start * d, std::min(kTrainChunk, n - start));
+    detail::ReflectorLearning how;
+    how.reflectors = learn_;
+    how.group = group();
+    how.seed = derive_seed(params().seed, 7);
+    set_reflectors(detail::learn_reflectors(y.data(), n, d, how));
+  }
+
+  void set_reflectors(std::vector<std::vector<float>> reflectors) {
+    auto base = rotation_from_spec(spec(), params());
+    rotation_ = reflectors.empty() ? std::move(base)
+                                   : make_composed_rotation(std::move(base), make_householder(dim(), reflectors));
+    reflectors_ = std::move(reflectors);
+  }
+
   // Into a zeroed block.
   void write_codes(const int8_t* q, int t, uint8_t* block) const {
     const size_t ut = static_cast<size_t>(t);
@@ -203,7 +258,9 @@ class IntGroupCodec final : public Codec {
 
   layout::IntGroup layout_{};
   int qmax_;
-  std::vector<float> lambda_;  // per rotated channel
+  int learn_;                                    // K of learn=K, or 0
+  std::vector<float> lambda_;                    // per rotated channel
+  std::vector<std::vector<float>> reflectors_;  // learned, H_1 first; empty: the base rotation
 };
 
 // Scores from the codes: <q, k^> = sum_g s_g sum_{c in g} q_c (lambda_c (R q)_c), lambda folded into the query.
@@ -258,7 +315,7 @@ std::optional<IntGroupParams> int_group_params(const Codec& codec) {
 }
 
 std::unique_ptr<Codec> make_int_group_codec(const CodecSpec& spec, const CodecParams& params) {
-  check_spec_shape(spec, 1, "rot");
+  check_spec_shape(spec, 1, "rot,learn");
   return std::make_unique<IntGroupCodec>(spec, params, spec.name == "int8" ? 8 : 4, spec.arg(0, 32));
 }
 

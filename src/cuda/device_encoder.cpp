@@ -46,7 +46,7 @@ DeviceRotation upload_rotation_of(int d, bool hadamard, Inverse inverse, Forward
 DeviceRotation upload_rotation(const Codec& codec) {
   const int d = codec.dim();
   return upload_rotation_of(
-      d, codec.spec().option("rot", default_rotation(d)) == "hadamard",
+      d, codec.spec().option("rot", default_rotation(d)) == "hadamard" && codec.spec().option("learn", "").empty(),
       [&](const float* x, float* y) { codec.from_space(x, 1, y); },
       [&](const float* x, float* y, size_t n) { codec.to_space(x, static_cast<int>(n), y); });
 }

@@ -16,5 +16,7 @@ std::unique_ptr<Rotation> make_srft_rotation(int dim, uint64_t seed);
 std::unique_ptr<Rotation> make_haar_rotation(int dim, uint64_t seed);
 /// k random Gaussian reflectors, 1 <= k <= d.
 std::unique_ptr<Rotation> make_householder_rotation(int dim, int k, uint64_t seed);
+/// R = then * first: `first` applied first (a learned rotation over a codec's base rotation).
+std::unique_ptr<Rotation> make_composed_rotation(std::unique_ptr<Rotation> first, std::unique_ptr<Rotation> then);
 
 }  // namespace kvq

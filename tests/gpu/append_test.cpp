@@ -310,13 +310,15 @@ TEST(CudaAppend, VecInferNearTiesBytes) {
   }
 }
 
-// Dense rotations: the codes may differ where a coordinate lies at a rounding boundary; the reconstruction error
-// (every decoded page token against the appended token) must be within 1% of the CPU encoder's.
+// Dense rotations (learned ones too: trained_cache learns them): the codes may differ where a coordinate lies at a
+// rounding boundary; the reconstruction error (every decoded page token against the appended token) must be within
+// 1% of the CPU encoder's.
 TEST(CudaAppend, DenseRotationsReconstructionErrorWithinOnePercent) {
   KVQ_REQUIRE_GPU();
   KVQ_FRESH_SEED();
   for (const std::string& spec : std::vector<std::string>{
-           "int4,rot=srft", "int8,rot=householder", "turbo_mse:3,rot=srft", "turbo_mse:2,rot=householder",
+           "int4,rot=srft", "int8,rot=householder", "int4,learn=8", "int8:16,learn=4", "turbo_mse:3,rot=srft",
+           "turbo_mse:2,rot=householder",
            "turbo_prod:3,rot=srft", "turbo_prod:2,rot=householder", "turbo_rvq:2,rot=srft",
            "vecinfer:8/4,rot=srft", "vecinfer:8/4,rot=householder,norm=1"}) {
     SCOPED_TRACE(spec);
