@@ -124,6 +124,9 @@ TEST(LearnedRotation, RefusesBadSpecsAndStates) {
   expect_error([&] { make_codec("int4,learn=x", p); }, "learn=x");
   expect_error([&] { make_codec("int4,learn=130", p); }, "learn=130");
   auto codec = make_codec("int4,learn=2", p);
+  std::vector<uint8_t> block(codec->block_bytes());
+  const std::vector<float> x(kDim, 1.0f);
+  expect_error([&] { codec->encode(x.data(), 1, block.data()); }, "train() must be called before encode");
   expect_error([&] { codec->load_state(std::vector<uint8_t>(5 * kDim * sizeof(float))); },
                "or 1536 (and 2 learned reflectors)");
   std::vector<float> floats(3 * kDim, 1.0f);

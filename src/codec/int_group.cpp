@@ -17,8 +17,8 @@
 // channel must not get lambda = 0). state() / load_state() carry lambda.
 //
 // learn=K (K even): train() also learns K Householder reflectors over the base rotation, R = H_K ... H_1 R_base,
-// that lower the group maxima of the rotated examples (codec/reflector_learning.hpp), before it sets lambda. Until
-// trained (or given a state) R is the base rotation.
+// that lower the group maxima of the rotated examples (codec/reflector_learning.hpp), before it sets lambda. Such a
+// codec needs train() (or a state) before it encodes; a state of lambda alone gives the base rotation.
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -84,6 +84,8 @@ class IntGroupCodec final : public Codec {
     set_layout(layout_.block_bytes(), params.dim);
   }
 
+  // A learned rotation is asked for: encoding with the base one instead would be a silent fallback.
+  bool needs_training() const override { return learn_ > 0; }
   int bits() const { return static_cast<int>(layout_.bits); }
   int group() const { return static_cast<int>(layout_.G); }
   int groups() const { return static_cast<int>(layout_.groups()); }
