@@ -14,10 +14,18 @@ namespace {
 
 using Vec = std::vector<double>;
 
+// Four partial sums, so that the loop vectorizes without reassociation (d is a multiple of 16).
 double dot(const double* a, const double* b, int d) {
-  double s = 0;
-  for (int c = 0; c < d; ++c) s += a[c] * b[c];
-  return s;
+  double s[4] = {};
+  for (int c = 0; c < d; c += 4)
+    for (int j = 0; j < 4; ++j) s[j] += a[c + j] * b[c + j];
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+double power(double x, int p) {
+  double r = 1;
+  for (int i = 0; i < p; ++i) r *= x;
+  return r;
 }
 
 /// v <- v - 2 (u . v) u.
@@ -34,11 +42,11 @@ double row_objective(const double* z, int d, int group, int p, double* g) {
     for (int c = g0; c < g0 + group; ++c) amax = std::max(amax, std::fabs(z[c]));
     if (amax == 0) continue;
     double sum = 0;  // the norm relative to the maximum, so that no power overflows
-    for (int c = g0; c < g0 + group; ++c) sum += std::pow(std::fabs(z[c]) / amax, p);
+    for (int c = g0; c < g0 + group; ++c) sum += power(std::fabs(z[c]) / amax, p);
     const double m = amax * std::pow(sum, 1.0 / p);
     total += m * m;
     if (g)  // d(m^2)/dz_c = 2 m (|z_c| / m)^(p-1) sign(z_c)
-      for (int c = g0; c < g0 + group; ++c) g[c] += 2 * m * std::copysign(std::pow(std::fabs(z[c]) / m, p - 1), z[c]);
+      for (int c = g0; c < g0 + group; ++c) g[c] += 2 * m * std::copysign(power(std::fabs(z[c]) / m, p - 1), z[c]);
   }
   return total;
 }
@@ -65,6 +73,7 @@ std::vector<std::vector<float>> learn_reflectors(const float* y, size_t n, int d
   KVQ_CHECK(k >= 2 && k <= d && k % 2 == 0, "learned rotation: ", k, " reflectors (need an even count in [2, ", d,
             "])");
   KVQ_CHECK(how.group >= 1 && d % how.group == 0, "learned rotation: group ", how.group, " does not divide ", d);
+  KVQ_CHECK(d % 4 == 0 && how.p >= 2, "learned rotation: dimension ", d, " (a multiple of 4) or norm ", how.p);
   Rng rng(how.seed);
   std::vector<Vec> units(k, Vec(d));
   for (int i = 0; i < k; i += 2) {  // equal pairs: the product starts as the identity

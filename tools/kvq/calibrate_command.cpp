@@ -92,11 +92,26 @@ void print_choice(const LayerSensitivity& s, const CodecChoice& choice, double b
     std::printf("layers with centered keys (c):%s\n", centered.empty() ? " none" : centered.c_str());
 }
 
+// --codecs is split at commas; a piece holding '=' is an option of the spec before it ("int4,learn=16").
+std::vector<std::string> candidate_specs(const std::vector<std::string>& pieces) {
+  std::vector<std::string> specs;
+  for (const std::string& piece : pieces) {
+    KVQ_CHECK(piece.find('=') == std::string::npos || !specs.empty(), "--codecs: option '", piece,
+              "' before any codec");
+    if (piece.find('=') != std::string::npos)
+      specs.back() += "," + piece;
+    else
+      specs.push_back(piece);
+  }
+  return specs;
+}
+
 void run_calibrate(const CalibrateOptions& o) {
   KVQ_CHECK(o.budget_bits.size() == 1 || o.out.find("{}") != std::string::npos, "--out ", o.out,
             " must hold '{}' (replaced by each budget) when several budgets are asked for");
   const auto start = std::chrono::steady_clock::now();
-  for (const std::string& c : o.codecs) make_codec(c, CodecParams{});  // an unknown codec fails before any work
+  const std::vector<std::string> codecs = candidate_specs(o.codecs);
+  for (const std::string& c : codecs) make_codec(c, CodecParams{});  // an unknown codec fails before any work
   const LlamaModel model = load_model(o.model, "kvq calibrate");
   const auto tokenizer = load_tokenizer(model, o.tokenizer);
   // The text's tail: kvq ppl scores its start, so calibration and evaluation text stay apart.
@@ -113,11 +128,11 @@ void run_calibrate(const CalibrateOptions& o) {
   // that every single-layer figure carries and the sum over 60 of them multiplies.
   options.product_input = ProductInput::f32;
   std::fprintf(stderr, "kvq calibrate: %zu tokens in windows of %d, %d layers x 2 roles x %zu codecs%s\n",
-               tokens.size(), options.window, c.n_layers, o.codecs.size(),
+               tokens.size(), options.window, c.n_layers, codecs.size(),
                o.plain_keys ? "" : ", and keys centered");
   const KeyCandidates keys = o.plain_keys ? KeyCandidates::plain : KeyCandidates::plain_and_centered;
   const LayerSensitivity s = measure_layer_sensitivity(
-      model, *tokenizer, tokens, o.codecs, options, cache, keys, o.anchor, [&](int done, int layers) {
+      model, *tokenizer, tokens, codecs, options, cache, keys, o.anchor, [&](int done, int layers) {
         if (done == 0)
           std::fprintf(stderr, "kvq calibrate: f16 reference run, %.0f s\n", seconds_since(start));
         else
@@ -178,8 +193,9 @@ void add_calibrate_command(CLI::App& app) {
       ->check(CLI::Range(2, 1 << 20))->capture_default_str();
   cmd->add_option("--ctx", o->ctx, "tokens per window")->check(CLI::Range(2, 1 << 20))->capture_default_str();
   cmd->add_option("--codecs", o->codecs,
-                  "candidate codec specs (each layer and role picks one); those that need training (vecinfer:c/s) "
-                  "are trained per layer and role on the calibration tokens' keys and values")
+                  "candidate codec specs (each layer and role picks one), a piece with '=' an option of the one "
+                  "before it (int4,learn=16); those that need training (vecinfer:c/s, int4/int8 with learn=K) are "
+                  "trained per layer and role on the calibration tokens' keys and values")
       ->delimiter(',')->capture_default_str();
   cmd->add_option("--anchor", o->anchor,
                   "measure only this candidate's KL divergences to the logits and predict the others' from their "
