@@ -64,6 +64,11 @@ expect_model_error("head dimension 8" calibrate ${stories} --budget-bits 4 --tok
                    --out ${CMAKE_CURRENT_BINARY_DIR}/stories.calib)
 expect_model_error("int3" calibrate ${stories} --budget-bits 4 --tokens 64 --codecs f16,int3
                    --out ${CMAKE_CURRENT_BINARY_DIR}/stories.calib)
+# A piece with '=' is an option of the candidate before it (so the odd reflector count reaches the int4 codec).
+expect_model_error("int4,learn=3: learn=3 is not an even count" calibrate ${stories} --budget-bits 4 --tokens 64
+                   --codecs f16,int4,learn=3 --out ${CMAKE_CURRENT_BINARY_DIR}/stories.calib)
+expect_model_error("option 'learn=16' before any codec" calibrate ${stories} --budget-bits 4 --tokens 64
+                   --codecs learn=16,int4 --out ${CMAKE_CURRENT_BINARY_DIR}/stories.calib)
 expect_model_error("anchor codec int8 must be one of the candidates" calibrate ${stories} --budget-bits 4
                    --tokens 64 --codecs f16,int4 --anchor int8 --out ${CMAKE_CURRENT_BINARY_DIR}/stories.calib)
 expect_model_error("must hold '{}'" calibrate ${stories} --budget-bits 3,4 --tokens 64
